@@ -1,0 +1,1 @@
+"""The patch-and-test pipeline: source -> series -> reproducers -> verdict -> bundle."""
