@@ -1,0 +1,127 @@
+"""The command-line contract every reproducer keeps.
+
+Flags: --world-size --sp --backend --expect --json --timeout (and --keep-logs).
+Exit codes: 0 the expectation holds; 1 it does not; 2 could not run; 77 skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+EXIT_HOLDS = 0
+EXIT_DOES_NOT_HOLD = 1
+EXIT_ERROR = 2
+EXIT_SKIP = 77
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0   the expectation holds (--expect fixed: every gradient matches the oracle;
+      --expect buggy: exactly the known unpatched pattern was seen)
+  1   the expectation does not hold (under --expect fixed: the bug is reproduced)
+  2   could not run: bad input, a rank crashed or the deadline passed
+  77  skipped, with a one-line reason (e.g. nccl with fewer GPUs than ranks)
+"""
+
+LAUNCH_HELP = """\
+launch:
+  python %(prog)s [flags]                         starts --world-size local ranks itself
+  torchrun --nproc_per_node N %(prog)s [flags]    one rank per process, env:// rendezvous
+  deepspeed --num_gpus N %(prog)s [flags]         likewise
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReproArgs:
+    world_size: int
+    sp: int
+    backend: str  # "gloo" | "nccl"
+    expect: str  # "fixed" | "buggy"
+    json: Path | None
+    timeout: float
+    keep_logs: bool
+    extra: dict = dataclasses.field(default_factory=dict)  # script-specific flags
+
+    @property
+    def dp(self) -> int:
+        return self.world_size // self.sp
+
+
+class UsageError(Exception):
+    """Bad flags: one line, exit 2."""
+
+
+def build_parser(description: str, prog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     epilog=LAUNCH_HELP + "\n" + EXIT_CODES_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world-size", type=int, default=2,
+                        help="ranks to start for a local launch (default 2; under torchrun its world size wins)")
+    parser.add_argument("--sp", type=int, default=2, help="sequence-parallel size; dp = world size / sp (default 2)")
+    parser.add_argument("--backend", choices=["gloo", "nccl", "auto"], default="auto",
+                        help="nccl when there are enough GPUs for the ranks, else gloo on CPU (default auto)")
+    parser.add_argument("--expect", choices=["fixed", "buggy"], default="fixed",
+                        help="fixed: every gradient equals the oracle; buggy: exactly the unpatched pattern")
+    parser.add_argument("--json", type=Path, default=None, help="write the results file here")
+    parser.add_argument("--timeout", type=float, default=300.0, help="deadline for the whole launch, s (default 300)")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the ranks' log folder (local launch)")
+    # Passed by the deepspeed launcher to every rank; LOCAL_RANK carries the same.
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> ReproArgs:
+    """Parse and validate; UsageError for anything a run cannot start with."""
+    ns = parser.parse_args(argv)
+    world_size = _launcher_world_size() or ns.world_size
+    if world_size < 1:
+        raise UsageError(f"--world-size must be >= 1, got {world_size}")
+    if ns.sp < 1:
+        raise UsageError(f"--sp must be >= 1, got {ns.sp}")
+    if world_size % ns.sp != 0:
+        raise UsageError(f"world size {world_size} is not divisible by --sp {ns.sp}")
+    if ns.timeout <= 0:
+        raise UsageError(f"--timeout must be > 0, got {ns.timeout}")
+    common = {"world_size", "sp", "backend", "expect", "json", "timeout", "keep_logs", "local_rank"}
+    extra = {k: v for k, v in vars(ns).items() if k not in common}
+    return ReproArgs(world_size=world_size, sp=ns.sp, backend=_resolve_backend(ns.backend, world_size),
+                     expect=ns.expect, json=ns.json, timeout=ns.timeout, keep_logs=ns.keep_logs, extra=extra)
+
+
+def _launcher_world_size() -> int | None:
+    import os
+
+    value = os.environ.get("WORLD_SIZE")
+    return int(value) if value and value.isdigit() and "RANK" in os.environ else None
+
+
+def _resolve_backend(choice: str, world_size: int) -> str:
+    if choice != "auto":
+        return choice
+    return "nccl" if gpu_count() >= world_size else "gloo"
+
+
+def gpu_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0  #ignore-cuda
+
+
+def main_guard(description: str, run, add_arguments=None, argv: list[str] | None = None) -> int:
+    """Parse flags, turn usage errors into one line + exit 2, then hand over to ``run``."""
+    parser = build_parser(description)
+    if add_arguments is not None:
+        add_arguments(parser)
+    try:
+        args = parse(parser, argv)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.backend == "nccl" and not _launcher_world_size() and gpu_count() < args.world_size:
+        print(f"SKIP: nccl needs one GPU per rank: {args.world_size} ranks, {gpu_count()} GPU(s) visible", flush=True)
+        return EXIT_SKIP
+    return run(args)

@@ -1,0 +1,88 @@
+"""The rank program both gradient-scale reproducers share.
+
+Every rank runs each configuration through a real engine; rank 0 compares DeepSpeed's full
+gradients with the oracle and builds the report. The oracle needs no collectives: every
+rank's local gradient is a pure function of the seed and the rank, so each process computes
+all of them itself.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Callable, Sequence
+
+from repro import launch
+from repro.cli import ReproArgs, main_guard
+from repro.env import deepspeed_version
+from repro.measure import Measured, ZeroConfig, run_config
+from repro.model import ParamSpec
+from repro.oracle import expected_gradients
+from repro.report import Report, Row, emit
+from repro.topology import build_mpu
+from repro.verdict import ReducePath, classify, compare, matches, target_scale
+
+
+def make_rows(zero: ZeroConfig, measured: Sequence[Measured], expected: dict, sp: int, expect: str) -> list[Row]:
+    rows = []
+    for m in measured:
+        cmp = compare(m.full_grad, expected[m.name])
+        target = target_scale(m.path, sp, expect)
+        buggy_target = target_scale(m.path, sp, "buggy")
+        rows.append(Row(config=zero.label(), stage=zero.stage, reduce_scatter=zero.reduce_scatter,
+                        contiguous_gradients=zero.contiguous_gradients, reduce_bucket_size=zero.reduce_bucket_size,
+                        param=m.name, numel=m.numel, path=str(m.path), observed_norm=cmp.observed_norm,
+                        expected_norm=cmp.expected_norm, ratio=cmp.ratio, residual=cmp.residual,
+                        label=classify(cmp.ratio, cmp.residual, sp), target=target,
+                        ok=matches(m.full_grad, expected[m.name], target), buggy_target=buggy_target,
+                        buggy_ok=matches(m.full_grad, expected[m.name], buggy_target),
+                        fixed_ok=matches(m.full_grad, expected[m.name], 1.0)))
+    return rows
+
+
+Check = Callable[[list[Row]], None]  # raises when a run did not exercise what the script is about
+
+
+def rank_program(script: str, configs: Sequence[ZeroConfig], specs: tuple[ParamSpec, ...],
+                 check: Check | None = None) -> launch.RankProgram:
+
+    def program(ctx: launch.RankContext) -> launch.RankResult:
+        import torch
+
+        mpu = build_mpu(ctx.topology)
+        expected = expected_gradients(specs, ctx.topology)
+        rows: list[Row] = []
+        for zero in configs:
+            measured = run_config(zero, specs, ctx.rank, ctx.device, mpu)
+            rows += make_rows(zero, measured, expected, ctx.topology.sp, ctx.args.expect)
+        if check is not None:
+            check(rows)
+        report = Report(script=script, deepspeed_version=deepspeed_version(), torch_version=torch.__version__,
+                        backend=ctx.backend, device=ctx.device.split(":")[0],
+                        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size,
+                        sp=ctx.topology.sp, dp=ctx.topology.dp, expect=ctx.args.expect, rows=rows,
+                        python_version=platform.python_version())
+        return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
+
+    return program
+
+
+def main(description: str, script: str, select_configs: Callable[[ReproArgs], Sequence[ZeroConfig]],
+         specs: tuple[ParamSpec, ...], add_arguments=None, check: Check | None = None,
+         argv: list[str] | None = None) -> int:
+
+    def run(args: ReproArgs) -> int:
+        program = rank_program(script, select_configs(args), specs, check)
+        return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
+
+    return main_guard(description, run, add_arguments, argv)
+
+
+def require_paths(*paths: ReducePath) -> Check:
+    """A check that every given path carried at least one gradient."""
+
+    def check(rows: list[Row]) -> None:
+        missing = [str(p) for p in paths if not any(r.path == str(p) for r in rows)]
+        if missing:
+            raise RuntimeError(f"no gradient went through {', '.join(missing)}: the scenario did not occur")
+
+    return check

@@ -1,0 +1,29 @@
+"""The expected full gradient, from the ranks' local gradients, in plain torch.
+
+Convention (DeepSpeed #4530, #5555; ZeRO-0/1/2 and ZeRO-3's contiguous path): gradients are
+summed over the sequence-parallel ranks (each holds a slice of the same sequence) and
+averaged over the data-parallel ranks (each holds other samples).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from repro.model import ParamSpec, local_gradients
+from repro.topology import Topology
+
+
+def expected_gradient(local: Sequence[torch.Tensor], topology: Topology) -> torch.Tensor:
+    """sum over each sp group, then mean over the dp groups; ``local[r]`` is rank r's gradient."""
+    if len(local) != topology.world_size:
+        raise ValueError(f"need {topology.world_size} local gradients, got {len(local)}")
+    per_sp_group = [torch.stack([local[r] for r in block]).sum(0) for block in topology.sp_groups()]
+    return torch.stack(per_sp_group).mean(0)
+
+
+def expected_gradients(specs: tuple[ParamSpec, ...], topology: Topology) -> dict[str, torch.Tensor]:
+    """Every parameter's expected full gradient (float64), computed by every rank alike."""
+    local = [local_gradients(specs, r) for r in range(topology.world_size)]
+    return {s.name: expected_gradient([g[s.name] for g in local], topology) for s in specs}

@@ -1,0 +1,129 @@
+"""Sequence-/data-parallel layout, and the mpu object that hands it to DeepSpeed.
+
+Layout (as in DeepSpeed's ``parallel_state_sp`` and Megatron): sp groups are blocks of
+consecutive ranks, ``[0..sp-1], [sp..2sp-1], ...``; dp groups take one rank from each block.
+ZeRO reduces over all ``sp * dp`` ranks and, by convention (#4530, #5555), sums over sp and
+averages over dp.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    world_size: int
+    sp: int
+
+    @classmethod
+    def create(cls, world_size: int, sp: int) -> Topology:
+        if sp < 1 or world_size < 1:
+            raise ValueError(f"world size ({world_size}) and sp ({sp}) must be >= 1")
+        if world_size % sp:
+            raise ValueError(f"world size {world_size} is not divisible by sp {sp}")
+        return cls(world_size, sp)
+
+    @property
+    def dp(self) -> int:
+        return self.world_size // self.sp
+
+    def sp_groups(self) -> list[list[int]]:
+        return [list(range(i * self.sp, (i + 1) * self.sp)) for i in range(self.dp)]
+
+    def dp_groups(self) -> list[list[int]]:
+        return [list(range(j, self.world_size, self.sp)) for j in range(self.sp)]
+
+    def label(self) -> str:
+        return f"sp={self.sp} dp={self.dp}"
+
+
+class SequenceParallelMpu:
+    """A minimal mpu for DeepSpeed versions without ``parallel_state_sp`` (before 0.17).
+
+    It answers what those versions' engine and ZeRO optimizers ask: the sequence-parallel
+    and sequence+data-parallel groups, the data-parallel group (one rank per sp block) and a
+    model-parallel group of one rank (no tensor or pipeline parallelism here).
+    """
+
+    def __init__(self, topology: Topology):
+        from deepspeed import comm as dist
+
+        rank = dist.get_rank()
+        self._topology = topology
+        # Every rank must create every group, in the same order.
+        self._sp = _own_group(dist, topology.sp_groups(), rank)
+        self._dp = _own_group(dist, topology.dp_groups(), rank)
+        self._mp = _own_group(dist, [[r] for r in range(topology.world_size)], rank)
+        self._sdp = dist.new_group(list(range(topology.world_size)))
+
+    def get_sequence_parallel_group(self):
+        return self._sp
+
+    def get_sequence_parallel_world_size(self) -> int:
+        return self._topology.sp
+
+    def get_sequence_parallel_rank(self) -> int:
+        from deepspeed import comm as dist
+
+        return dist.get_rank(group=self._sp)
+
+    def get_sequence_data_parallel_group(self):
+        return self._sdp
+
+    def get_sequence_data_parallel_world_size(self) -> int:
+        return self._topology.world_size
+
+    def get_sequence_data_parallel_rank(self) -> int:
+        from deepspeed import comm as dist
+
+        return dist.get_rank()
+
+    def get_data_parallel_group(self):
+        return self._dp
+
+    def get_data_parallel_world_size(self) -> int:
+        return self._topology.dp
+
+    def get_data_parallel_rank(self) -> int:
+        from deepspeed import comm as dist
+
+        return dist.get_rank(group=self._dp)
+
+    def get_model_parallel_group(self):
+        return self._mp
+
+    def get_model_parallel_world_size(self) -> int:
+        return 1
+
+    def get_model_parallel_rank(self) -> int:
+        return 0
+
+
+def _own_group(dist, groups: list[list[int]], rank: int):
+    mine = None
+    for ranks in groups:
+        group = dist.new_group(ranks)
+        if rank in ranks:
+            mine = group
+    return mine
+
+
+def build_mpu(topology: Topology):
+    """The mpu to pass to ``deepspeed.initialize``: DeepSpeed's own where it has one.
+
+    ``None`` for sp == 1 (plain data parallelism). ``parallel_state_sp`` (0.17+) keeps its
+    groups in module globals, so it is initialized once per process and reused by every
+    engine of the run.
+    """
+    if topology.sp == 1:
+        return None
+    try:
+        from deepspeed.runtime.sequence_parallel import parallel_state_sp
+    except ImportError:
+        return SequenceParallelMpu(topology)
+    try:
+        parallel_state_sp.get_sequence_parallel_group()
+    except AssertionError:
+        parallel_state_sp.initialize_sequence_parallel(sequence_parallel_size=topology.sp)
+    return parallel_state_sp
