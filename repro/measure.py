@@ -96,9 +96,18 @@ def run_config(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device
                                      _path_of(param, paths, zero)))
         return measured
     finally:
-        engine.destroy()
+        _destroy(engine)
         del engine, optimizer, model
         gc.collect()
+
+
+def _destroy(engine) -> None:
+    # 0.14/0.15: ZeRO-3's destroy() deletes its flat bucket buffer, which exists only with
+    # contiguous_gradients=True, and raises AttributeError otherwise. Give it one to delete.
+    flat = "_DeepSpeedZeroOptimizer_Stage3__ipg_bucket_flat_buffer"
+    if type(engine.optimizer).__name__ == "DeepSpeedZeroOptimizer_Stage3" and not hasattr(engine.optimizer, flat):
+        setattr(engine.optimizer, flat, None)
+    engine.destroy()
 
 
 def _path_of(param, paths: dict[int, ReducePath] | None, zero: ZeroConfig) -> ReducePath:

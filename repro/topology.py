@@ -42,8 +42,12 @@ class SequenceParallelMpu:
     """A minimal mpu for DeepSpeed versions without ``parallel_state_sp`` (before 0.17).
 
     It answers what those versions' engine and ZeRO optimizers ask: the sequence-parallel
-    and sequence+data-parallel groups, the data-parallel group (one rank per sp block) and a
-    model-parallel group of one rank (no tensor or pipeline parallelism here).
+    and sequence+data-parallel groups, and a model-parallel group of one rank (no tensor or
+    pipeline parallelism here). Its "data-parallel group" is the group ZeRO shards parameters
+    over, which under sp must span every sp x dp rank: 0.14-0.16 partition ZeRO-3 parameters
+    over ``mpu.get_data_parallel_group()``, and with 0.17's ``parallel_state_sp`` DeepSpeed
+    uses the world group there. A dp-only group would shard parameters over fewer ranks than
+    the gradients are reduce-scattered over (measured: wrong weights in the forward).
     """
 
     def __init__(self, topology: Topology):
@@ -53,7 +57,6 @@ class SequenceParallelMpu:
         self._topology = topology
         # Every rank must create every group, in the same order.
         self._sp = _own_group(dist, topology.sp_groups(), rank)
-        self._dp = _own_group(dist, topology.dp_groups(), rank)
         self._mp = _own_group(dist, [[r] for r in range(topology.world_size)], rank)
         self._sdp = dist.new_group(list(range(topology.world_size)))
 
@@ -80,15 +83,15 @@ class SequenceParallelMpu:
         return dist.get_rank()
 
     def get_data_parallel_group(self):
-        return self._dp
+        return self._sdp
 
     def get_data_parallel_world_size(self) -> int:
-        return self._topology.dp
+        return self._topology.world_size
 
     def get_data_parallel_rank(self) -> int:
         from deepspeed import comm as dist
 
-        return dist.get_rank(group=self._dp)
+        return dist.get_rank()
 
     def get_model_parallel_group(self):
         return self._mp
