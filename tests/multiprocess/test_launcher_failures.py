@@ -1,0 +1,85 @@
+"""Failure paths of the real launcher: exit codes, tracebacks with ranks, no survivors."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPRO, ROOT, launch
+
+FAULTY = ROOT / "tests" / "helpers" / "faulty_rank.py"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "zombie" in status.read_text())
+
+
+def _assert_no_survivors(pid_dir: Path):
+    pids = [int(p.read_text()) for p in pid_dir.glob("rank*.pid")]
+    assert pids, "the ranks never started"
+    time.sleep(0.2)
+    assert not [p for p in pids if _alive(p)]
+
+
+@pytest.fixture
+def pid_dir(tmp_path):
+    d = tmp_path / "pids"
+    d.mkdir()
+    return d
+
+
+def test_a_rank_that_raises_tears_everything_down(pid_dir):
+    start = time.monotonic()
+    run = launch(FAULTY, "--fault", "raise", "--backend", "gloo", env={"FAULTY_PID_DIR": str(pid_dir)})
+    assert run.returncode == 2
+    assert "rank 1 failed: ValueError: injected failure on rank 1" in run.stderr
+    assert "[rank 1] Traceback" in run.stderr
+    assert time.monotonic() - start < 120  # seconds after the failure, not the 300 s deadline
+    _assert_no_survivors(pid_dir)
+
+
+def test_deadline(pid_dir):
+    run = launch(FAULTY, "--fault", "hang", "--backend", "gloo", "--timeout", "25", env={"FAULTY_PID_DIR": str(pid_dir)})
+    assert run.returncode == 2
+    assert "timeout after 25 s" in run.stderr or "deadline of 25 s exceeded" in run.stderr
+    _assert_no_survivors(pid_dir)
+
+
+def test_skip_has_its_own_exit_code(pid_dir):
+    run = launch(FAULTY, "--fault", "skip", "--backend", "gloo", env={"FAULTY_PID_DIR": str(pid_dir)})
+    assert run.returncode == 77 and "SKIP: injected skip" in run.stdout
+    _assert_no_survivors(pid_dir)
+
+
+def test_abort_after_reporting_does_not_turn_a_good_run_red(pid_dir):
+    run = launch(FAULTY, "--fault", "abort", "--backend", "gloo", env={"FAULTY_PID_DIR": str(pid_dir)})
+    assert run.returncode == 0, run.stderr
+    assert "REPORT {'ok': True}" in run.stdout and "SIGABRT during teardown" in run.stderr
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--world-size", "3", "--sp", "2"), "world size 3 is not divisible by --sp 2"),
+    (("--sp", "0"), "--sp must be >= 1"),
+    (("--expect", "maybe"), "invalid choice"),
+])
+def test_bad_flags_exit_2_with_one_line(argv, message):
+    run = launch(REPRO / "zero3_sp_grad_scale.py", "--backend", "gloo", *argv, timeout=60)
+    assert run.returncode == 2 and message in run.stderr
+    assert run.stdout == ""
+
+
+def test_nccl_without_enough_gpus_is_skipped():
+    import torch
+
+    if torch.cuda.device_count() >= 2:  #ignore-cuda
+        pytest.skip("this machine has the GPUs: nothing to skip")
+    run = launch(REPRO / "zero3_sp_grad_scale.py", "--backend", "nccl", timeout=60)
+    assert run.returncode == 77 and run.stdout.startswith("SKIP: nccl needs one GPU per rank")

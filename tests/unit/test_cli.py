@@ -1,0 +1,43 @@
+import pytest
+
+from repro.cli import UsageError, build_parser, parse
+
+
+def _parse(*argv):
+    return parse(build_parser("t"), list(argv))
+
+
+def test_defaults(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    args = _parse("--backend", "gloo")
+    assert (args.world_size, args.sp, args.dp, args.expect, args.timeout) == (2, 2, 1, "fixed", 300.0)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (("--world-size", "3", "--sp", "2"), "not divisible"),
+    (("--sp", "0"), "--sp must be >= 1"),
+    (("--world-size", "0"), "--world-size must be >= 1"),
+    (("--timeout", "0"), "--timeout"),
+])
+def test_bad_topology_flags(monkeypatch, argv, msg):
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(UsageError, match=msg):
+        _parse("--backend", "gloo", *argv)
+
+
+def test_torchrun_world_size_wins(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert _parse("--backend", "gloo", "--sp", "4").world_size == 4
+
+
+def test_deepspeed_launcher_local_rank_flag_is_accepted(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    _parse("--backend", "gloo", "--local_rank=1")
+
+
+def test_script_flags_land_in_extra(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    parser = build_parser("t")
+    parser.add_argument("--reduce-bucket-size", type=int, default=16)
+    assert parse(parser, ["--backend", "gloo"]).extra == {"reduce_bucket_size": 16}
