@@ -70,3 +70,22 @@ def test_four_ranks(tmp_path, script, sp):
     # The same rows judged by --expect fixed: the report already says so; no second launch needed
     # for the 4-rank case (the 2-rank tests launch --expect fixed for real).
     assert buggy.report["pattern"] == "buggy" and not all(r["fixed_ok"] for r in buggy.report["rows"])
+
+
+def test_twin_of_the_upstream_test_fails_exactly_as_upstream_does(tmp_path):
+    """The twin must be able to fail: on unpatched DeepSpeed, 3 failed and 1 passed (FINDINGS section 6)."""
+    import subprocess
+    import sys
+    import xml.etree.ElementTree as ET
+
+    from .conftest import ROOT
+
+    junit = tmp_path / "twin.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "--run-twin", "-p", "no:cacheprovider",
+                    f"--junitxml={junit}", "tests/multiprocess/test_zero3_sp_gradient_scale.py"],
+                   cwd=ROOT, capture_output=True, text=True, timeout=900)
+    outcome = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome[case.get("name")] = "failed" if case.find("failure") is not None else "passed"
+    assert outcome == {"test[False-True-500]": "passed", "test[False-False-500]": "failed",
+                       "test[True-True-500]": "failed", "test[False-True-16]": "failed"}

@@ -1,0 +1,54 @@
+#!/usr/bin/env python
+"""Launch cost: all six configurations in one launch vs a single configuration.
+
+Process start, torch/DeepSpeed import and process-group setup dominate a launch; each extra
+configuration is one engine. Target (issue: reproducer suite): a warm launch of all six
+configurations costs at most 1.5x a warm launch of one, measured side by side in one run
+(alternating, after one warm-up launch of each so the comm op build and the page cache are
+out of the picture). Writes results/benchmarks/launch_cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, default_python, environment, median, timed_run, write_result  # noqa: E402
+
+SCRIPT = ROOT / "repro" / "zero3_sp_grad_scale.py"
+TARGET = 1.5
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--python", default=default_python(), help="interpreter with torch + DeepSpeed")
+    parser.add_argument("--single", default="zero3 rs=True cg=True bucket=500", help="the one-config launch")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    common = ["--expect", "buggy", "--backend", "gloo"]
+    single_argv = [*common, "--config", args.single]
+    for argv in (common, single_argv):  # warm-up: comm op build, page cache
+        timed_run(args.python, SCRIPT, *argv)
+    runs = {"all_six": [], "single": []}
+    for _ in range(args.repeats):
+        runs["all_six"].append(timed_run(args.python, SCRIPT, *common))
+        runs["single"].append(timed_run(args.python, SCRIPT, *single_argv))
+    failed = [r for rs in runs.values() for r in rs if r.returncode not in (0, 1)]
+    med = {k: median([r.wall_s for r in v]) for k, v in runs.items()}
+    ratio = round(med["all_six"] / med["single"], 3)
+    payload = {"benchmark": "launch_cost", "environment": environment(args.python), "repeats": args.repeats,
+               "median_wall_s": med, "ratio_all_six_over_single": ratio, "target": TARGET,
+               "meets_target": ratio <= TARGET and not failed,
+               "runs": {k: [r.__dict__ for r in v] for k, v in runs.items()}}
+    path = write_result("launch_cost", payload, args.out)
+    print(f"all six: {med['all_six']} s, single: {med['single']} s (medians of {args.repeats}); "
+          f"ratio {ratio} (target <= {TARGET}) -> {'OK' if payload['meets_target'] else 'MISSED'}; {path}")
+    return 0 if payload["meets_target"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
