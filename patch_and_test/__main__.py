@@ -1,0 +1,67 @@
+"""``python -m patch_and_test``: the whole job for one DeepSpeed source, one backend.
+
+Get DeepSpeed (the newest supported PyPI release by default, pinned by sha256 in
+deepspeed-sdists.lock; or your checkout via DEEPSPEED_SRC, never modified), install it
+unpatched and show the bug with both reproducers, apply the series the manifest picks,
+install the patched build (it stays installed here), show the bug gone (reproducers, the
+twin of the upstream regression test, and DeepSpeed's own tests where the source has them),
+and write results/<env>/verdict.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from patch_and_test.errors import Exit
+from patch_and_test.pipeline import PipelineConfig, run
+
+EXIT_HELP = """\
+exit codes:
+  0   fixed: the bug was seen before and is gone after, on every check
+  1   not fixed: a check still fails with the series applied
+  2   error: bad input (not a checkout, dirty tree, unknown version, ...) or a check could not run
+  3   bug not reproduced: the unpatched DeepSpeed did not show the known pattern
+  4   the series does not apply (the tree was rolled back; your checkout is untouched)
+  5   already fixed: the source already carries the fix
+  77  skipped (e.g. nccl with fewer GPUs than ranks), with the reason
+environment:
+  DEEPSPEED_SRC       a DeepSpeed git checkout to use instead of PyPI (it is cloned, not modified)
+  DEEPSPEED_VERSION   the PyPI release to use (default: the newest supported)
+  ZERO3_SP_BACKEND    gloo (default) or nccl
+  ZERO3_SP_CACHE      where sdists, source trees, wheels and built ops are cached
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test", description=__doc__, epilog=EXIT_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
+                        help="DeepSpeed release from PyPI (env DEEPSPEED_VERSION)")
+    parser.add_argument("--src", type=Path, default=os.environ.get("DEEPSPEED_SRC") or None,
+                        help="DeepSpeed checkout to use instead of PyPI (env DEEPSPEED_SRC)")
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"))
+    parser.add_argument("--env-name", default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
+                        or "patch-and-test", help="names the results folder (default: the tox/nox env)")
+    parser.add_argument("--results", type=Path, default=None, help="default: results/<env-name>")
+    parser.add_argument("--timeout", type=float, default=600.0, help="deadline per reproducer launch, s")
+    parser.add_argument("--no-upstream-suites", action="store_true",
+                        help="with a checkout: skip DeepSpeed's TestGradientAllreduceOp before/after")
+    args = parser.parse_args(argv)
+    if args.src is not None and args.version is not None:
+        print("error: give DEEPSPEED_SRC or DEEPSPEED_VERSION, not both", file=sys.stderr)
+        return int(Exit.ERROR)
+    results = args.results or Path("results") / args.env_name
+    verdict = run(PipelineConfig(env_name=args.env_name, results=results, version=args.version, src=args.src,
+                                 backend=args.backend, timeout=args.timeout,
+                                 upstream_suites=not args.no_upstream_suites))
+    if verdict.error:
+        print(f"error: {verdict.error}", file=sys.stderr)
+    print(f"verdict: {results / 'verdict.json'}")
+    return verdict.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

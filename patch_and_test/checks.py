@@ -1,0 +1,108 @@
+"""The checks the pipeline runs against an installed DeepSpeed: each a subprocess, each with a log.
+
+* the reproducers (``repro/*.py``), judged by their exit code and report;
+* pytest suites (the package's twin of the upstream regression test, DeepSpeed's own tests
+  in a checkout), judged by their JUnit XML, test by test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReproCheck:
+    name: str  # e.g. "before/zero3_sp_grad_scale"
+    script: str
+    expect: str
+    exit_code: int
+    pattern: str | None  # the report's "fixed" | "buggy" | "other"; None when no report was written
+    report: str | None  # path of the JSON report
+    log: str
+    duration_s: float
+
+    @property
+    def holds(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class PytestCheck:
+    name: str
+    exit_code: int
+    outcomes: dict[str, str]  # test id -> "passed" | "failed" | "error" | "skipped"
+    junit: str
+    log: str
+    duration_s: float
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for v in self.outcomes.values() if v == outcome)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {k: self.count(k) for k in ("passed", "failed", "error", "skipped")}
+
+
+def run_reproducer(script: str, expect: str, out_dir: Path, phase: str, *, backend: str, timeout: float) -> ReproCheck:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = out_dir / f"{script}.json"
+    log = out_dir / f"{script}.log"
+    report.unlink(missing_ok=True)
+    cmd = [sys.executable, str(PACKAGE_ROOT / "repro" / f"{script}.py"), "--expect", expect, "--backend", backend,
+           "--json", str(report), "--timeout", str(timeout)]
+    code, duration = _run_logged(cmd, log, timeout=timeout + 60, cwd=PACKAGE_ROOT)
+    pattern = json.loads(report.read_text())["pattern"] if report.exists() else None
+    return ReproCheck(f"{phase}/{script}", script, expect, code, pattern, str(report) if report.exists() else None,
+                      str(log), duration)
+
+
+def run_pytest(name: str, args: list[str], out_dir: Path, *, cwd: Path, env: dict[str, str] | None = None,
+               timeout: float = 3600) -> PytestCheck:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    slug = name.replace("/", "_")
+    junit = out_dir / f"{slug}.junit.xml"
+    log = out_dir / f"{slug}.log"
+    junit.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--junitxml={junit}", *args]
+    code, duration = _run_logged(cmd, log, timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
+    return PytestCheck(name, code, junit_outcomes(junit), str(junit), str(log), duration)
+
+
+def junit_outcomes(junit: Path) -> dict[str, str]:
+    if not junit.exists():
+        return {}
+    outcomes = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        test_id = f"{case.get('classname', '')}::{case.get('name')}"
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                outcome = {"failure": "failed"}.get(tag, tag)
+                break
+        outcomes[test_id] = outcome
+    return outcomes
+
+
+def _run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dict | None = None) -> tuple[int, float]:
+    start = time.monotonic()
+    with open(log, "w") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        try:
+            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, timeout=timeout,
+                                  start_new_session=True)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"\nerror: killed after {timeout:.0f} s\n")
+            code = 2
+    return code, round(time.monotonic() - start, 3)

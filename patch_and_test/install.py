@@ -1,0 +1,136 @@
+"""Build a DeepSpeed source tree into a wheel (cached by git tree id) and install it here.
+
+The wheel cache is keyed by the tree's git object id, the interpreter and torch: the same
+source is built once, and reinstalling the unpatched or patched build on a warm cache is a
+second or two. DeepSpeed's setup.py imports torch, so the build runs in this interpreter
+without isolation, with DS_BUILD_OPS=0 (ops are JIT-built at run time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from patch_and_test.errors import PipelineError
+from repro.env import cache_root
+
+
+class InstallFailed(PipelineError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Installed:
+    version: str  # importlib.metadata version after the install
+    wheel: Path
+    tree_id: str
+    cached_wheel: bool
+    installer: str
+
+
+def tree_id(tree: Path) -> str:
+    return _git(tree, "rev-parse", "HEAD^{tree}")
+
+
+def install_tree(tree: Path, log: Path) -> Installed:
+    """Install the committed state of ``tree`` into this interpreter (replacing any DeepSpeed)."""
+    tid = tree_id(tree)
+    key = hashlib.sha256("|".join([tid, sys.version, _torch_version()]).encode()).hexdigest()[:16]
+    wheel_dir = cache_root() / "wheels" / key
+    wheels = sorted(wheel_dir.glob("deepspeed-*.whl")) if wheel_dir.is_dir() else []
+    cached = bool(wheels)
+    installer = Installer.find()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as out:
+        if not cached:
+            wheels = [_build_wheel(tree, wheel_dir, installer, out)]
+        _run(installer.install_cmd(wheels[0]), out)
+        # PYTHONDONTWRITEBYTECODE is common in CI images and uv does not compile: without
+        # bytecode every rank re-parses DeepSpeed (seconds per launch).
+        _run([sys.executable, "-m", "compileall", "-q", "-j0", str(_site_packages() / "deepspeed")], out)
+    return Installed(importlib.metadata.version("deepspeed"), wheels[0], tid, cached, installer.kind)
+
+
+def _build_wheel(tree: Path, wheel_dir: Path, installer: Installer, out) -> Path:
+    tmp = wheel_dir.with_name(wheel_dir.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    # Build from a clean export of the commit, not the work tree: what is cached is exactly HEAD.
+    export = tmp / "src"
+    export.mkdir()
+    archive = subprocess.run(["git", "-C", str(tree), "archive", "--format=tar", "HEAD"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(export)], input=archive, check=True)
+    env = {**os.environ, "DS_BUILD_OPS": "0"}
+    _run(installer.wheel_cmd(export, tmp), out, env=env, cwd=export)
+    built = sorted(tmp.glob("deepspeed-*.whl"))
+    if not built:
+        raise InstallFailed(f"building {tree} produced no deepspeed wheel (see {out.name})")
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    final = wheel_dir / built[0].name
+    built[0].replace(final)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+@dataclasses.dataclass(frozen=True)
+class Installer:
+    """uv when there is one (an order of magnitude faster), else this interpreter's pip."""
+
+    kind: str  # "uv" | "pip"
+    argv: tuple[str, ...]
+
+    @classmethod
+    def find(cls) -> Installer:
+        uv = shutil.which("uv")
+        if uv is None:
+            try:
+                import uv as uv_module  # the PyPI package ships the binary
+
+                uv = uv_module.find_uv_bin()
+            except (ImportError, FileNotFoundError):
+                uv = None
+        if uv:
+            return cls("uv", (uv,))
+        return cls("pip", (sys.executable, "-m", "pip"))
+
+    def install_cmd(self, wheel: Path) -> list[str]:
+        if self.kind == "uv":
+            return [*self.argv, "pip", "install", "--python", sys.executable, "--no-deps", "--reinstall", str(wheel)]
+        return [*self.argv, "install", "--no-deps", "--force-reinstall", str(wheel)]
+
+    def wheel_cmd(self, source: Path, out_dir: Path) -> list[str]:
+        if self.kind == "uv":
+            return [*self.argv, "build", "--wheel", "--no-build-isolation", "--python", sys.executable, "-o",
+                    str(out_dir), str(source)]
+        return [*self.argv, "wheel", "--no-deps", "--no-build-isolation", "-w", str(out_dir), str(source)]
+
+
+def _site_packages() -> Path:
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def _torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        raise InstallFailed("torch is not installed in this environment: install it first (README: CPU torch)")
+
+
+def _run(cmd: list[str], out, env=None, cwd=None) -> None:
+    out.write(f"$ {' '.join(cmd)}\n")
+    out.flush()
+    proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    if proc.returncode != 0:
+        raise InstallFailed(f"'{' '.join(cmd[:3])} ...' failed with exit {proc.returncode} (log: {out.name})")
+
+
+def _git(tree: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True, text=True).stdout.strip()

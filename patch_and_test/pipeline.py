@@ -1,0 +1,194 @@
+"""patch-and-test: source -> unpatched install -> bug seen -> series -> patched install -> bug gone.
+
+Each step appends to the verdict and writes its log under ``results/<env>/``; the verdict JSON
+is written whatever happens, and the DeepSpeed left installed in this interpreter is the
+patched one when the series applied (a maintainer can use the env's python afterwards).
+Nothing here reaches back into an earlier step: the verdict file carries every number forward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+from pathlib import Path
+
+from patch_and_test import checks, install, series as series_mod, source as source_mod
+from patch_and_test.errors import Exit, PipelineError, Skipped
+from patch_and_test.verdict import Step, Verdict, compare_suites, summary_table
+from repro.cli import gpu_count
+
+WORLD_SIZE = 2  # the reproducers' default launch: sp=2, dp=1
+UPSTREAM_REGRESSION_TEST = "TestZero3SequenceParallelGradientScale"
+UPSTREAM_SUITE = "TestGradientAllreduceOp and not Training"
+TWIN_TEST = "tests/multiprocess/test_zero3_sp_gradient_scale.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    env_name: str
+    results: Path
+    version: str | None = None  # a PyPI release; None: the newest supported
+    src: Path | None = None  # a DeepSpeed checkout (DEEPSPEED_SRC): used instead of PyPI
+    backend: str = "gloo"
+    timeout: float = 600.0  # per reproducer launch
+    upstream_suites: bool = True  # where the source has tests/: run DeepSpeed's own tests too
+
+
+class _Run:
+    """One pipeline run: the verdict being filled in, and where its files go."""
+
+    def __init__(self, cfg: PipelineConfig):
+        self.cfg = cfg
+        self.out = cfg.results
+        self.verdict = Verdict(env=cfg.env_name, source={}, series=None, deepspeed_before=None, deepspeed_after=None,
+                               backend=cfg.backend, steps=[], before=[], after=[], tests=[], suites=[],
+                               environment=_environment(cfg.backend))
+
+    def step(self, name: str, status: str, detail: str, started: float, log: Path | None = None) -> None:
+        self.verdict.steps.append(Step(name, status, detail, round(time.monotonic() - started, 3),
+                                       str(log) if log else None))
+        print(f"[{self.cfg.env_name}] {name}: {status}: {detail}", flush=True)
+
+
+def run(cfg: PipelineConfig) -> Verdict:
+    cfg.results.mkdir(parents=True, exist_ok=True)
+    r = _Run(cfg)
+    started = time.monotonic()
+    try:
+        _run_steps(r)
+    except PipelineError as err:
+        r.verdict.error = str(err)
+        r.verdict.error_exit = int(err.exit_code)
+        r.step("error", "skipped" if err.exit_code == Exit.SKIPPED else "error", str(err), time.monotonic())
+    r.verdict.wall_time_s = round(time.monotonic() - started, 3)
+    r.verdict.write(cfg.results / "verdict.json")
+    print(summary_table(r.verdict), flush=True)
+    return r.verdict
+
+
+def _run_steps(r: _Run) -> None:
+    cfg = r.cfg
+    if cfg.backend == "nccl" and gpu_count() < WORLD_SIZE:
+        raise Skipped(f"nccl needs one GPU per rank: {WORLD_SIZE} ranks, {gpu_count()} GPU(s) visible")
+
+    t = time.monotonic()
+    tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(cfg.version or _newest())
+    r.verdict.source = {"origin": tree.origin, "path": str(tree.path), "version": tree.version,
+                        "upstream_commit": tree.upstream_commit, "base": tree.base, "branch": tree.branch,
+                        "has_tests": tree.has_tests, "dropped_paths": list(tree.dropped_paths)}
+    r.step("source", "ok", f"DeepSpeed {tree.version} ({tree.origin}) at {tree.path}", t)
+
+    chosen = series_mod.series_for_tree(tree.path)
+    r.verdict.series = {"name": chosen.name, "version": chosen.version, "base_commit": chosen.base_commit,
+                        "base_ref": chosen.base_ref, "range": chosen.range_text}
+    r.verdict.already_fixed = series_mod.tree_has_fix(tree.path)
+
+    t = time.monotonic()
+    before = install.install_tree(tree.path, cfg.results / "install-before.log")
+    r.verdict.deepspeed_before = before.version
+    r.step("install unpatched", "ok", f"deepspeed {before.version} ({'cached wheel' if before.cached_wheel else 'built'}"
+           f", {before.installer})", t, cfg.results / "install-before.log")
+
+    suite_before = None
+    if not r.verdict.already_fixed:
+        for script in checks.REPRODUCERS:
+            _reproducer(r, script, "buggy", "before")
+        if tree.has_tests and cfg.upstream_suites:
+            suite_before = _upstream_suite(r, tree.path, "before")
+
+    t = time.monotonic()
+    if r.verdict.already_fixed:
+        r.step("apply series", "skipped", f"already fixed: {tree.path} carries the fix; nothing to apply", t)
+    else:
+        applied = series_mod.apply_series(tree.path, chosen)
+        r.verdict.series.update(applied=list(applied.applied), skipped=[dataclasses.asdict(s) for s in applied.skipped],
+                                head=applied.head)
+        r.step("apply series", "ok", applied.summary().replace("\n", "; "), t)
+
+    t = time.monotonic()
+    after = install.install_tree(tree.path, cfg.results / "install-after.log")
+    r.verdict.deepspeed_after = after.version
+    r.step("install patched", "ok", f"deepspeed {after.version} ({'cached wheel' if after.cached_wheel else 'built'}"
+           f", {after.installer})", t, cfg.results / "install-after.log")
+
+    for script in checks.REPRODUCERS:
+        _reproducer(r, script, "fixed", "after")
+    _twin(r)
+    if tree.has_tests:
+        _upstream_regression_test(r, tree.path)
+        if suite_before is not None:
+            suite_after = _upstream_suite(r, tree.path, "after")
+            r.verdict.suites.append(compare_suites(f"upstream {UPSTREAM_SUITE}", suite_before, suite_after))
+
+
+def _reproducer(r: _Run, script: str, expect: str, phase: str) -> None:
+    t = time.monotonic()
+    check = checks.run_reproducer(script, expect, r.out / phase, phase, backend=r.cfg.backend, timeout=r.cfg.timeout)
+    (r.verdict.before if phase == "before" else r.verdict.after).append(check)
+    status = "ok" if check.holds else ("skipped" if check.exit_code == 77 else "failed")
+    r.step(f"{phase}: {script} --expect {expect}", status, f"exit {check.exit_code}, pattern {check.pattern}", t,
+           Path(check.log))
+
+
+def _twin(r: _Run) -> None:
+    t = time.monotonic()
+    test = checks.run_pytest("twin TestZero3SequenceParallelGradientScale", ["--run-twin", TWIN_TEST],
+                             r.out / "after", cwd=checks.PACKAGE_ROOT)
+    r.verdict.tests.append(test)
+    r.step("after: twin of the upstream test", "ok" if test.exit_code == 0 else "failed", _counts(test), t,
+           Path(test.log))
+
+
+def _upstream_env(tree: Path) -> dict[str, str]:
+    # DeepSpeed's own way to run its unit tests on CPU (FINDINGS section 6).
+    return {"PYTHONPATH": f"{tree}{os.pathsep}{tree / 'tests'}", "DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "2"}
+
+
+def _zero_test_file(tree: Path) -> Path:
+    for rel in ("tests/unit/v1/zero/test_zero.py", "tests/unit/runtime/zero/test_zero.py"):
+        if (tree / rel).is_file():
+            return tree / rel
+    raise PipelineError(f"{tree} has tests/ but no ZeRO test file where DeepSpeed keeps it")
+
+
+def _upstream_regression_test(r: _Run, tree: Path) -> None:
+    t = time.monotonic()
+    test = checks.run_pytest(f"upstream {UPSTREAM_REGRESSION_TEST}",
+                             [str(_zero_test_file(tree)), "-k", UPSTREAM_REGRESSION_TEST], r.out / "after", cwd=tree,
+                             env=_upstream_env(tree))
+    r.verdict.tests.append(test)
+    r.step(f"after: upstream {UPSTREAM_REGRESSION_TEST}", "ok" if test.exit_code == 0 else "failed", _counts(test), t,
+           Path(test.log))
+
+
+def _upstream_suite(r: _Run, tree: Path, phase: str) -> checks.PytestCheck:
+    t = time.monotonic()
+    suite = checks.run_pytest(f"{phase}/upstream TestGradientAllreduceOp", [str(_zero_test_file(tree)), "-k",
+                                                                            UPSTREAM_SUITE], r.out / phase, cwd=tree,
+                              env=_upstream_env(tree))
+    r.step(f"{phase}: upstream {UPSTREAM_SUITE}", "ok", _counts(suite), t, Path(suite.log))
+    return suite
+
+
+def _counts(test: checks.PytestCheck) -> str:
+    return ", ".join(f"{n} {k}" for k, n in test.counts.items() if n) or f"nothing ran (exit {test.exit_code})"
+
+
+def _newest() -> str:
+    return max(source_mod.load_lock(), key=series_mod.parse_version)
+
+
+def _environment(backend: str) -> dict:
+    import importlib.metadata as md
+
+    def version(dist: str) -> str | None:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    return {"os": platform.platform(), "python": platform.python_version(), "torch": version("torch"),
+            "backend": backend, "device": "cuda" if backend == "nccl" else "cpu", "gpus": gpu_count(),
+            "cpus": os.cpu_count(), "machine": platform.machine()}
