@@ -59,12 +59,14 @@ def run(cfg: PipelineConfig) -> Verdict:
     try:
         _run_steps(r)
     except PipelineError as err:
+        # Recorded, not printed: the CLI prints it as its one-line error.
         r.verdict.error = str(err)
         r.verdict.error_exit = int(err.exit_code)
-        r.step("error", "skipped" if err.exit_code == Exit.SKIPPED else "error", str(err), time.monotonic())
+        r.verdict.steps.append(Step("error", "skipped" if err.exit_code == Exit.SKIPPED else "error", str(err)))
     r.verdict.wall_time_s = round(time.monotonic() - started, 3)
     r.verdict.write(cfg.results / "verdict.json")
-    print(summary_table(r.verdict), flush=True)
+    if r.verdict.before or r.verdict.after or r.verdict.tests:
+        print(summary_table(r.verdict), flush=True)
     return r.verdict
 
 
