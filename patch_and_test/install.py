@@ -134,3 +134,32 @@ def _run(cmd: list[str], out, env=None, cwd=None) -> None:
 
 def _git(tree: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m patch_and_test.install --pypi X``: install unpatched DeepSpeed X from its verified sdist."""
+    import argparse
+
+    from patch_and_test import source
+    from patch_and_test.errors import PipelineError
+
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.install", description=main.__doc__)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--pypi", metavar="VERSION", help="a supported DeepSpeed release (sdist pinned by sha256)")
+    what.add_argument("--tree", type=Path, help="a git work tree of DeepSpeed (its committed HEAD is installed)")
+    parser.add_argument("--log", type=Path, default=None, help="default: <cache>/logs/install-<version>.log")
+    args = parser.parse_args(argv)
+    try:
+        tree = source.from_pypi(args.pypi).path if args.pypi else args.tree
+        log = args.log or cache_root() / "logs" / f"install-{args.pypi or tree.name}.log"
+        done = install_tree(tree, log)
+    except PipelineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return int(err.exit_code)
+    print(f"installed deepspeed {done.version} from {tree} ({'cached wheel' if done.cached_wheel else 'built'}, "
+          f"{done.installer})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
