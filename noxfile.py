@@ -1,0 +1,88 @@
+"""nox sessions: the same jobs as tox.ini, one shared implementation (the patch_and_test package).
+
+  nox -s patch-and-test                    newest supported DeepSpeed, gloo
+  nox -s "matrix(version='0.14.5', backend='gloo')"   one cell; `nox -s matrix` for all
+  nox -s tests                             the package's tests, newest and oldest DeepSpeed
+  nox -s upstream-lint | bundle | verify-bundle
+
+Versions come from deepspeed-sdists.lock, so a release added there is in the matrix at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+sys.path.insert(0, str(ROOT))
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["patch-and-test", "tests"]
+
+if "PIP_FIND_LINKS" in os.environ:  # uv ignores pip's config; see tox.ini
+    os.environ.setdefault("UV_FIND_LINKS", os.environ["PIP_FIND_LINKS"])
+os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
+
+TORCH = "torch" + os.environ.get("TORCH_SPEC", "==2.13.0")
+BACKENDS = ["gloo", "nccl"]
+
+
+def _versions() -> list[str]:
+    from patch_and_test.series import parse_version
+    from patch_and_test.source import load_lock
+
+    return sorted(load_lock(), key=parse_version)
+
+
+VERSIONS = _versions()
+TEST_VERSIONS = [VERSIONS[-1], VERSIONS[0]]  # newest and oldest
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {"PYTHONPATH": str(ROOT), **extra}
+
+
+def _install_runtime(session: nox.Session) -> None:
+    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/test.txt", "uv")
+
+
+def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None, backend: str) -> None:
+    """The one implementation behind every patch-and-test session: python -m patch_and_test."""
+    _install_runtime(session)
+    env = _env(ZERO3_SP_BACKEND=backend)
+    if version:
+        env["DEEPSPEED_VERSION"] = version
+    session.run("python", "-m", "patch_and_test", "--env-name", env_name, *session.posargs, env=env)
+
+
+@nox.session(name="patch-and-test")
+def patch_and_test(session: nox.Session) -> None:
+    patch_and_test_impl(session, "patch-and-test", os.environ.get("DEEPSPEED_VERSION"),
+                        os.environ.get("ZERO3_SP_BACKEND", "gloo"))
+
+
+@nox.session
+@nox.parametrize("backend", BACKENDS)
+@nox.parametrize("version", VERSIONS)
+def matrix(session: nox.Session, version: str, backend: str) -> None:
+    # Same results folder as the tox env of this cell, so the bundle reads either.
+    patch_and_test_impl(session, f"patch-and-test-ds{version}-{backend}", version, backend)
+
+
+@nox.session
+@nox.parametrize("version", TEST_VERSIONS)
+def tests(session: nox.Session, version: str) -> None:
+    _install_runtime(session)
+    session.run("python", "-m", "patch_and_test.install", "--pypi", version, env=_env())
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-ra", *(session.posargs or ["tests"]),
+                env=_env(DEEPSPEED_VERSION=version))
+
+
+@nox.session(name="upstream-lint")
+def upstream_lint(session: nox.Session) -> None:
+    session.install("yapf==0.40.0", "flake8==5.0.4", "codespell==2.1.0")
+    session.run("python", "-m", "patch_and_test.lint", *session.posargs, env=_env())
