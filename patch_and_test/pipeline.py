@@ -14,7 +14,7 @@ import platform
 import time
 from pathlib import Path
 
-from patch_and_test import checks, install, series as series_mod, source as source_mod
+from patch_and_test import checks, inputs, install, series as series_mod, source as source_mod
 from patch_and_test.errors import Exit, PipelineError, Skipped
 from patch_and_test.verdict import Step, Verdict, compare_suites, summary_table
 from repro.cli import gpu_count
@@ -85,6 +85,9 @@ def _run_steps(r: _Run) -> None:
     chosen = series_mod.series_for_tree(tree.path)
     r.verdict.series = {"name": chosen.name, "version": chosen.version, "base_commit": chosen.base_commit,
                         "base_ref": chosen.base_ref, "range": chosen.range_text}
+    # What these results depend on, so a later bundle can tell whether they are still current.
+    r.verdict.inputs = {"code": inputs.code_digest(), "series": inputs.series_digest(chosen.directory),
+                        "source": tree.upstream_commit or _sdist_sha256(tree.version), "backend": cfg.backend}
     r.verdict.already_fixed = series_mod.tree_has_fix(tree.path)
 
     t = time.monotonic()
@@ -176,6 +179,11 @@ def _upstream_suite(r: _Run, tree: Path, phase: str) -> checks.PytestCheck:
 
 def _counts(test: checks.PytestCheck) -> str:
     return ", ".join(f"{n} {k}" for k, n in test.counts.items() if n) or f"nothing ran (exit {test.exit_code})"
+
+
+def _sdist_sha256(version: str) -> str | None:
+    entry = source_mod.load_lock().get(version)
+    return entry.sha256 if entry else None
 
 
 def _newest() -> str:

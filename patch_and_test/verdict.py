@@ -70,6 +70,7 @@ class Verdict:
     tests: list[PytestCheck]  # run once, after the series (twin, upstream regression test)
     suites: list[SuiteComparison]  # upstream suites run before and after
     already_fixed: bool = False
+    inputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # content hashes (patch_and_test.inputs)
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     wall_time_s: float | None = None
     error: str | None = None  # a PipelineError's one-line message, when one ended the run
