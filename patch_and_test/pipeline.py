@@ -72,11 +72,17 @@ def run(cfg: PipelineConfig) -> Verdict:
 
 def _run_steps(r: _Run) -> None:
     cfg = r.cfg
+    version = None if cfg.src else (cfg.version or _newest())
+    if version is not None:
+        # Known before any download: a skipped cell is still tied to the inputs it would have used.
+        r.verdict.inputs = {"code": inputs.code_digest(),
+                            "series": inputs.series_digest(series_mod.series_for_version(version).directory),
+                            "source": _sdist_sha256(version), "backend": cfg.backend}
     if cfg.backend == "nccl" and gpu_count() < WORLD_SIZE:
         raise Skipped(f"nccl needs one GPU per rank: {WORLD_SIZE} ranks, {gpu_count()} GPU(s) visible")
 
     t = time.monotonic()
-    tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(cfg.version or _newest())
+    tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(version)
     r.verdict.source = {"origin": tree.origin, "path": str(tree.path), "version": tree.version,
                         "upstream_commit": tree.upstream_commit, "base": tree.base, "branch": tree.branch,
                         "has_tests": tree.has_tests, "dropped_paths": list(tree.dropped_paths)}

@@ -1,0 +1,236 @@
+"""The maintainer review bundle: the series, a PR description, and the runs behind every number.
+
+``python -m patch_and_test.bundle`` (``tox -e bundle``):
+  1. for every cell of the matrix this machine can run (supported version x backend), reuse
+     ``results/<env>/verdict.json`` when its input hashes (code, series, sdist) still match,
+     else run the pipeline for that cell in this interpreter;
+  2. copy the series, the results and the evidence the other checks wrote under ``results/``;
+  3. render ``PR.md`` from those copies only;
+  4. write ``MANIFEST.sha256`` (every file, plus the inputs: sdists, checkout commits, series)
+     and ``dist/<name>-v<series version>.tar.gz``.
+``python -m patch_and_test.bundle verify [PATH]`` (``tox -e verify-bundle``) re-checks every hash
+and re-renders PR.md from the bundle's own results: any edited number, byte or file fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from patch_and_test import inputs
+from patch_and_test.errors import Exit, PipelineError
+from patch_and_test.pr import render_pr
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+NAME = "zero3-sp-gradfix"
+BACKENDS = ("gloo", "nccl")
+MANIFEST = "MANIFEST.sha256"
+# Evidence written by other checks, copied when present (they carry their own JSON).
+EVIDENCE_DIRS = ("alst", "audit", "benchmarks", "upstream")
+
+
+class BundleMismatch(PipelineError):
+    exit_code = Exit.NOT_FIXED
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    version: str
+    backend: str
+
+    @property
+    def env(self) -> str:
+        return f"patch-and-test-ds{self.version}-{self.backend}"
+
+
+def matrix() -> list[Cell]:
+    from patch_and_test.series import parse_version
+    from patch_and_test.source import load_lock
+
+    versions = sorted(load_lock(), key=parse_version)
+    return [Cell(v, b) for v in versions for b in BACKENDS]
+
+
+def current_inputs(cell: Cell) -> dict[str, Any]:
+    from patch_and_test.series import series_for_version
+    from patch_and_test.source import load_lock
+
+    return {"code": inputs.code_digest(), "series": inputs.series_digest(series_for_version(cell.version).directory),
+            "source": load_lock()[cell.version].sha256, "backend": cell.backend}
+
+
+def reusable(verdict_path: Path, expected: dict[str, Any]) -> bool:
+    if not verdict_path.exists():
+        return False
+    return json.loads(verdict_path.read_text()).get("inputs") == expected
+
+
+def ensure_results(results: Path, cells: list[Cell], timeout: float) -> dict[str, str]:
+    """Run the cells whose results are missing or stale; return env -> "reused" | "ran"."""
+    from patch_and_test.pipeline import PipelineConfig, run
+
+    done = {}
+    for cell in cells:
+        verdict = results / cell.env / "verdict.json"
+        expected = current_inputs(cell)
+        if reusable(verdict, expected):
+            done[cell.env] = "reused"
+            continue
+        print(f"[bundle] running {cell.env}", flush=True)
+        shutil.rmtree(results / cell.env, ignore_errors=True)
+        run(PipelineConfig(env_name=cell.env, results=results / cell.env, version=cell.version, backend=cell.backend,
+                           timeout=timeout))
+        done[cell.env] = "ran"
+    return done
+
+
+def series_version() -> int:
+    from patch_and_test.series import load_manifest
+
+    return max(s.version for s in load_manifest().series)
+
+
+def build(results: Path, dist: Path, cells: list[Cell], timeout: float) -> Path:
+    started = time.monotonic()
+    status = ensure_results(results, cells, timeout)
+    bundle = dist / f"{NAME}-v{series_version()}"
+    shutil.rmtree(bundle, ignore_errors=True)
+    bundle.mkdir(parents=True)
+    shutil.copytree(PACKAGE_ROOT / "patches", bundle / "patches")
+    for env in [c.env for c in cells] + sorted(p.name for p in results.glob("patch-and-test-src*") if p.is_dir()):
+        if (results / env).is_dir():
+            shutil.copytree(results / env, bundle / "results" / env, ignore=shutil.ignore_patterns("*.tmp"))
+    for name in EVIDENCE_DIRS:
+        if (results / name).is_dir():
+            shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"))
+    notice = PACKAGE_ROOT / "docs" / "downstream-notice.md"
+    if notice.exists():
+        shutil.copy2(notice, bundle / notice.name)
+    (bundle / "PR.md").write_text(render_pr(bundle))
+    write_manifest(bundle)
+    archive = dist / f"{bundle.name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(bundle, arcname=bundle.name)
+    reused = sum(1 for s in status.values() if s == "reused")
+    print(f"[bundle] {bundle} and {archive.name}: {reused}/{len(status)} matrix cells reused, "
+          f"{time.monotonic() - started:.1f} s")
+    return bundle
+
+
+def _bundle_files(bundle: Path) -> list[Path]:
+    return sorted(p for p in bundle.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def manifest_inputs(bundle: Path) -> list[str]:
+    """The inputs the results depend on, read from the bundle's own verdicts."""
+    lines = set()
+    for verdict_path in (bundle / "results").glob("*/verdict.json"):
+        v = json.loads(verdict_path.read_text())
+        src = v.get("source") or {}
+        if v.get("inputs", {}).get("source"):
+            kind = "checkout-commit" if src.get("upstream_commit") else f"sdist:deepspeed-{src.get('version')}"
+            lines.add(f"{v['inputs']['source']}  input:{kind}")
+        if v.get("inputs", {}).get("series") and v.get("series"):
+            lines.add(f"{v['inputs']['series']}  input:series:{v['series']['name']}")
+        if v.get("inputs", {}).get("code"):
+            lines.add(f"{v['inputs']['code']}  input:package-code")
+    return sorted(lines)
+
+
+def write_manifest(bundle: Path) -> None:
+    lines = [f"{inputs.sha256_file(p)}  {p.relative_to(bundle).as_posix()}" for p in _bundle_files(bundle)]
+    (bundle / MANIFEST).write_text("\n".join(lines + manifest_inputs(bundle)) + "\n")
+
+
+def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
+    """Every problem found, one line each; empty when the bundle is intact."""
+    problems = []
+    manifest = bundle / MANIFEST
+    if not manifest.exists():
+        return [f"{manifest}: missing"]
+    listed = {}
+    for line in manifest.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        if not name.startswith("input:"):
+            listed[name] = digest
+    present = {p.relative_to(bundle).as_posix(): p for p in _bundle_files(bundle)}
+    for name in sorted(set(listed) - set(present)):
+        problems.append(f"{name}: listed in {MANIFEST} but missing")
+    for name in sorted(set(present) - set(listed)):
+        problems.append(f"{name}: present but not listed in {MANIFEST}")
+    for name in sorted(set(listed) & set(present)):
+        if inputs.sha256_file(present[name]) != listed[name]:
+            problems.append(f"{name}: sha256 differs from {MANIFEST}")
+    if sorted(l for l in manifest.read_text().splitlines() if "  input:" in l) != manifest_inputs(bundle):
+        problems.append(f"{MANIFEST}: its input lines do not match the bundle's verdicts")
+    pr = bundle / "PR.md"
+    if pr.exists():
+        problems += [f"PR.md: {p}" for p in _diff_lines(pr.read_text(), render_pr(bundle))]
+    if repo_patches is not None and repo_patches.is_dir():
+        for p in sorted(repo_patches.rglob("*")):
+            rel = p.relative_to(repo_patches).as_posix()
+            twin = bundle / "patches" / rel
+            if p.is_file() and (not twin.exists() or twin.read_bytes() != p.read_bytes()):
+                problems.append(f"patches/{rel}: differs from the repository's patches/")
+    return problems
+
+
+def _diff_lines(shipped: str, rendered: str) -> list[str]:
+    a, b = shipped.splitlines(), rendered.splitlines()
+    out = []
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else "<missing>"
+        y = b[i] if i < len(b) else "<missing>"
+        if x != y:
+            out.append(f"line {i + 1} says {x.strip()!r} but the results give {y.strip()!r}")
+        if len(out) >= 10:
+            break
+    return out
+
+
+def newest_bundle(dist: Path) -> Path:
+    candidates = sorted((p for p in dist.glob(f"{NAME}-v*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise PipelineError(f"no bundle in {dist}: run `tox -e bundle` first")
+    return candidates[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.bundle", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    build_p = sub.add_parser("build", help="run or reuse the matrix and write the bundle (default)")
+    build_p.add_argument("--results", type=Path, default=PACKAGE_ROOT / "results")
+    build_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
+    build_p.add_argument("--versions", nargs="*", default=None, help="restrict the matrix to these versions")
+    build_p.add_argument("--backends", nargs="*", default=list(BACKENDS))
+    build_p.add_argument("--timeout", type=float, default=600.0)
+    verify_p = sub.add_parser("verify", help="re-check a bundle's hashes and every number in its PR.md")
+    verify_p.add_argument("path", nargs="?", type=Path, default=None, help="default: the newest bundle in dist/")
+    verify_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
+    args = parser.parse_args(argv if argv is not None else (sys.argv[1:] or ["build"]))
+    try:
+        if args.command == "verify":
+            bundle = args.path or newest_bundle(args.dist)
+            problems = verify(bundle, PACKAGE_ROOT / "patches")
+            for p in problems:
+                print(f"MISMATCH: {p}", file=sys.stderr)
+            print(f"{bundle}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+            return int(Exit.OK if not problems else Exit.NOT_FIXED)
+        cells = [c for c in matrix() if (not args.versions or c.version in args.versions) and c.backend in args.backends]
+        build(args.results, args.dist, cells, args.timeout)
+        return int(Exit.OK)
+    except PipelineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return int(err.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""PR.md: the pull-request description, rendered only from a bundle's own files.
+
+Deterministic: the same bundle renders the same bytes, which is how ``bundle verify`` checks
+that every number in PR.md is the one in the results it cites. Nothing here is typed by
+hand that a run produced: ratios, counts, versions and environments are read from the
+verdicts and reports under ``<bundle>/results/``; each table cites the files it read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+TITLE = "Scale ZeRO-3 __avg_scatter_grads by sequence_parallel_size"
+
+
+def render_pr(bundle: Path) -> str:
+    verdicts = _load_verdicts(bundle)
+    parts = [f"# {TITLE}\n", _summary(bundle), _root_cause(), _series_section(bundle), _downstream(bundle),
+             _reproduce(), _matrix(bundle, verdicts), _tests(bundle, verdicts)]
+    parts += [section(bundle) for section in EXTRA_SECTIONS]
+    parts += [_environment(verdicts), _evidence(bundle)]
+    return "\n".join(p for p in parts if p).rstrip() + "\n"
+
+
+# A later check adds its section here (ALST evidence, parity audit, cost and numerics): a
+# function of the bundle path returning markdown, or "" when its results are absent.
+EXTRA_SECTIONS: list[Callable[[Path], str]] = []
+
+
+def _load_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in sorted((bundle / "results").glob("*/verdict.json")):
+        out[path.parent.name] = json.loads(path.read_text())
+    return out
+
+
+def _rel(bundle: Path, path: str | Path) -> str:
+    """A result's path inside the bundle (verdicts store the paths of the run that wrote them)."""
+    p = Path(path)
+    parts = p.parts
+    if "results" in parts:
+        i = len(parts) - 1 - parts[::-1].index("results")
+        return Path(*parts[i:]).as_posix()
+    try:
+        return p.relative_to(bundle).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def _summary(bundle: Path) -> str:
+    return """## Summary
+
+Fixes deepspeedai/DeepSpeed#8692. With Ulysses sequence parallelism (`sequence_parallel_size > 1`),
+ZeRO-3 returns gradients `1/sp` too small for every bucket reduced by `__avg_scatter_grads`: with
+the default `reduce_scatter=True`, with `contiguous_gradients=False`, and for every parameter larger
+than `reduce_bucket_size` (so one model can train layers at different scales). ZeRO-0/1/2 and
+ZeRO-3's contiguous path sum over the sp ranks and average over the dp ranks. This series makes
+`__avg_scatter_grads` do the same, adds the regression test `TestZero3SequenceParallelGradientScale`,
+and, where DeepSpeed has them, fixes the ALST/Ulysses-HF loss recipe that relied on the bug.
+"""
+
+
+def _root_cause() -> str:
+    return """## Root cause
+
+`DeepSpeedZeroOptimizer_Stage3.__reduce_and_partition_ipg_grads`
+(`deepspeed/runtime/zero/stage3.py`) reduces a bucket on one of two paths:
+
+* `__avg_scatter_contiguous_grads` (contiguous gradients, no reduce-scatter, bucket fits):
+  divides by `averaging_world_size / sequence_parallel_size`, then all-reduces: right.
+* `__avg_scatter_grads` (otherwise): `reduce_scatter_coalesced`
+  (`deepspeed/runtime/comm/coalesced_collectives.py`) pre-divides by the partition group's size,
+  i.e. all `sp x dp` ranks, and nothing multiplies by `sp` afterwards: `1/sp` too small.
+
+Commit ec029e7625ae ("Fix the sequence-parallelism for the dense model architecture (#4530)",
+v0.11.2) added the `sequence_parallel_size` divisor to the contiguous path and to
+`allreduce_bucket`, not to `__avg_scatter_grads`.
+"""
+
+
+def _series_section(bundle: Path) -> str:
+    manifest = _read_toml(bundle / "patches" / "series.toml")
+    lines = ["## The series", "",
+             "| series | DeepSpeed versions | made on | patches |", "|---|---|---|---|"]
+    for s in manifest.get("series", []):
+        subjects = []
+        for p in s["patches"]:
+            subjects.append(f"{_patch_subject(bundle / 'patches' / s['name'] / p['file'])} ({p['role']})")
+        lines.append(f"| `{s['name']}` v{s['version']} | >={s['min_version']},<{s['below_version']} | "
+                     f"{s['base_ref']} `{s['base_commit'][:12]}` | {'<br>'.join(subjects)} |")
+    lines += ["", "Each series applies with plain `git am` to its base and to every release in its range; its fix "
+              "patch also applies to the PyPI sdists (which carry no `tests/`).", ""]
+    return "\n".join(lines)
+
+
+def _patch_subject(path: Path) -> str:
+    if not path.exists():
+        return path.name
+    text = path.read_text(errors="replace")
+    m = re.search(r"^Subject: (.*(?:\n .*)*)", text, re.M)
+    subject = re.sub(r"\s+", " ", m.group(1)) if m else path.name
+    return re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
+
+
+def _downstream(bundle: Path) -> str:
+    notice = bundle / "downstream-notice.md"
+    if not notice.exists():
+        return ""
+    body = notice.read_text().strip()
+    body = re.sub(r"^#+ .*\n+", "", body, count=1)  # the file's own title
+    return "## Downstream impact\n\n" + body + "\n"
+
+
+def _reproduce() -> str:
+    return """## How to reproduce
+
+```bash
+pip install "tox>=4.11" "tox-uv>=1.11"
+tox -e patch-and-test      # DeepSpeed 0.19.8 from PyPI: bug before, series applied, fixed after
+```
+
+Or on any DeepSpeed with torch installed, without the package's tooling:
+
+```bash
+python repro/zero3_sp_grad_scale.py --expect buggy   # exit 0 on unpatched DeepSpeed (1 once fixed)
+python repro/zero3_sp_grad_scale.py                  # --expect fixed: exit 0 with the series applied
+```
+"""
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _report_rows(bundle: Path, check: dict[str, Any]) -> dict[tuple[str, str, str], float]:
+    if not check.get("report"):
+        return {}
+    path = bundle / _rel(bundle, check["report"])
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {(check["script"], r["config"], r["param"]): r["ratio"] for r in data["rows"]}
+
+
+def _matrix(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> str:
+    cells = {env: v for env, v in verdicts.items() if env.startswith("patch-and-test-ds")}
+    if not cells:
+        return ""
+    ran = {env: v for env, v in cells.items() if v.get("before") or v.get("after")}
+    skipped = {env: v for env, v in cells.items() if env not in ran}
+    lines = ["## Compatibility matrix", ""]
+    if ran:
+        envs = sorted(ran, key=lambda e: _version_key(ran[e]))
+        table: dict[tuple[str, str, str], dict[str, str]] = {}
+        for env in envs:
+            before = {k: r for c in ran[env]["before"] for k, r in _report_rows(bundle, c).items()}
+            after = {k: r for c in ran[env]["after"] for k, r in _report_rows(bundle, c).items()}
+            for key in sorted(set(before) | set(after), key=lambda k: (k[0], _config_order(k[1]), k[2])):
+                table.setdefault(key, {})[env] = f"{_ratio(before.get(key))} → {_ratio(after.get(key))}"
+        header = [f"[{_cell_label(ran[e])}]({_rel(bundle, Path('results') / e / 'verdict.json')})" for e in envs]
+        lines += ["Ratio of DeepSpeed's full gradient to the oracle (sum over sp, mean over dp), sp=2, 2 ranks: "
+                  "unpatched → with the series. Each column links to its verdict; the numbers are in its "
+                  "`before/` and `after/` reports.", "",
+                  "| reproducer | config | param | " + " | ".join(header) + " |",
+                  "|---|---|---|" + "---|" * len(envs)]
+        for (script, config, param), row in sorted(table.items(),
+                                                   key=lambda kv: (kv[0][0], _config_order(kv[0][1]), kv[0][2])):
+            lines.append(f"| {script} | {config} | {param} | " + " | ".join(row.get(e, "-") for e in envs) + " |")
+        lines += ["", "| cell | outcome | DeepSpeed | series |", "|---|---|---|---|"]
+        for env in envs:
+            v = ran[env]
+            lines.append(f"| {_cell_label(v)} | {v['outcome']} (exit {v['exit_code']}) | "
+                         f"{v.get('deepspeed_before')} → {v.get('deepspeed_after')} | "
+                         f"{(v.get('series') or {}).get('name')} |")
+    if skipped:
+        lines += ["", "Not run here:", ""]
+        for env in sorted(skipped, key=lambda e: _version_key(skipped[e])):
+            v = skipped[env]
+            lines.append(f"* {_cell_label(v)}: {v['outcome']}: {v.get('error') or 'no result'}")
+    return "\n".join(lines) + "\n"
+
+
+def _version_key(verdict: dict[str, Any]) -> tuple:
+    version = (verdict.get("source") or {}).get("version") or verdict.get("env", "")
+    nums = tuple(int(x) for x in re.findall(r"\d+", str(version))[:3])
+    return nums, verdict.get("backend", "")
+
+
+def _cell_label(verdict: dict[str, Any]) -> str:
+    m = re.search(r"ds([\d.]+)-(\w+)$", verdict.get("env", ""))
+    return f"{m.group(1)} {m.group(2)}" if m else verdict.get("env", "?")
+
+
+_ORDER = ["zero1", "zero2", "zero3 rs=False cg=True bucket=500", "zero3 rs=False cg=False bucket=500",
+          "zero3 rs=True cg=True bucket=500", "zero3 rs=False cg=True bucket=16"]
+
+
+def _config_order(config: str) -> int:
+    return _ORDER.index(config) if config in _ORDER else len(_ORDER)
+
+
+def _tests(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> str:
+    rows = []
+    for env, v in sorted(verdicts.items(), key=lambda kv: _version_key(kv[1])):
+        for t in v.get("tests", []):
+            counts = ", ".join(f"{n} {k}" for k, n in _counts(t["outcomes"]).items() if n) or "nothing ran"
+            rows.append(f"| {_cell_label(v)} | {t['name']} | {counts} | [junit]({_rel(bundle, t['junit'])}) |")
+        for s in v.get("suites", []):
+            rows.append(f"| {_cell_label(v)} | {s['name']} (before → after) | {_fmt_counts(s['before'])} → "
+                        f"{_fmt_counts(s['after'])}; regressions {len(s['regressions'])}, "
+                        f"pre-existing failures {len(s['pre_existing'])} | "
+                        f"[after]({_rel(bundle, Path('results') / env / 'after')}) |")
+    if not rows:
+        return ""
+    lines = ["## Tests run", "", "With the series applied (the twin is the package's copy of the upstream test, "
+             "run against the installed DeepSpeed; the upstream tests ran where the source is a checkout).", "",
+             "| cell | test | result | file |", "|---|---|---|---|", *rows]
+    pre = sorted({t for v in verdicts.values() for s in v.get("suites", []) for t in s["pre_existing"]})
+    if pre:
+        lines += ["", "Pre-existing failures (fail with and without the series; not ours):", ""]
+        lines += [f"* `{t}`" for t in pre]
+    return "\n".join(lines) + "\n"
+
+
+def _counts(outcomes: dict[str, str]) -> dict[str, int]:
+    keys = ("passed", "failed", "error", "skipped")
+    return {k: sum(1 for o in outcomes.values() if o == k) for k in keys}
+
+
+def _fmt_counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "none"
+
+
+def _environment(verdicts: dict[str, dict[str, Any]]) -> str:
+    envs = {}
+    for v in verdicts.values():
+        e = v.get("environment") or {}
+        key = (e.get("os"), e.get("python"), e.get("torch"), e.get("machine"), e.get("cpus"), e.get("gpus"))
+        envs.setdefault(key, set()).add(v.get("backend"))
+    if not envs:
+        return ""
+    lines = ["## Environment", "", "| OS | Python | torch | CPU | cores | GPUs | backends |", "|---|---|---|---|---|---|---|"]
+    for (os_, py, torch, machine, cpus, gpus), backends in sorted(envs.items(), key=str):
+        lines.append(f"| {os_} | {py} | {torch} | {machine} | {cpus} | {gpus} | {', '.join(sorted(backends))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _evidence(bundle: Path) -> str:
+    files = sorted(p.relative_to(bundle).as_posix() for p in (bundle / "results").rglob("*.json"))
+    if not files:
+        return ""
+    return "## Evidence\n\nEvery number above comes from these files (`MANIFEST.sha256` has their hashes):\n\n" + \
+        "\n".join(f"* `{f}`" for f in files) + "\n"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads(path.read_text()) if path.exists() else {}
