@@ -289,6 +289,9 @@ def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tu
             text=True)
         if result.returncode != 0:
             raise errors.BadInput(f"sparse checkout in {clone} failed: {result.stderr.strip()}")
+    elif git(clone, "config", "--bool", "core.sparseCheckout", check=False).stdout.strip() == "true":
+        # A reused copy excluded paths for another commit: this one has every blob.
+        _git_ok(clone, "sparse-checkout", "disable")
     _git_ok(clone, "checkout", "-q", "-f", "-B", branch, commit)
     if missing:
         subprocess.run([
