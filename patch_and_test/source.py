@@ -208,15 +208,8 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
             _git_ok(staging, "init", "-q", "-b", "main")
             (staging / ".git" / "info" / "exclude").write_text("\n".join(SDIST_EXCLUDES) + "\n")
             _git_ok(staging, "-c", "core.autocrlf=false", "add", "-A")
-            _git_ok(staging,
-                    "-c",
-                    "commit.gpgsign=false",
-                    "commit",
-                    "-q",
-                    "--no-verify",
-                    "-m",
-                    f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_of(archive)}",
-                    env=_fixed_env())
+            message = f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_of(archive)}"
+            _commit_fixed(staging, message)
             _git_ok(staging, "tag", "sdist")
             os.replace(staging, repo)
         except BaseException:
@@ -234,6 +227,18 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
                       base=_git_ok(repo, "rev-parse", "HEAD").strip(),
                       branch="main",
                       has_tests=(repo / "tests").is_dir())
+
+
+def _git_stdin(repo: Path, text: str, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(repo), *args], input=text, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise errors.BadInput(f"git {' '.join(args[:2])} in {repo} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _commit_fixed(repo: Path, message: str) -> None:
+    """Commit the index with the fixed identity and date, no hooks, no signing."""
+    _git_ok(repo, "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message, env=_fixed_env())
 
 
 def _git_ok(repo: Path, *args: str, env: dict | None = None) -> str:
@@ -260,13 +265,10 @@ def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
             entries.append((sha, path))
     if not entries:
         return ()
-    check = subprocess.run(
-        ["git", "-C", str(repo), "cat-file", "--batch-check=%(objectname) %(objecttype)"],
-        input="".join(f"{sha}\n" for sha, _ in entries),
-        capture_output=True,
-        text=True)
+    check = _git_stdin(repo, "".join(f"{sha}\n" for sha, _ in entries), "cat-file",
+                       "--batch-check=%(objectname) %(objecttype)")
     missing = []
-    for (sha, path), line in zip(entries, check.stdout.splitlines()):
+    for (sha, path), line in zip(entries, check.splitlines()):
         if line.endswith(" missing"):
             missing.append(path)
     return tuple(missing)
@@ -282,36 +284,18 @@ def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tu
     missing = missing_blob_paths(clone, commit)
     if missing:
         patterns = ["/*"] + ["!/" + _sparse_escape(p) for p in missing]
-        result = subprocess.run(
-            ["git", "-C", str(clone), "sparse-checkout", "set", "--no-cone", "--stdin"],
-            input="\n".join(patterns) + "\n",
-            capture_output=True,
-            text=True)
-        if result.returncode != 0:
-            raise errors.BadInput(f"sparse checkout in {clone} failed: {result.stderr.strip()}")
+        _git_stdin(clone, "\n".join(patterns) + "\n", "sparse-checkout", "set", "--no-cone", "--stdin")
     elif git(clone, "config", "--bool", "core.sparseCheckout", check=False).stdout.strip() == "true":
         # A reused copy excluded paths for another commit: this one has every blob.
         _git_ok(clone, "sparse-checkout", "disable")
     _git_ok(clone, "checkout", "-q", "-f", "-B", branch, commit)
     if missing:
-        subprocess.run([
-            "git", "-C",
-            str(clone), "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-", "--pathspec-file-nul"
-        ],
-                       input="\0".join(missing),
-                       text=True,
-                       check=True,
-                       capture_output=True)
-        _git_ok(clone,
-                "-c",
-                "commit.gpgsign=false",
-                "commit",
-                "-q",
-                "--no-verify",
-                "-m", f"Drop {len(missing)} path(s) whose blobs this repo lacks\n\n"
-                "Local only (zero3-sp-gradfix): lets git am commit on a history with missing blobs.\n"
-                "The series' base-commit is the parent of this commit.",
-                env=_fixed_env())
+        _git_stdin(clone, "\0".join(missing), "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-",
+                   "--pathspec-file-nul")
+        _commit_fixed(
+            clone, f"Drop {len(missing)} path(s) whose blobs this repo lacks\n\n"
+            "Local only (zero3-sp-gradfix): lets git am commit on a history with missing blobs.\n"
+            "The series' base-commit is the parent of this commit.")
     return _git_ok(clone, "rev-parse", "HEAD").strip(), missing
 
 
