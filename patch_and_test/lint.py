@@ -9,7 +9,7 @@ PyPI sdist of the newest locked version the series covers (the sdist has no ``te
 patches are then not linted, and the report says so). Every file the series touches is checked:
 
 * yapf 0.40.0 (the tree's ``.style.yapf``, else pep8 with column_limit 119)
-* flake8 5.0.4 ``--select=E9,F,W6`` (the tree's ``.flake8`` when present)
+* flake8 5.0.4 ``--select=E9,F,W6`` (the tree's ``.flake8``, else a copy of DeepSpeed's)
 * codespell 2.1.0 with DeepSpeed's arguments
 * trailing whitespace, final newline, CRLF
 * the ``SPDX-License-Identifier: Apache-2.0`` and ``DeepSpeed Team`` header
@@ -38,6 +38,8 @@ from patch_and_test.series import Manifest, Series, apply_series, load_manifest,
 
 TOOLS = {"yapf": "0.40.0", "flake8": "5.0.4", "codespell": "2.1.0"}
 DEFAULT_YAPF_STYLE = "{based_on_style: pep8, column_limit: 119}"
+# DeepSpeed's .flake8, for trees that lack it (PyPI sdists ship no dotfiles).
+DEFAULT_FLAKE8 = ("--select=E9,F,W6", "--ignore=E,F403,F405,F541,F841,W", "--per-file-ignores=__init__.py:F401")
 # DeepSpeed's codespell arguments (.pre-commit-config.yaml, the same from v0.14 to master).
 CODESPELL_ARGS = ("--ignore-regex=\\n", "--ignore-words-list=youn,unsupport,noe,cann", "--check-filenames",
                   "--check-hidden")
@@ -195,7 +197,7 @@ def run_tools(tree: Path, files: list[str]) -> list[Finding]:
                 changed = sum(1 for line in section.splitlines()
                               if line.startswith("+") and not line.startswith("+++"))
                 findings.append(Finding(header[1], "yapf", f"yapf 0.40.0 would reformat {changed} line(s)"))
-        config = ["--config=.flake8"] if (tree / ".flake8").is_file() else ["--select=E9,F,W6"]
+        config = ["--config=.flake8"] if (tree / ".flake8").is_file() else list(DEFAULT_FLAKE8)
         out = subprocess.run([*_tool("flake8"), *config, *py], cwd=tree, capture_output=True, text=True)
         for line in out.stdout.splitlines():
             where, _, message = line.partition(": ")

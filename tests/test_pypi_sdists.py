@@ -132,3 +132,17 @@ def test_user_checkout_stays_byte_identical(manifest, tmp_path):
     with pytest.raises(errors.SeriesDoesNotApply):
         apply_series(copy.path, manifest.by_name("v0.17.6-v0.19.2"))
     assert repo_state(user) == before
+
+
+def test_lint_falls_back_to_sdists_without_a_mirror(monkeypatch, tmp_path, capsys):
+    from patch_and_test import lint
+    try:
+        for name in lint.TOOLS:
+            lint._tool(name)
+    except errors.BadInput as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("DEEPSPEED_MIRROR", str(tmp_path / "no-mirror"))
+    assert lint.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.count("PyPI sdist of DeepSpeed") == 3
+    assert out.count("the test patches were not linted") == 3 and "finding" not in out
