@@ -88,7 +88,7 @@ def test_reroll_round_trip_on_master(mirror, manifest, tmp_path):
     assert load_manifest(work / "series.toml").by_name("master").version == 2
 
 
-def test_lint_passes_on_the_mirror(capsys):
+def test_lint_passes_on_the_mirror(mirror, capsys):
     try:
         for name in lint.TOOLS:
             lint._tool(name)
