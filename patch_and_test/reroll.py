@@ -220,6 +220,7 @@ def reroll(repo: Path,
     local_base, scaffolding, commits = split_scaffolding(repo, upstream, head)
     check_signoffs(repo, commits)
     touched = sorted({path for c in commits for _, path in _touched(repo, c)})
+    roles = [_role(repo, commit) for commit in commits]  # refuse a mixed commit before writing anything
     if local_base != upstream and git(repo, "diff", "--quiet", upstream, local_base, "--", *touched,
                                       check=False).returncode != 0:
         raise errors.BadInput("the scaffolding commits change files the series touches: base-commit would lie")
@@ -243,7 +244,7 @@ def reroll(repo: Path,
         if version > 1:
             if not old_patches:
                 raise errors.BadInput(f"-v {version}: no previous version in {previous} to range-diff against")
-            old_base, old_local_base, old_head, where = _rebuild_previous(repo, old_patches, tmpdir)
+            old_local_base, old_head, where = _rebuild_previous(repo, old_patches, tmpdir)
             extra = [f"--range-diff={old_local_base}..{old_head}"]
             range_diff_text = _git(where, "range-diff", "--no-color", f"{old_local_base}..{old_head}",
                                    f"{local_base}..{head}")
@@ -266,9 +267,9 @@ def reroll(repo: Path,
             range_diff_file = out / f"range-diff-v{version - 1}-v{version}.txt"
             range_diff_file.write_text(range_diff_text)
 
-    roles = [(path.name, _role(repo, commit)) for path, commit in zip(written[1:], commits)]
     if update and manifest_path.exists():
-        update_manifest(manifest_path, series_name, version, upstream, base_ref, roles)
+        update_manifest(manifest_path, series_name, version, upstream, base_ref,
+                        [(path.name, role) for path, role in zip(written[1:], roles)])
     return Reroll(series=series_name,
                   version=version,
                   upstream=upstream,
@@ -279,8 +280,8 @@ def reroll(repo: Path,
                   scaffolding=tuple(scaffolding))
 
 
-def _rebuild_previous(repo: Path, old_patches: list[Path], tmpdir: Path) -> tuple[str, str, str, Path]:
-    """Rebuild the previous version's commits in a scratch clone: (base, local base, head, clone)."""
+def _rebuild_previous(repo: Path, old_patches: list[Path], tmpdir: Path) -> tuple[str, str, Path]:
+    """Rebuild the previous version's commits in a scratch clone: (local base, head, clone)."""
     cover_text = old_patches[0].read_text() if old_patches[0].name.startswith("0000-") else ""
     match = re.search(r"^base-commit: ([0-9a-f]{40})$", cover_text, re.M)
     if not match:
@@ -295,7 +296,7 @@ def _rebuild_previous(repo: Path, old_patches: list[Path], tmpdir: Path) -> tupl
     if result.returncode != 0:
         raise errors.BadInput(f"the previous version does not apply to its own base {old_base[:12]}: "
                               f"{(result.stderr or result.stdout).strip().splitlines()[0]}")
-    return old_base, local_base, _commit(scratch, "HEAD"), scratch
+    return local_base, _commit(scratch, "HEAD"), scratch
 
 
 def main(argv: list[str] | None = None) -> int:
