@@ -246,7 +246,7 @@ def reroll(repo: Path,
                 raise errors.BadInput(f"-v {version}: no previous version in {previous} to range-diff against")
             old_local_base, old_head, where = _rebuild_previous(repo, old_patches, tmpdir)
             extra = [f"--range-diff={old_local_base}..{old_head}"]
-            range_diff_text = _git(where, "range-diff", "--no-color", f"{old_local_base}..{old_head}",
+            range_diff_text = _git(where, *FORMAT_CONFIG, "range-diff", "--no-color", f"{old_local_base}..{old_head}",
                                    f"{local_base}..{head}")
         _git(where, *FORMAT_CONFIG, "format-patch", "-q", "--cover-letter", f"--base={local_base}", "-v", str(version),
              *extra, "-o", str(formatted), f"{local_base}..{head}")
