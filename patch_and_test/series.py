@@ -1,0 +1,407 @@
+"""Pick the patch series for a DeepSpeed tree, tell whether the tree already has the fix, apply it.
+
+The manifest ``patches/series.toml`` maps DeepSpeed version ranges to series; each series is a
+``git format-patch`` output made on a real upstream commit. ``apply_series`` runs ``git am`` and,
+on any failure, puts the tree back exactly as it was before raising.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from patch_and_test import errors
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MANIFEST = PACKAGE_ROOT / "patches" / "series.toml"
+STAGE3 = "deepspeed/runtime/zero/stage3.py"
+
+Version = tuple[int, int, int]
+_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
+
+
+def parse_version(text: str) -> Version:
+    """``0.19.6``, ``v0.19.6``, ``0.19.6+fe7b53c``, ``0.19.6.dev0`` -> (0, 19, 6).
+
+    DeepSpeed's master carries the next release's number in version.txt (0.19.6 while 0.19.5 is
+    the newest tag), so a dev or local suffix maps to the release it leads up to.
+    """
+    match = _VERSION_RE.match(text)
+    if not match:
+        raise errors.UnknownVersion(f"cannot read a DeepSpeed version from {text.strip()!r}")
+    return (int(match[1]), int(match[2]), int(match[3]))
+
+
+def format_version(version: Version) -> str:
+    return ".".join(map(str, version))
+
+
+@dataclass(frozen=True)
+class Patch:
+    file: str  # file name inside the series directory
+    path: Path
+    role: str  # "fix": applies to any tree; "test": needs the tree's tests/
+
+    @property
+    def needs_tests(self) -> bool:
+        return self.role == "test"
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    version: int  # the series' own version: v1, v2 after a reroll, ...
+    min_version: Version  # inclusive
+    below_version: Version  # exclusive
+    base_commit: str  # the real upstream commit the series was made on
+    base_ref: str  # the tag or branch that commit was
+    directory: Path
+    cover_letter: Path
+    patches: tuple[Patch, ...]
+    verified: tuple[str, ...]  # refs and sdists the series was applied to with plain git am
+
+    def covers(self, version: Version) -> bool:
+        return self.min_version <= version < self.below_version
+
+    @property
+    def range_text(self) -> str:
+        return f">={format_version(self.min_version)},<{format_version(self.below_version)}"
+
+    @property
+    def fix_patches(self) -> tuple[Patch, ...]:
+        return tuple(p for p in self.patches if not p.needs_tests)
+
+    @property
+    def test_patches(self) -> tuple[Patch, ...]:
+        return tuple(p for p in self.patches if p.needs_tests)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    series: tuple[Series, ...]
+
+    def by_name(self, name: str) -> Series:
+        for series in self.series:
+            if series.name == name:
+                return series
+        names = ", ".join(s.name for s in self.series)
+        raise errors.BadInput(f"no series named {name!r} in {self.path} (have: {names})")
+
+    @property
+    def supported_range(self) -> str:
+        low = min(s.min_version for s in self.series)
+        high = max(s.below_version for s in self.series)
+        return f">={format_version(low)},<{format_version(high)}"
+
+
+def _version_field(raw: dict, key: str, where: str) -> Version:
+    try:
+        return parse_version(str(raw[key]))
+    except KeyError:
+        raise errors.BadInput(f"{where}: missing {key!r}") from None
+
+
+def load_manifest(path: Path | str | None = None) -> Manifest:
+    path = Path(path) if path is not None else DEFAULT_MANIFEST
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise errors.BadInput(f"manifest not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise errors.BadInput(f"{path}: not valid TOML: {exc}") from None
+    if data.get("schema") != 1:
+        raise errors.BadInput(f"{path}: unsupported schema {data.get('schema')!r} (expected 1)")
+
+    series: list[Series] = []
+    for raw in data.get("series", []):
+        name = raw.get("name")
+        where = f"{path}: series {name!r}"
+        if not name:
+            raise errors.BadInput(f"{path}: a [[series]] without a name")
+        directory = path.parent / raw.get("directory", name)
+        patches = []
+        for entry in raw.get("patches", []):
+            role = entry.get("role")
+            if role not in ("fix", "test"):
+                raise errors.BadInput(f"{where}: patch {entry.get('file')!r} has role {role!r} (fix|test)")
+            patches.append(Patch(file=entry["file"], path=directory / entry["file"], role=role))
+        if not patches:
+            raise errors.BadInput(f"{where}: no patches")
+        base_commit = str(raw.get("base_commit", ""))
+        if not re.fullmatch(r"[0-9a-f]{40}", base_commit):
+            raise errors.BadInput(f"{where}: base_commit must be a full 40-hex commit id")
+        series.append(
+            Series(name=name,
+                   version=int(raw.get("version", 1)),
+                   min_version=_version_field(raw, "min_version", where),
+                   below_version=_version_field(raw, "below_version", where),
+                   base_commit=base_commit,
+                   base_ref=str(raw.get("base_ref", "")),
+                   directory=directory,
+                   cover_letter=directory / raw.get("cover_letter", "0000-cover-letter.patch"),
+                   patches=tuple(patches),
+                   verified=tuple(raw.get("verified", []))))
+    if not series:
+        raise errors.BadInput(f"{path}: no [[series]]")
+    ordered = sorted(series, key=lambda s: s.min_version)
+    for lower, upper in zip(ordered, ordered[1:]):
+        if lower.below_version > upper.min_version:
+            raise errors.BadInput(f"{path}: series {lower.name!r} and {upper.name!r} overlap")
+    return Manifest(path=path, series=tuple(ordered))
+
+
+def series_for_version(version: str | Version, manifest: Manifest | None = None) -> Series:
+    manifest = manifest or load_manifest()
+    parsed = parse_version(version) if isinstance(version, str) else version
+    for series in manifest.series:
+        if series.covers(parsed):
+            return series
+    raise errors.UnknownVersion(f"DeepSpeed {format_version(parsed)} is not supported: "
+                                f"supported versions are {manifest.supported_range} "
+                                f"({', '.join(f'{s.name}: {s.range_text}' for s in manifest.series)})")
+
+
+def read_tree_version(tree: Path | str) -> str:
+    version_file = Path(tree) / "version.txt"
+    try:
+        return version_file.read_text().strip()
+    except FileNotFoundError:
+        raise errors.BadInput(f"{tree} has no version.txt: not a DeepSpeed source tree") from None
+
+
+def series_for_tree(tree: Path | str, manifest: Manifest | None = None) -> Series:
+    return series_for_version(read_tree_version(tree), manifest)
+
+
+# --- already fixed? ---------------------------------------------------------------------------
+
+
+def _identifiers(node: ast.AST) -> Iterable[str]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name):
+            yield sub.id
+        elif isinstance(sub, ast.Attribute):
+            yield sub.attr
+        elif isinstance(sub, ast.keyword) and sub.arg:
+            yield sub.arg
+
+
+def _self_method_calls(func: ast.FunctionDef) -> set[str]:
+    calls = set()
+    for sub in ast.walk(func):
+        if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "self"):
+            calls.add(sub.func.attr)
+    return calls
+
+
+def source_has_fix(source: str,
+                   function: str = "__avg_scatter_grads",
+                   markers: Sequence[str] = ("sequence_parallel", )) -> bool:
+    """Whether ``function`` (a method of any class in ``source``) accounts for sequence parallelism.
+
+    Code, not text: comments and strings do not count. The method itself and the ``self.*``
+    methods it calls (one level: an upstream fix may live in a helper such as
+    ``_gradient_averaging_world_size``) are searched for an identifier containing a marker,
+    e.g. ``self.sequence_parallel_size`` or ``groups._get_sequence_parallel_world_size()``.
+    """
+    tree = ast.parse(source)
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        target = methods.get(function)
+        if target is None:
+            continue
+        searched = [target] + [methods[name] for name in sorted(_self_method_calls(target)) if name in methods]
+        if any(marker in ident for func in searched for ident in _identifiers(func) for marker in markers):
+            return True
+    return False
+
+
+def tree_has_fix(tree: Path | str) -> bool:
+    """Whether the tree's stage3.py ``__avg_scatter_grads`` already accounts for sequence parallelism."""
+    path = Path(tree) / STAGE3
+    try:
+        source = path.read_text()
+    except FileNotFoundError:
+        raise errors.BadInput(f"{tree} has no {STAGE3}: not a DeepSpeed source tree") from None
+    try:
+        return source_has_fix(source)
+    except SyntaxError as exc:
+        raise errors.BadInput(f"{path} does not parse as Python: {exc}") from None
+
+
+# --- applying ---------------------------------------------------------------------------------
+
+
+def git(repo: Path | str, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run git in ``repo``; hooks are off so that a repo's own hooks cannot change what we do."""
+    return subprocess.run(["git", "-C", str(repo), "-c", "core.hooksPath=/dev/null", *args],
+                          capture_output=True,
+                          text=True,
+                          check=check,
+                          env=env)
+
+
+def work_tree_root(path: Path | str) -> Path:
+    """The root of the git work tree at ``path``, or NotACheckout."""
+    path = Path(path)
+    if not path.is_dir():
+        raise errors.NotACheckout(f"{path} is not a directory")
+    result = git(path, "rev-parse", "--is-inside-work-tree", "--show-toplevel", check=False)
+    lines = result.stdout.splitlines()
+    if result.returncode != 0 or not lines or lines[0] != "true":
+        raise errors.NotACheckout(f"{path} is not a git work tree")
+    root = Path(lines[1]).resolve()
+    if root != path.resolve():
+        raise errors.NotACheckout(f"{path} is inside the git work tree {root}; pass its root")
+    if git(root, "rev-parse", "--verify", "-q", "HEAD", check=False).returncode != 0:
+        raise errors.NotACheckout(f"{path} is a git work tree without any commit")
+    return root
+
+
+def ensure_clean(root: Path) -> None:
+    """DirtyCheckout unless nothing is staged, modified, untracked (not ignored) or half-applied."""
+    for marker in ("rebase-apply", "rebase-merge", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
+        path = Path(git(root, "rev-parse", "--git-path", marker).stdout.strip())
+        if (path if path.is_absolute() else root / path).exists():
+            raise errors.DirtyCheckout(f"{root}: a git am, rebase, merge or cherry-pick is in progress")
+    # --no-optional-locks: a status must not rewrite the index of a tree we only inspect.
+    status = git(root, "--no-optional-locks", "status", "--porcelain", "--untracked-files=normal").stdout
+    if status.strip():
+        paths = [line[3:] for line in status.splitlines()]
+        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        raise errors.DirtyCheckout(f"{root} has uncommitted changes ({shown}); commit or stash them first")
+
+
+@dataclass(frozen=True)
+class SkippedPatch:
+    file: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    series: str
+    series_version: int
+    repo: Path
+    applied: tuple[str, ...]
+    skipped: tuple[SkippedPatch, ...]
+    base: str  # HEAD before
+    head: str  # HEAD after: the resulting commit
+
+    def summary(self) -> str:
+        text = f"applied series {self.series} v{self.series_version}: {len(self.applied)} patch(es) -> {self.head[:12]}"
+        for skip in self.skipped:
+            text += f"\nskipped {skip.file}: {skip.reason}"
+        return text
+
+
+def _identity_env(root: Path) -> dict:
+    """git am commits: give it an identity when the repo and the user have none configured."""
+    env = dict(os.environ)
+    if git(root, "var", "GIT_COMMITTER_IDENT", check=False).returncode != 0:
+        env.setdefault("GIT_COMMITTER_NAME", "zero3-sp-gradfix")
+        env.setdefault("GIT_COMMITTER_EMAIL", "zero3-sp-gradfix@localhost")
+    return env
+
+
+def _state(root: Path) -> tuple[str, str]:
+    head = git(root, "rev-parse", "HEAD").stdout.strip()
+    ref = git(root, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
+    return head, ref
+
+
+def _restore(root: Path, head: str, ref: str) -> None:
+    """Undo a failed ``git am`` session: back to the HEAD, branch, index and files it started from."""
+    git(root, "am", "--abort", check=False)
+    if _state(root) != (head, ref) or git(root, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+        # am --abort already resets to where the session began; this is the belt to its braces.
+        if ref:
+            git(root, "update-ref", ref, head)
+            git(root, "symbolic-ref", "HEAD", ref)
+        else:
+            git(root, "update-ref", "--no-deref", "HEAD", head)
+        git(root, "reset", "-q", "--hard", head)
+
+
+def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = None) -> ApplyResult:
+    """``git am`` the series onto ``repo`` (its current branch); all or nothing.
+
+    Patches that need ``tests/`` are skipped, and reported, on a tree without ``tests/`` (a PyPI
+    sdist) or when ``skip_tests`` is true. Raises NotACheckout, DirtyCheckout, AlreadyFixed or
+    SeriesDoesNotApply; after SeriesDoesNotApply the branch, HEAD, index and files are as before.
+    """
+    root = work_tree_root(Path(repo))
+    ensure_clean(root)
+    if tree_has_fix(root):
+        raise errors.AlreadyFixed(f"{root}: {STAGE3} __avg_scatter_grads already accounts for "
+                                  f"sequence_parallel_size; nothing to apply")
+    if skip_tests is None:
+        skip_tests = not (root / "tests").is_dir()
+    to_apply: list[Patch] = []
+    skipped: list[SkippedPatch] = []
+    for patch in series.patches:
+        if not patch.path.is_file():
+            raise errors.BadInput(f"series {series.name}: patch file missing: {patch.path}")
+        if patch.needs_tests and skip_tests:
+            why = "needs tests/, which this tree does not have (a PyPI sdist has none)" \
+                if not (root / "tests").is_dir() else "test patches were not asked for"
+            skipped.append(SkippedPatch(patch.file, why))
+        else:
+            to_apply.append(patch)
+
+    head, ref = _state(root)
+    if not to_apply:
+        return ApplyResult(series=series.name,
+                           series_version=series.version,
+                           repo=root,
+                           applied=(),
+                           skipped=tuple(skipped),
+                           base=head,
+                           head=head)
+    result = git(root,
+                 "am",
+                 "--no-3way",
+                 "--quiet",
+                 *[str(p.path) for p in to_apply],
+                 check=False,
+                 env=_identity_env(root))
+    if result.returncode != 0:
+        failed = _failed_patch(root, to_apply, head)
+        reason = _first_error_line(result.stderr or result.stdout)
+        _restore(root, head, ref)
+        raise errors.SeriesDoesNotApply(f"series {series.name} v{series.version}: {failed} does not apply to {root} "
+                                        f"({reason}); the tree is back at {head[:12]}")
+    return ApplyResult(series=series.name,
+                       series_version=series.version,
+                       repo=root,
+                       applied=tuple(p.file for p in to_apply),
+                       skipped=tuple(skipped),
+                       base=head,
+                       head=_state(root)[0])
+
+
+def _failed_patch(root: Path, patches: Sequence[Patch], start: str) -> str:
+    # Every patch is one commit: the count of commits made before the failure names the culprit.
+    made = int(git(root, "rev-list", "--count", f"{start}..HEAD", check=False).stdout.strip() or 0)
+    return patches[made].file if made < len(patches) else "the series"
+
+
+def _first_error_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(("error:", "fatal:")):
+            return line
+    return next((line.strip() for line in text.splitlines() if line.strip()), "git am failed")

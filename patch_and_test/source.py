@@ -1,0 +1,376 @@
+"""Get a DeepSpeed source tree to patch, never touching the user's own checkout.
+
+Two origins:
+
+* ``from_pypi(version)``: the version's sdist, downloaded with pip, checked against the sha256 in
+  ``deepspeed-sdists.lock``, unpacked and committed to a fresh git repo with a fixed author and
+  date (so the commit id is the same everywhere); cached, a second call reuses it.
+* ``from_checkout(path)``: a separate working copy of the user's DeepSpeed checkout, made with
+  ``git clone --shared`` into the cache (their objects are read, nothing is written into their
+  repo) and checked out at their HEAD onto a branch ``zero3-sp-fix/<series>``.
+
+A repo whose history lacks some blobs (the snapshot mirror lacks images under ``blogs/``) cannot be
+checked out or committed on as is; the working copy then leaves the missing paths out (sparse
+checkout) and records one local commit that drops them, so that ``git am`` can commit.
+
+The cache is ``$ZERO3_SP_CACHE``, else ``$XDG_CACHE_HOME/zero3-sp-gradfix``, else
+``~/.cache/zero3-sp-gradfix``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from patch_and_test import errors
+from patch_and_test.series import (PACKAGE_ROOT, STAGE3, ensure_clean, format_version, git, parse_version,
+                                   series_for_version, work_tree_root)
+
+DEFAULT_LOCK = PACKAGE_ROOT / "deepspeed-sdists.lock"
+DEFAULT_MIRROR = Path("/work/.mirror/deepspeedai+DeepSpeed/repo")
+
+# A fixed identity and date: the sdist commit, and the commit that drops missing blobs, come out
+# with the same id on every machine and every run.
+FIXED_IDENTITY = {
+    "GIT_AUTHOR_NAME": "zero3-sp-gradfix",
+    "GIT_AUTHOR_EMAIL": "zero3-sp-gradfix@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "zero3-sp-gradfix",
+    "GIT_COMMITTER_EMAIL": "zero3-sp-gradfix@localhost",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+}
+# Build outputs that an install writes into the tree (DeepSpeed's own .gitignore lists them); the
+# sdist ships some of them, and committing them would make the tree dirty after an install.
+SDIST_EXCLUDES = ("deepspeed.egg-info/", "deepspeed/git_version_info_installed.py", "build.txt", "build/", "dist/",
+                  "*.so", "__pycache__/", "*.pyc")
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    path: Path  # a git work tree that is ours to patch
+    version: str  # from its version.txt
+    origin: str  # "pypi-sdist", "checkout" or "mirror"
+    upstream_commit: str | None  # the DeepSpeed commit it was made from (None for an sdist)
+    base: str  # the local commit to apply a series onto (HEAD when returned)
+    branch: str
+    has_tests: bool
+    dropped_paths: tuple[str, ...] = ()  # left out because their blobs are missing
+
+
+def cache_dir() -> Path:
+    if os.environ.get("ZERO3_SP_CACHE"):
+        return Path(os.environ["ZERO3_SP_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "zero3-sp-gradfix"
+
+
+def mirror_path() -> Path:
+    return Path(os.environ.get("DEEPSPEED_MIRROR", DEFAULT_MIRROR))
+
+
+def _run(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def _fixed_env() -> dict:
+    return {**os.environ, **FIXED_IDENTITY}
+
+
+# --- PyPI sdists ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    version: str
+    filename: str
+    sha256: str
+
+
+def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
+    path = path or DEFAULT_LOCK
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise errors.BadInput(f"sdist lock file not found: {path}") from None
+    return {
+        version: LockEntry(version, entry["filename"], entry["sha256"])
+        for version, entry in data.get("sdist", {}).items()
+    }
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _pip() -> list[str]:
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip"]
+    for name in ("pip3", "pip"):
+        if shutil.which(name):
+            return [shutil.which(name)]  # type: ignore[list-item]
+    raise errors.BadInput("pip is needed to download DeepSpeed sdists and none was found")
+
+
+def download_sdist(version: str, dest: Path) -> Path:
+    """pip download the sdist of deepspeed==version into dest (no dependencies, no wheels)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    result = _run(
+        [*_pip(), "download", "--no-deps", "--no-binary", ":all:", "--dest",
+         str(dest), f"deepspeed=={version}"])
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise errors.BadInput(f"pip download deepspeed=={version} failed: {tail[0]}")
+    found = sorted(dest.glob(f"deepspeed-{version}.tar.gz"))
+    if not found:
+        raise errors.BadInput(f"pip download deepspeed=={version} gave no deepspeed-{version}.tar.gz")
+    return found[0]
+
+
+def fetch_sdist(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None) -> Path:
+    """The verified sdist archive of ``version`` (downloaded once, then taken from the cache)."""
+    lock = lock if lock is not None else load_lock()
+    entry = lock.get(version)
+    if entry is None:
+        raise errors.UnknownVersion(f"no sdist of DeepSpeed {version} in the lock file "
+                                    f"(locked: {', '.join(sorted(lock, key=parse_version))})")
+    cache = cache or cache_dir()
+    archive = cache / "sdists" / entry.filename
+    if not archive.is_file() or sha256_of(archive) != entry.sha256:
+        with tempfile.TemporaryDirectory(dir=_mkdir(cache)) as tmp:
+            downloaded = download_sdist(version, Path(tmp))
+            digest = sha256_of(downloaded)
+            if downloaded.name != entry.filename or digest != entry.sha256:
+                raise errors.BadInput(f"{downloaded.name}: sha256 {digest} does not match the lock "
+                                      f"({entry.filename} {entry.sha256})")
+            _mkdir(archive.parent)
+            os.replace(downloaded, archive)
+    return archive
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _unpack(archive: Path, dest: Path) -> None:
+    """Unpack the sdist's single top-level folder into dest, refusing paths that leave it."""
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        tops = {m.name.split("/", 1)[0] for m in members}
+        if len(tops) != 1:
+            raise errors.BadInput(f"{archive.name}: expected one top-level folder, found {sorted(tops)[:3]}")
+        top = tops.pop()
+        for member in members:
+            rel = member.name[len(top):].lstrip("/")
+            if not rel:
+                continue
+            if rel.startswith("/") or ".." in Path(rel).parts or member.issym() or member.islnk():
+                raise errors.BadInput(f"{archive.name}: refusing member {member.name!r}")
+            member.name = rel
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: let tarfile vet the member too
+                tar.extract(member, dest, filter="data")
+            else:
+                tar.extract(member, dest)
+
+
+def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry] | None = None) -> SourceTree:
+    """A git repo of the PyPI sdist of ``version``, reset to its pristine commit on branch ``main``."""
+    cache = cache or cache_dir()
+    version = format_version(parse_version(version))
+    repo = cache / "pypi" / f"deepspeed-{version}"
+    if not (repo / ".git").is_dir() or git(repo, "rev-parse", "-q", "--verify", "refs/tags/sdist",
+                                           check=False).returncode != 0:
+        archive = fetch_sdist(version, lock, cache)
+        if repo.exists():
+            shutil.rmtree(repo)
+        # Build beside the final place and rename: an interrupted build never looks like a cache hit.
+        staging = Path(tempfile.mkdtemp(prefix=f"deepspeed-{version}.", dir=_mkdir(repo.parent)))
+        try:
+            _unpack(archive, staging)
+            _git_ok(staging, "init", "-q", "-b", "main")
+            (staging / ".git" / "info" / "exclude").write_text("\n".join(SDIST_EXCLUDES) + "\n")
+            _git_ok(staging, "-c", "core.autocrlf=false", "add", "-A")
+            message = f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_of(archive)}"
+            _commit_fixed(staging, message)
+            _git_ok(staging, "tag", "sdist")
+            os.replace(staging, repo)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    # Reused: back to the pristine sdist commit, whatever an earlier run applied to it.
+    git(repo, "am", "--abort", check=False)
+    _git_ok(repo, "checkout", "-q", "-f", "-B", "main", "sdist")
+    _git_ok(repo, "clean", "-q", "-fd")
+    tree_version = (repo / "version.txt").read_text().strip()
+    return SourceTree(path=repo,
+                      version=tree_version,
+                      origin="pypi-sdist",
+                      upstream_commit=None,
+                      base=_git_ok(repo, "rev-parse", "HEAD").strip(),
+                      branch="main",
+                      has_tests=(repo / "tests").is_dir())
+
+
+def _git_stdin(repo: Path, text: str, *args: str) -> str:
+    result = subprocess.run(["git", "-C", str(repo), *args], input=text, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise errors.BadInput(f"git {' '.join(args[:2])} in {repo} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _commit_fixed(repo: Path, message: str) -> None:
+    """Commit the index with the fixed identity and date, no hooks, no signing."""
+    _git_ok(repo, "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message, env=_fixed_env())
+
+
+def _git_ok(repo: Path, *args: str, env: dict | None = None) -> str:
+    result = git(repo, *args, check=False, env=env)
+    if result.returncode != 0:
+        message = (result.stderr or result.stdout).strip().splitlines()
+        raise errors.BadInput(f"git {' '.join(args[:2])} in {repo} failed: {message[-1] if message else '?'}")
+    return result.stdout
+
+
+# --- working copies of a git repo -------------------------------------------------------------
+
+
+def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
+    """Paths of ``commit`` whose blobs the repo (with its alternates) does not have."""
+    listing = _git_ok(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
+    entries = []
+    for record in listing.split("\0"):
+        if not record:
+            continue
+        meta, path = record.split("\t", 1)
+        _mode, kind, sha = meta.split()
+        if kind == "blob":
+            entries.append((sha, path))
+    if not entries:
+        return ()
+    check = _git_stdin(repo, "".join(f"{sha}\n" for sha, _ in entries), "cat-file",
+                       "--batch-check=%(objectname) %(objecttype)")
+    missing = []
+    for (sha, path), line in zip(entries, check.splitlines()):
+        if line.endswith(" missing"):
+            missing.append(path)
+    return tuple(missing)
+
+
+def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tuple[str, ...]]:
+    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch``.
+
+    Returns the commit to apply onto and the paths left out. When blobs are missing the paths are
+    excluded from the checkout (sparse) and dropped from the index in one local commit; the
+    ``index`` lines of patches stay valid, since the files they touch keep their blobs.
+    """
+    missing = missing_blob_paths(clone, commit)
+    if missing:
+        patterns = ["/*"] + ["!/" + _sparse_escape(p) for p in missing]
+        _git_stdin(clone, "\n".join(patterns) + "\n", "sparse-checkout", "set", "--no-cone", "--stdin")
+    elif git(clone, "config", "--bool", "core.sparseCheckout", check=False).stdout.strip() == "true":
+        # A reused copy excluded paths for another commit: this one has every blob.
+        _git_ok(clone, "sparse-checkout", "disable")
+    _git_ok(clone, "checkout", "-q", "-f", "-B", branch, commit)
+    if missing:
+        _git_stdin(clone, "\0".join(missing), "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-",
+                   "--pathspec-file-nul")
+        _commit_fixed(
+            clone, f"Drop {len(missing)} path(s) whose blobs this repo lacks\n\n"
+            "Local only (zero3-sp-gradfix): lets git am commit on a history with missing blobs.\n"
+            "The series' base-commit is the parent of this commit.")
+    return _git_ok(clone, "rev-parse", "HEAD").strip(), missing
+
+
+def _sparse_escape(path: str) -> str:
+    # gitignore-style patterns: escape the characters that would otherwise be wildcards.
+    return "".join("\\" + c if c in "*?[]!#\\" else c for c in path)
+
+
+def clone_shared(source: Path, dest: Path) -> None:
+    """``git clone --shared --no-checkout``: reads ``source``'s objects, writes only into ``dest``."""
+    result = _run(["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(dest)])
+    if result.returncode != 0:
+        raise errors.BadInput(f"git clone --shared {source} failed: {result.stderr.strip()}")
+
+
+def _working_copy(source: Path, commit: str, name: str, branch: str, cache: Path | None) -> tuple[Path, str, tuple]:
+    cache = cache or cache_dir()
+    key = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
+    dest = cache / "checkouts" / f"{name}-{key}"
+    if not (dest / ".git").is_dir():
+        if dest.exists():
+            shutil.rmtree(dest)
+        _mkdir(dest.parent)
+        clone_shared(source, dest)
+    else:
+        git(dest, "am", "--abort", check=False)
+    base, dropped = prepare_working_copy(dest, commit, branch)
+    _git_ok(dest, "clean", "-q", "-fd")
+    return dest, base, dropped
+
+
+def from_checkout(path: Path | str, series_name: str | None = None, cache: Path | None = None) -> SourceTree:
+    """A working copy of the user's DeepSpeed checkout at its HEAD, on branch zero3-sp-fix/<series>.
+
+    Their repo is only read: its branch, HEAD, index, files and ``git status`` stay as they were.
+    """
+    root = work_tree_root(Path(path))
+    if not (root / STAGE3).is_file():
+        raise errors.NotACheckout(f"{root} is a git work tree but not a DeepSpeed checkout (no {STAGE3})")
+    ensure_clean(root)
+    head = _git_ok(root, "rev-parse", "HEAD").strip()
+    version = _git_ok(root, "show", f"{head}:version.txt").strip()
+    if series_name is None:
+        series_name = series_for_version(version).name
+    dest, base, dropped = _working_copy(root, head, "checkout", f"zero3-sp-fix/{series_name}", cache)
+    return SourceTree(path=dest,
+                      version=version,
+                      origin="checkout",
+                      upstream_commit=head,
+                      base=base,
+                      branch=f"zero3-sp-fix/{series_name}",
+                      has_tests=(dest / "tests").is_dir(),
+                      dropped_paths=dropped)
+
+
+def from_mirror(commit: str,
+                mirror: Path | None = None,
+                branch: str | None = None,
+                cache: Path | None = None) -> SourceTree:
+    """A working copy of a (possibly bare) DeepSpeed git mirror at ``commit`` (a tag, a branch, an id)."""
+    mirror = mirror or mirror_path()
+    if not mirror.exists():
+        raise errors.BadInput(f"no DeepSpeed mirror at {mirror} (set DEEPSPEED_MIRROR)")
+    resolved = git(mirror, "rev-parse", "-q", "--verify", f"{commit}^{{commit}}", check=False)
+    if resolved.returncode != 0:
+        raise errors.BadInput(f"{commit!r} is not a commit of {mirror}")
+    sha = resolved.stdout.strip()
+    branch = branch or f"zero3-sp-fix/{sha[:12]}"
+    dest, base, dropped = _working_copy(mirror, sha, f"mirror-{sha[:12]}", branch, cache)
+    version = (dest / "version.txt").read_text().strip()
+    return SourceTree(path=dest,
+                      version=version,
+                      origin="mirror",
+                      upstream_commit=sha,
+                      base=base,
+                      branch=branch,
+                      has_tests=(dest / "tests").is_dir(),
+                      dropped_paths=dropped)

@@ -1,0 +1,261 @@
+"""source / series / reroll with real git on a small synthetic DeepSpeed-shaped repo (seconds).
+
+The repo mimics what matters: version.txt, a stage3.py with __avg_scatter_grads, a tests/ folder,
+and a blob missing from the object store, as in the snapshot mirror.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from patch_and_test import errors, reroll, source
+from patch_and_test.series import Patch, Series, apply_series, load_manifest, tree_has_fix
+
+from conftest import repo_state
+
+pytestmark = pytest.mark.slow
+
+STAGE3 = """# SPDX-License-Identifier: Apache-2.0
+
+# DeepSpeed Team
+
+
+class DeepSpeedZeroOptimizer_Stage3:
+
+    def __avg_scatter_grads(self, params_to_reduce):
+        grad_partitions_for_rank = [p.grad for p in params_to_reduce]
+        return grad_partitions_for_rank
+"""
+FIXED = STAGE3.replace(
+    "        return grad_partitions_for_rank\n",
+    "        grad_partitions_for_rank = [g * self.sequence_parallel_size for g in grad_partitions_for_rank]\n"
+    "        return grad_partitions_for_rank\n")
+AUTHOR = "Ada Lovelace <ada@example.com>"
+ENV = {
+    **os.environ, "GIT_AUTHOR_NAME": "Ada Lovelace",
+    "GIT_AUTHOR_EMAIL": "ada@example.com",
+    "GIT_COMMITTER_NAME": "Ada Lovelace",
+    "GIT_COMMITTER_EMAIL": "ada@example.com",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000"
+}
+
+
+def run(repo: Path, *args: str, **kw) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=ENV,
+                          **kw).stdout
+
+
+def write(repo: Path, rel: str, text: str) -> None:
+    (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+    (repo / rel).write_text(text)
+
+
+@pytest.fixture
+def upstream(tmp_path) -> tuple[Path, str]:
+    """A DeepSpeed-shaped repo whose blogs/ blob is missing, like the mirror's. (path, commit)"""
+    repo = tmp_path / "upstream"
+    repo.mkdir()
+    run(repo, "init", "-q", "-b", "master")
+    write(repo, "version.txt", "0.19.6\n")
+    write(repo, "deepspeed/runtime/zero/stage3.py", STAGE3)
+    write(repo, "tests/unit/test_zero.py", "def test():\n    pass\n")
+    write(repo, "blogs/big.jpg", "a large image\n")
+    run(repo, "add", "-A")
+    run(repo, "commit", "-q", "-m", "upstream")
+    blob = run(repo, "rev-parse", "HEAD:blogs/big.jpg").strip()
+    commit = run(repo, "rev-parse", "HEAD").strip()
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # the snapshot lacks it
+    return repo, commit
+
+
+def make_branch(upstream_repo: Path, commit: str, dest: Path) -> Path:
+    """A developer's clone: sparse "drop blogs/" commit, then a signed-off fix and test."""
+    source.clone_shared(upstream_repo, dest)
+    local_base, dropped = source.prepare_working_copy(dest, commit, "work")
+    assert dropped == ("blogs/big.jpg", )
+    write(dest, "deepspeed/runtime/zero/stage3.py", FIXED)
+    run(dest, "commit", "-q", "-a", "-s", "-m", "Scale by sp\n\nFixes: 000000000000 (\"x\")")
+    write(dest, "tests/unit/test_zero.py", "def test():\n    assert True\n")
+    run(dest, "commit", "-q", "-a", "-s", "-m", "Test sp")
+    return dest
+
+
+MANIFEST = """schema = 1
+
+[[series]]
+name = "demo"
+version = 1
+min_version = "0.19.3"
+below_version = "0.20.0"
+base_commit = "{commit}"
+base_ref = "master"
+cover_letter = "0000-cover-letter.patch"
+patches = [
+]
+"""
+
+
+def test_reroll_v1_then_v2_with_range_diff(upstream, tmp_path):
+    repo, commit = upstream
+    dev = make_branch(repo, commit, tmp_path / "dev")
+    manifest = tmp_path / "patches" / "series.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(MANIFEST.format(commit=commit))
+    cover = tmp_path / "cover.txt"
+    cover.write_text("Scale by sp\n\nWhy and how.\n")
+
+    first = reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
+    names = [p.name for p in first.files]
+    assert names == ["0000-cover-letter.patch", "0001-Scale-by-sp.patch", "0002-Test-sp.patch"]
+    assert len(first.scaffolding) == 1 and first.range_diff is None
+    letter = first.files[0].read_text()
+    assert "Subject: [PATCH v1 0/2] Scale by sp" in letter and "Why and how." in letter
+    assert f"base-commit: {commit}\n" in letter and first.local_base not in letter
+    loaded = load_manifest(manifest).by_name("demo")
+    assert [(p.file, p.role) for p in loaded.patches] == [(names[1], "fix"), (names[2], "test")]
+
+    # Rework the fix, reroll as v2: cover text reused, range-diff against the rebuilt v1.
+    run(dev, "reset", "-q", "--hard", "work~2")
+    write(dev, "deepspeed/runtime/zero/stage3.py",
+          FIXED.replace("g * self.sequence_parallel_size", "g * float(self.sequence_parallel_size)"))
+    run(dev, "commit", "-q", "-a", "-s", "-m", "Scale by sp\n\nFixes: 000000000000 (\"x\")")
+    write(dev, "tests/unit/test_zero.py", "def test():\n    assert True\n")
+    run(dev, "commit", "-q", "-a", "-s", "-m", "Test sp")
+
+    second = reroll.reroll(dev, "work", "demo", 2, manifest_path=manifest)
+    assert second.range_diff is not None and second.range_diff.name == "range-diff-v1-v2.txt"
+    diff = second.range_diff.read_text()
+    assert "1:" in diff and "! 1:" in diff and "= 2:" in diff and "float(self.sequence_parallel_size)" in diff
+    letter = second.files[0].read_text()
+    assert "Subject: [PATCH v2 0/2] Scale by sp" in letter and "Why and how." in letter
+    assert "Range-diff against v1:" in letter and f"base-commit: {commit}\n" in letter
+    assert load_manifest(manifest).by_name("demo").version == 2
+    assert sorted(p.name for p in (tmp_path / "patches" / "demo").iterdir()) == names + ["range-diff-v1-v2.txt"]
+
+
+def test_reroll_refuses_unsigned_and_mixed_commits(upstream, tmp_path):
+    repo, commit = upstream
+    dev = make_branch(repo, commit, tmp_path / "dev")
+    manifest = tmp_path / "series.toml"
+    manifest.write_text(MANIFEST.format(commit=commit))
+    cover = tmp_path / "cover.txt"
+    cover.write_text("Subject\n\nBody\n")
+    write(dev, "deepspeed/x.py", "x = 1\n")
+    write(dev, "tests/x.py", "x = 1\n")
+    run(dev, "add", "-A")
+    run(dev, "commit", "-q", "-m", "mixed, unsigned")
+    with pytest.raises(errors.BadInput, match="not signed off"):
+        reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest, out=tmp_path / "out")
+    run(dev, "commit", "-q", "--amend", "-s", "--no-edit")
+    with pytest.raises(errors.BadInput, match="split it"):
+        reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest, out=tmp_path / "out")
+
+
+def test_reroll_help_documents_usage(capsys):
+    with pytest.raises(SystemExit) as done:
+        reroll.main(["--help"])
+    text = capsys.readouterr().out
+    assert done.value.code == 0 and "--reroll-count" in text and "range-diff" in text and "examples:" in text
+
+
+def _series(tmp_path: Path, patches: list[Path], roles: list[str]) -> Series:
+    return Series(name="demo",
+                  version=1,
+                  min_version=(0, 19, 3),
+                  below_version=(0, 20, 0),
+                  base_commit="0" * 40,
+                  base_ref="master",
+                  directory=tmp_path,
+                  cover_letter=tmp_path / "0000-cover-letter.patch",
+                  patches=tuple(Patch(p.name, p, r) for p, r in zip(patches, roles)),
+                  verified=())
+
+
+def format_patches(repo: Path, rev_range: str, out: Path) -> list[Path]:
+    run(repo, "format-patch", "-q", "-o", str(out), rev_range)
+    return sorted(out.glob("*.patch"))
+
+
+def test_user_checkout_is_untouched_by_success_and_failure(upstream, tmp_path):
+    repo, commit = upstream
+    dev = make_branch(repo, commit, tmp_path / "dev")
+    good = format_patches(dev, "work~2..work", tmp_path / "good")
+    # The "user checkout": a plain clone with an extra branch, an ignored file, and its index as git left it.
+    user = tmp_path / "user"
+    source.clone_shared(repo, user)
+    source.prepare_working_copy(user, commit, "mine")
+    run(user, "branch", "other")
+    write(user, ".git/info/exclude", "*.log\n")
+    write(user, "build.log", "ignored\n")
+    before = repo_state(user)
+
+    cache = tmp_path / "cache"
+    copy = source.from_checkout(user, "demo", cache=cache)
+    assert copy.path != user and cache in copy.path.parents and copy.origin == "checkout"
+    assert copy.dropped_paths == () and copy.upstream_commit == run(user, "rev-parse", "HEAD").strip()
+    result = apply_series(copy.path, _series(tmp_path / "good", good, ["fix", "test"]))
+    assert len(result.applied) == 2 and tree_has_fix(copy.path)
+    assert repo_state(user) == before
+
+    # A second copy; this series fails at its 2nd patch: the copy is rolled back, the user's repo untouched.
+    bad_patch = tmp_path / "bad" / "0002-bad.patch"
+    bad_patch.parent.mkdir()
+    bad_patch.write_text(good[1].read_text().replace("-    pass", "-    nothing here"))
+    copy = source.from_checkout(user, "demo", cache=cache)
+    state = repo_state(copy.path, exact=False)
+    with pytest.raises(errors.SeriesDoesNotApply, match="0002-bad.patch") as caught:
+        apply_series(copy.path, _series(tmp_path, [good[0], bad_patch], ["fix", "fix"]))
+    assert "\n" not in str(caught.value)
+    assert repo_state(copy.path, exact=False) == state
+    assert repo_state(user) == before
+
+
+def test_checkout_with_missing_blobs_gets_a_sparse_copy(upstream, tmp_path):
+    repo, commit = upstream
+    user = tmp_path / "user"
+    source.clone_shared(repo, user)
+    source.prepare_working_copy(user, commit, "mine")
+    # A user checkout that still has the unreadable path checked in: ask the upstream repo itself.
+    copy = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
+    assert copy.dropped_paths == ("blogs/big.jpg", ) and not (copy.path / "blogs").exists()
+    assert run(copy.path, "rev-parse", "HEAD~1").strip() == commit and copy.has_tests
+
+
+def test_refusals(upstream, tmp_path):
+    repo, commit = upstream
+    with pytest.raises(errors.NotACheckout, match="not a git work tree"):
+        source.from_checkout(tmp_path)
+    with pytest.raises(errors.NotACheckout, match="not a directory"):
+        apply_series(tmp_path / "absent", _series(tmp_path, [], []))
+    other = tmp_path / "other"
+    other.mkdir()
+    run(other, "init", "-q")
+    write(other, "README", "x\n")
+    run(other, "add", "-A")
+    run(other, "commit", "-q", "-m", "x")
+    with pytest.raises(errors.NotACheckout, match="not a DeepSpeed checkout"):
+        source.from_checkout(other)
+    user = tmp_path / "user"
+    source.clone_shared(repo, user)
+    source.prepare_working_copy(user, commit, "mine")
+    with pytest.raises(errors.NotACheckout, match="pass its root"):
+        apply_series(user / "deepspeed", _series(tmp_path, [], []))
+    write(user, "deepspeed/runtime/zero/stage3.py", FIXED)
+    with pytest.raises(errors.DirtyCheckout, match="uncommitted changes"):
+        source.from_checkout(user)
+    with pytest.raises(errors.DirtyCheckout):
+        apply_series(user, _series(tmp_path, [], []))
+    run(user, "checkout", "-q", "--", ".")
+    write(user, "untracked.py", "x = 1\n")
+    with pytest.raises(errors.DirtyCheckout, match="untracked.py"):
+        apply_series(user, _series(tmp_path, [], []))
+    (user / "untracked.py").unlink()
+    write(user, "deepspeed/runtime/zero/stage3.py", FIXED)
+    run(user, "commit", "-q", "-a", "-m", "fixed upstream one day")
+    with pytest.raises(errors.AlreadyFixed, match="already accounts"):
+        apply_series(user, _series(tmp_path, [], []))

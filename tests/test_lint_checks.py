@@ -1,0 +1,111 @@
+"""The lint module's own checks, on snippets and on the real patch files (fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from patch_and_test import errors, lint
+
+HEADER = "# Copyright (c) Microsoft Corporation.\n# SPDX-License-Identifier: Apache-2.0\n\n# DeepSpeed Team\n"
+
+
+def checks(rel: str, text: str, tree: Path | None = None) -> list[str]:
+    return [f.check for f in lint.check_text(rel, text, tree)]
+
+
+def test_clean_file_has_no_finding():
+    assert checks("deepspeed/x.py", HEADER + "import deepspeed.comm as dist\nimport torch.distributed.nn\n") == []
+
+
+@pytest.mark.parametrize(
+    "line,check",
+    [
+        ("import torch.distributed as dist", "check-torchdist"),
+        ("torch.distributed.all_reduce(t)", "check-torchdist"),
+        ("x = torch.cuda.current_device()", "check-torchcuda"),
+        ("t = t.cuda()", "check-torchcuda"),
+        ("ok = t.is_cuda", "check-torchcuda"),
+        ("x = 1   ", "trailing-whitespace"),
+    ],
+)
+def test_forbidden_lines(line, check):
+    assert checks("deepspeed/x.py", HEADER + line + "\n") == [check]
+
+
+def test_allowed_lines():
+    assert checks("deepspeed/x.py", HEADER + "x = torch.cuda.current_device()  #ignore-cuda\n") == []
+    assert checks("deepspeed/x.py", HEADER + "from torch.distributed.nn import functional\n") == []
+
+
+def test_file_endings_and_header():
+    assert checks("deepspeed/x.py", HEADER + "x = 1") == ["end-of-file-fixer"]
+    assert checks("deepspeed/x.py", HEADER + "x = 1\n\n") == ["end-of-file-fixer"]
+    assert "mixed-line-ending" in checks("deepspeed/x.py", HEADER + "x = 1\r\n")
+    assert checks("deepspeed/x.py", "x = 1\n") == ["check-license", "check-license"]
+    assert checks("docs/x.md", "no header needed\n") == []
+
+
+def test_hook_excludes_come_from_the_tree(tmp_path):
+    (tmp_path / ".pre-commit-config.yaml").write_text("""repos:
+-   repo: local
+    hooks:
+    -   id: check-torchdist
+        name: check-torchdist
+        entry: ./scripts/check-torchdist.py
+        language: python
+        exclude: ^(deepspeed/comm/|docs/)
+""")
+    assert checks("deepspeed/comm/torch.py", HEADER + "import torch.distributed as dist\n", tmp_path) == []
+    assert checks("deepspeed/x.py", HEADER + "import torch.distributed as dist\n", tmp_path) == ["check-torchdist"]
+
+
+def test_real_patches_are_signed_off_by_their_author(manifest):
+    for series in manifest.series:
+        assert lint.check_cover(series) == []
+        for patch in series.patches:
+            assert lint.check_signoff(patch.path) == [], patch.path
+
+
+def test_signoff_mismatch_and_absence(manifest, tmp_path):
+    real = manifest.series[0].patches[0].path.read_text()
+    other = tmp_path / "other.patch"
+    other.write_text(real.replace("Signed-off-by: ", "Signed-off-by: Someone Else <else@example.com>\nX-Was: ", 1))
+    assert [f.check for f in lint.check_signoff(other)] == ["dco"]
+    none = tmp_path / "none.patch"
+    none.write_text("\n".join(line for line in real.splitlines() if not line.startswith("Signed-off-by:")) + "\n")
+    assert "not signed off" in lint.check_signoff(none)[0].message
+
+
+def test_touched_files(manifest):
+    by_name = {s.name: lint.touched_files(s) for s in manifest.series}
+    assert by_name["master"] == ["deepspeed/runtime/zero/stage3.py", "tests/unit/v1/zero/test_zero.py"]
+    assert by_name["v0.14.0-v0.17.5"] == ["deepspeed/runtime/zero/stage3.py", "tests/unit/runtime/zero/test_zero.py"]
+
+
+def _have_tools() -> bool:
+    try:
+        for name in lint.TOOLS:
+            lint._tool(name)
+    except errors.BadInput:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_tools_find_format_import_and_spelling_problems(tmp_path):
+    if not _have_tools():
+        pytest.skip("yapf==0.40.0 flake8==5.0.4 codespell==2.1.0 are not installed here")
+    (tmp_path / "deepspeed").mkdir()
+    (tmp_path / "deepspeed" / "bad.py").write_text(HEADER + "import os\nx = [1,2]\n# recieve\n")
+    found = {f.check for f in lint.run_tools(tmp_path, ["deepspeed/bad.py"])}
+    assert found == {"yapf", "flake8", "codespell"}
+    (tmp_path / "deepspeed" / "good.py").write_text(HEADER + "import os\n\nprint(os.sep)\n")
+    assert lint.run_tools(tmp_path, ["deepspeed/good.py"]) == []
+
+
+def test_cli_help(capsys):
+    with pytest.raises(SystemExit) as done:
+        lint.main(["--help"])
+    assert done.value.code == 0 and "yapf 0.40.0" in capsys.readouterr().out
