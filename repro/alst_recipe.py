@@ -147,16 +147,64 @@ def register_ulysses(model_dir: Path, sp: int):
     return UlyssesSPAttentionHF.register_with_transformers(**kwargs)
 
 
-def sp_backward_loss(recipe: str, loss_local, shift_labels, sp_group, sp_world_size: int):
+TORCH_ALL_GATHER = "torch.distributed.nn.functional.all_gather"
+EQUIVALENT_ALL_GATHER = "repro.alst_recipe: all_gather, backward = sum over the group (as torch's)"
+
+
+def all_gather_impl(backend: str, dp: int) -> str:
+    """Which differentiable all_gather the allgather recipe uses.
+
+    torch's own, as DeepSpeed's recipe does, wherever it can run. Its gloo backward (an
+    all-to-all made of ``dist.scatter(..., src=i, group=group)`` with ``i`` a *group* rank where
+    scatter wants a global one) fails on every sp group but the one holding global rank 0
+    ("Global rank 0 is not part of group", torch 2.13, measured): with gloo and dp > 1 an
+    autograd function with the same forward (all_gather) and backward (the sum over the group
+    of the gathered outputs' gradients, this rank's slot) stands in.
+    """
+    return EQUIVALENT_ALL_GATHER if backend == "gloo" and dp > 1 else TORCH_ALL_GATHER
+
+
+_GATHER_FN = None
+
+
+def _equivalent_all_gather(tensor, group):
+    global _GATHER_FN
+    if _GATHER_FN is None:
+        import torch
+        import torch.distributed as tdist
+
+        class AllGatherSumBackward(torch.autograd.Function):
+
+            @staticmethod
+            def forward(ctx, group, tensor):
+                ctx.group = group
+                out = [torch.empty_like(tensor) for _ in range(tdist.get_world_size(group=group))]
+                tdist.all_gather(out, tensor.contiguous(), group=group)
+                return tuple(out)
+
+            @staticmethod
+            def backward(ctx, *grads):
+                stacked = torch.stack([g.contiguous() for g in grads])
+                tdist.all_reduce(stacked, group=ctx.group)
+                return None, stacked[tdist.get_rank(group=ctx.group)]
+
+        _GATHER_FN = AllGatherSumBackward
+    return _GATHER_FN.apply(group, tensor)
+
+
+def sp_backward_loss(recipe: str, loss_local, shift_labels, sp_group, sp_world_size: int, gather_impl: str):
     """(the tensor to backprop, the full-sequence loss value) for one recipe on this sp rank."""
     import torch
     import torch.distributed as tdist
+    import torch.distributed.nn.functional  # noqa: F401 - `import torch` does not import it
 
     good = (shift_labels != -100).view(-1).sum()
     if recipe == "allgather":
         # DeepSpeed's tutorial / TestUlyssesSPHF, as written there.
-        losses_per_rank = torch.distributed.nn.functional.all_gather(loss_local, group=sp_group)
-        good_per_rank = torch.distributed.nn.functional.all_gather(good, group=sp_group)
+        all_gather = (torch.distributed.nn.functional.all_gather if gather_impl == TORCH_ALL_GATHER else
+                      _equivalent_all_gather)
+        losses_per_rank = all_gather(loss_local, group=sp_group)
+        good_per_rank = all_gather(good, group=sp_group)
         total_loss = sum(losses_per_rank[r] * good_per_rank[r] for r in range(sp_world_size))
         loss = total_loss / sum(good_per_rank)
         return loss, float(loss)
@@ -170,7 +218,7 @@ def sp_backward_loss(recipe: str, loss_local, shift_labels, sp_group, sp_world_s
     raise ValueError(f"unknown recipe {recipe!r}")
 
 
-def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, device: str):
+def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str):
     """One engine, one step: {param: full gradient}, the full-sequence loss, {param: reduce path}."""
     import deepspeed
     import torch
@@ -211,7 +259,8 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
                          position_ids=batch["position_ids"].to(engine.device))
         loss_local = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
                                                  vocab_size=engine.module.config.vocab_size)
-        to_backprop, full_loss = sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp_world_size)
+        to_backprop, full_loss = sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp_world_size,
+                                                 gather_impl)
         engine.backward(to_backprop)
         named = dict(engine.module.named_parameters())
         grads, reduce_paths = {}, {}
@@ -256,10 +305,11 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     # The baseline first: registering Ulysses replaces the sdpa attention function process-wide.
     baseline_losses, expected = baseline(model_dir, dp, ctx.device)
     mpu = register_ulysses(model_dir, sp)
+    gather_impl = all_gather_impl(ctx.backend, dp)
     rows, losses = [], []
     for stage in STAGES:
         for recipe in RECIPES:
-            grads, full_loss, paths = run_sp(stage, recipe, model_dir, mpu, sp, dp_index, ctx.device)
+            grads, full_loss, paths = run_sp(stage, recipe, model_dir, mpu, sp, dp_index, gather_impl)
             rows += [make_row(recipe, stage, name, grads[name], expected[name], sp, ctx.args.expect, paths[name])
                      for name in PARAMS]
             losses.append(loss_entry(recipe, stage, full_loss, baseline_losses[dp_index]))
@@ -276,7 +326,8 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
         launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size, sp=sp, dp=dp,
         expect=ctx.args.expect, rows=rows, losses=losses, python_version=platform.python_version(),
         extra={"model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights", "model_dir": str(model_dir),
-               "attn_implementation": ATTN, "seq_len": SEQ_LEN, "masked_prefix": MASKED_PREFIX,
+               "attn_implementation": ATTN, "all_gather": gather_impl, "seq_len": SEQ_LEN,
+               "masked_prefix": MASKED_PREFIX,
                "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
                "dtype": "float32"})
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)

@@ -82,14 +82,17 @@ def scale_label(value: float, sp: int, rel_tol: float = 1e-3) -> str:
 # sp run computes attention after an all-to-all of the same q/k/v, its loss as a token-weighted
 # sum of shard means, and its gradient as a sum over sp ranks (and mean over dp) in fp32,
 # where the baseline does one forward/backward over the whole sequence. Measured on 0.19.8
-# (sp=2, 2 and 4 ranks) the relative residual of the best scalar fit is ~1e-7 and the
-# elementwise error ~1e-6 of the largest entry: a few fp32 ulps over ~16-token sums. The
-# tolerances below sit 100x above that noise and 5000x below the smallest difference that
-# matters (a factor 2, i.e. 100% of the gradient), so neither noise nor a real scale slips.
+# (sp=2; 2 ranks and 4 ranks): residual of the best scalar fit <= 1.8e-7, elementwise error
+# <= 1.7e-7 of the largest entry, |ratio / expected - 1| <= 3.1e-8: a few fp32 ulps. The
+# tolerances below (1e-4) sit > 500x above that noise and 10^4x below the smallest difference
+# this check exists to see (a factor sp >= 2, i.e. 100% of the gradient). The elementwise
+# absolute tolerance is relative to the gradient's largest entry, because the tiny model's
+# gradients are small (layer 0 q_proj: largest entry 2.2e-4, norm 8.4e-4): a fixed atol such
+# as DeepSpeed's ZeRO-2 atol=1e-3 exceeds the largest entry and lets a factor 2 through.
 RATIO_REL_TOL = 1e-4  # |ratio / target - 1|
 RESIDUAL_TOL = 1e-4  # ||observed - ratio * expected|| / ||expected||: the direction agrees
 ELEMENT_RTOL = 1e-4  # elementwise: |observed - target * expected| <= atol + rtol * |target * expected|
-ELEMENT_ATOL_REL = 1e-4  # atol = this x max|target * expected| (the gradients are O(1e-3) here)
+ELEMENT_ATOL_REL = 1e-4  # atol = this x max|target * expected|
 LOSS_REL_TOL = 1e-5  # the sp run's full-sequence loss vs the baseline's
 
 
