@@ -103,7 +103,8 @@ def main(argv=None) -> int:
                run("adamw", args.sp, args.steps, 2.0),
                run("sgd", args.sp, args.steps, None)]
     for r in results:
-        print(f"{r['optimizer']:<5} clip={str(r['clip_max_norm']):<4} grad norm x{r['grad_norm_ratio_first_step']:.3f}  "
+        print(f"{r['optimizer']:<5} clip={str(r['clip_max_norm']):<4} "
+              f"grad norm x{r['grad_norm_ratio_first_step']:.3f}  "
               f"steps clipped {r['steps_clipped']}  update rel diff {r['update_rel_diff']:.2e}  "
               f"(|update| {r['update_norm_1x']:.4e} vs {r[f'update_norm_{args.sp}x']:.4e})")
     if args.json:
