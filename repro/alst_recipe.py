@@ -253,7 +253,7 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp_world_size,
                                              device=engine.device)
         # Every rank of an sp group holds the same sample, so the first micro-batch is it, sharded.
-        batch = next(iter(adapter))
+        batch = _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size)
         shift_labels = batch["shift_labels"].to(engine.device)
         outputs = engine(input_ids=batch["input_ids"].to(engine.device),
                          position_ids=batch["position_ids"].to(engine.device))
@@ -275,6 +275,33 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         _destroy(engine)
         del engine, optimizer, model
         gc.collect()
+
+
+ADAPTER_NOTE = {}  # filled when DeepSpeed's adapter cannot run here; goes into the report's extra
+
+
+def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_world_size: int) -> dict:
+    """The adapter's first micro-batch; on gloo, for DeepSpeed 0.17.x .. 0.19.6-dev, the same by hand.
+
+    Those versions all_gather a 0-dim seqlen into 1-element tensors, which gloo rejects
+    ("invalid tensor size"); NCCL moves the bytes, and 0.19.8 sends a 1-element tensor. The
+    check raises on every rank before any data moves, so the ranks stay in step. The fallback
+    does what the adapter does to one sample: pad the labels with -100, shift them left into
+    ``shift_labels``, and give this rank its contiguous slice of every tensor.
+    """
+    import torch
+
+    try:
+        return next(iter(adapter))
+    except RuntimeError as err:
+        if "invalid tensor size" not in str(err):
+            raise
+    ADAPTER_NOTE["adapter"] = ("manual sharding: this DeepSpeed's UlyssesSPDataLoaderAdapter all_gathers a 0-dim "
+                               "seqlen, which gloo rejects (fixed in 0.19.8)")
+    shift = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
+    chunk = input_ids.shape[1] // sp_world_size
+    cut = slice(chunk * sp_rank, chunk * (sp_rank + 1))
+    return {"input_ids": input_ids[:, cut], "position_ids": position_ids[:, cut], "shift_labels": shift[:, cut]}
 
 
 def _path(stage: int, param, paths) -> str:
@@ -329,7 +356,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
                "attn_implementation": ATTN, "all_gather": gather_impl, "seq_len": SEQ_LEN,
                "masked_prefix": MASKED_PREFIX,
                "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
-               "dtype": "float32"})
+               "dtype": "float32", **ADAPTER_NOTE})
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
 
 

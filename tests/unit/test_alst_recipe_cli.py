@@ -107,3 +107,35 @@ def test_hub_cache_is_read_offline(tmp_path, monkeypatch):
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["1032272", "4"], transformers.__version__
+
+
+class _GlooShapeBug:
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise RuntimeError("ProcessGroupGloo::allgather: invalid tensor size at index 0 (expected (), got (1))")
+
+
+def test_manual_sharding_matches_the_adapter_semantics():
+    input_ids, position_ids, labels = alst_recipe.sample(0)
+    shards = [alst_recipe._first_shard(_GlooShapeBug(), input_ids, position_ids, labels, r, 2) for r in range(2)]
+    import torch
+
+    assert torch.equal(torch.cat([s["input_ids"] for s in shards], 1), input_ids)
+    assert torch.equal(torch.cat([s["position_ids"] for s in shards], 1), position_ids)
+    shift = torch.cat([s["shift_labels"] for s in shards], 1)
+    assert torch.equal(shift[0, :-1], labels[0, 1:]) and int(shift[0, -1]) == -100
+    assert "gloo" in alst_recipe.ADAPTER_NOTE["adapter"]
+
+
+def test_other_adapter_errors_propagate():
+    class Broken:
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            raise RuntimeError("something else")
+
+    with pytest.raises(RuntimeError, match="something else"):
+        alst_recipe._first_shard(Broken(), *alst_recipe.sample(0), 0, 2)
