@@ -1,0 +1,381 @@
+#!/usr/bin/env python
+"""The gradient scale of DeepSpeed's ALST / Ulysses-HF loss recipe, ZeRO-2 and ZeRO-3.
+
+A tiny Llama (``repro/tiny_llama.py``: built from a fixed LlamaConfig and seed, saved locally;
+nothing is downloaded) is trained one step under Ulysses sequence parallelism with DeepSpeed's
+own ``UlyssesSPAttentionHF`` and ``UlyssesSPDataLoaderAdapter``, and its full gradients are
+compared with a non-sequence-parallel baseline of the same samples (plain torch, fp32, the
+mean over the dp groups of each group's full-sequence gradient). Each dp group trains on its
+own 16-token sample whose first labels are masked, so the sp shards hold different numbers
+of loss tokens and the token weighting is exercised.
+
+For ZeRO-2 and ZeRO-3 (default knobs: ZeRO-3 reduces through ``__avg_scatter_grads``) two
+loss recipes are run, one engine each:
+
+* ``allgather``: the recipe of DeepSpeed's tutorial and ``TestUlyssesSPHF`` (and of HF
+  transformers' ``deepspeed_sp_compute_loss`` before it changed, and ArcticTraining): the
+  differentiable ``torch.distributed.nn.functional.all_gather`` of the shard losses; its
+  backward sums over the sp ranks, so every rank's gradient is sp times its share.
+* ``own_share``: every rank backprops only ``loss_r * tokens_r / total_tokens``.
+
+``--expect buggy`` holds iff the unpatched pattern is seen: allgather ZeRO-2 at sp and
+ZeRO-3 at 1.0 (the ZeRO-3 bug cancels the double count), own_share ZeRO-2 at 1.0 and ZeRO-3
+at 1/sp. ``--expect fixed`` holds iff ZeRO-3 moved to sp and 1.0 (ZeRO-2 unchanged). The
+table is in ``repro/alst_verdict.py``, with the tolerances and why.
+
+Needs transformers (the ``alst`` extra) and a DeepSpeed with ``UlyssesSPAttentionHF``
+(0.17.2 and later); without either it exits 77 with the reason. sp must divide the model's
+4 attention heads (sp = 2 or 4).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import platform
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repro package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from repro import launch, tiny_llama  # noqa: E402
+from repro.alst_verdict import RECIPES, STAGES, AlstReport, emit, loss_entry, make_row  # noqa: E402
+from repro.cli import EXIT_SKIP, ReproArgs, main_guard  # noqa: E402
+
+SCRIPT = "alst_recipe"
+# The gradients compared: DeepSpeed's test looks at layers[0].self_attn.q_proj.weight; the
+# others cover an MLP weight, a norm and the (untied) output head.
+PARAMS = (
+    "model.layers.0.self_attn.q_proj.weight",
+    "model.layers.1.mlp.down_proj.weight",
+    "model.norm.weight",
+    "lm_head.weight",
+)
+SEQ_LEN = 16  # divisible by sp = 2 and 4
+MASKED_PREFIX = 3  # labels[:3] = -100 ("prompt"); every shard still has >= 1 loss token at sp = 4
+_SAMPLE_SEED = 8692
+ATTN = "sdpa"
+
+
+# ----------------------------------------------------------------------------- preflight
+
+
+def skip_reason() -> str | None:
+    """Why this check cannot run with the installed packages, or None. Imports neither package."""
+    if importlib.util.find_spec("transformers") is None:
+        return ("transformers is not installed: the ALST recipe check needs it "
+                "(pip install 'zero3-sp-gradfix[alst]')")
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or not spec.origin:
+        return "deepspeed is not installed"
+    ulysses = Path(spec.origin).parent / "runtime" / "sequence_parallel" / "ulysses_sp.py"
+    if not ulysses.exists() or "class UlyssesSPAttentionHF" not in ulysses.read_text(errors="replace"):
+        return (f"DeepSpeed {_version('deepspeed')} has no UlyssesSPAttentionHF "
+                "(added in 0.17.2): the ALST recipe does not exist there")
+    return None
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def usage_error(args: ReproArgs) -> str | None:
+    heads = tiny_llama.TINY_LLAMA_CONFIG["num_attention_heads"]
+    if args.sp < 2:
+        return f"--sp must be >= 2 for a sequence-parallel check, got {args.sp}"
+    if heads % args.sp or SEQ_LEN % args.sp:
+        return f"--sp {args.sp} must divide the model's {heads} attention heads and the {SEQ_LEN}-token sample"
+    return None
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def sample(dp_index: int):
+    """dp group ``dp_index``'s sample: (input_ids, position_ids, labels), each [1, SEQ_LEN]."""
+    import torch
+
+    gen = torch.Generator().manual_seed(_SAMPLE_SEED * 100 + dp_index)
+    vocab = tiny_llama.TINY_LLAMA_CONFIG["vocab_size"]
+    input_ids = torch.randint(2, vocab, (1, SEQ_LEN), generator=gen)
+    position_ids = torch.arange(SEQ_LEN).unsqueeze(0)
+    labels = input_ids.clone()
+    labels[:, :MASKED_PREFIX] = -100
+    return input_ids, position_ids, labels
+
+
+# ----------------------------------------------------------------------------- baseline
+
+
+def baseline(model_dir: Path, dp: int, device: str):
+    """Per dp group: the full-sequence loss and gradients (float64 copies), in plain torch."""
+    from transformers import AutoModelForCausalLM
+
+    losses, grads = [], []
+    for g in range(dp):
+        model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=ATTN).to(device)
+        model.train()
+        input_ids, position_ids, labels = (t.to(device) for t in sample(g))
+        out = model(input_ids=input_ids, position_ids=position_ids, labels=labels)
+        out.loss.backward()
+        named = dict(model.named_parameters())
+        grads.append({p: named[p].grad.detach().double().cpu().clone() for p in PARAMS})
+        losses.append(float(out.loss))
+        del model, out
+    expected = {p: sum(gr[p] for gr in grads) / dp for p in PARAMS}
+    return losses, expected
+
+
+# ----------------------------------------------------------------------------- sp runs
+
+
+def register_ulysses(model_dir: Path, sp: int):
+    """``UlyssesSPAttentionHF.register_with_transformers``; its keyword for the length changed in 0.18."""
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+
+    kwargs = dict(model_name_or_path=str(model_dir), core_attn_implementation=ATTN, sequence_parallel_size=sp,
+                  micro_batch_size=1, seq_length_is_variable=True)
+    params = inspect.signature(UlyssesSPAttentionHF.register_with_transformers).parameters
+    kwargs["seq_length" if "seq_length" in params else "max_length"] = SEQ_LEN
+    return UlyssesSPAttentionHF.register_with_transformers(**kwargs)
+
+
+TORCH_ALL_GATHER = "torch.distributed.nn.functional.all_gather"
+EQUIVALENT_ALL_GATHER = "repro.alst_recipe: all_gather, backward = sum over the group (as torch's)"
+
+
+def all_gather_impl(backend: str, dp: int) -> str:
+    """Which differentiable all_gather the allgather recipe uses.
+
+    torch's own, as DeepSpeed's recipe does, wherever it can run. Its gloo backward (an
+    all-to-all made of ``dist.scatter(..., src=i, group=group)`` with ``i`` a *group* rank where
+    scatter wants a global one) fails on every sp group but the one holding global rank 0
+    ("Global rank 0 is not part of group", torch 2.13, measured): with gloo and dp > 1 an
+    autograd function with the same forward (all_gather) and backward (the sum over the group
+    of the gathered outputs' gradients, this rank's slot) stands in.
+    """
+    return EQUIVALENT_ALL_GATHER if backend == "gloo" and dp > 1 else TORCH_ALL_GATHER
+
+
+_GATHER_FN = None
+
+
+def _equivalent_all_gather(tensor, group):
+    global _GATHER_FN
+    if _GATHER_FN is None:
+        import torch
+        import torch.distributed as tdist
+
+        class AllGatherSumBackward(torch.autograd.Function):
+
+            @staticmethod
+            def forward(ctx, group, tensor):
+                ctx.group = group
+                out = [torch.empty_like(tensor) for _ in range(tdist.get_world_size(group=group))]
+                tdist.all_gather(out, tensor.contiguous(), group=group)
+                return tuple(out)
+
+            @staticmethod
+            def backward(ctx, *grads):
+                stacked = torch.stack([g.contiguous() for g in grads])
+                tdist.all_reduce(stacked, group=ctx.group)
+                return None, stacked[tdist.get_rank(group=ctx.group)]
+
+        _GATHER_FN = AllGatherSumBackward
+    return _GATHER_FN.apply(group, tensor)
+
+
+def sp_backward_loss(recipe: str, loss_local, shift_labels, sp_group, sp_world_size: int, gather_impl: str):
+    """(the tensor to backprop, the full-sequence loss value) for one recipe on this sp rank."""
+    import torch
+    import torch.distributed as tdist
+    import torch.distributed.nn.functional  # noqa: F401 - `import torch` does not import it
+
+    good = (shift_labels != -100).view(-1).sum()
+    if recipe == "allgather":
+        # DeepSpeed's tutorial / TestUlyssesSPHF, as written there.
+        all_gather = (torch.distributed.nn.functional.all_gather if gather_impl == TORCH_ALL_GATHER else
+                      _equivalent_all_gather)
+        losses_per_rank = all_gather(loss_local, group=sp_group)
+        good_per_rank = all_gather(good, group=sp_group)
+        total_loss = sum(losses_per_rank[r] * good_per_rank[r] for r in range(sp_world_size))
+        loss = total_loss / sum(good_per_rank)
+        return loss, float(loss)
+    if recipe == "own_share":
+        total_good = good.clone()
+        tdist.all_reduce(total_good, group=sp_group)  # not differentiable: a count
+        share = loss_local * good / total_good
+        full = share.detach().clone()
+        tdist.all_reduce(full, group=sp_group)
+        return share, float(full)
+    raise ValueError(f"unknown recipe {recipe!r}")
+
+
+def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str):
+    """One engine, one step: {param: full gradient}, the full-sequence loss, {param: reduce path}."""
+    import deepspeed
+    import torch
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
+    from deepspeed.utils import groups, safe_get_full_grad
+    from transformers import AutoModelForCausalLM
+
+    from repro.measure import _destroy, _watch_reduce_paths
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=ATTN)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": stage},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 2**30,
+        "sequence_parallel_size": sp,
+    }
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=config)
+    try:
+        paths = _watch_reduce_paths(engine.optimizer) if stage == 3 else None
+        sp_group = groups._get_sequence_parallel_group()
+        sp_world_size = groups._get_sequence_parallel_world_size()
+        sp_rank = groups._get_sequence_parallel_rank()
+        input_ids, position_ids, labels = sample(dp_index)
+        dataset = torch.utils.data.TensorDataset(input_ids, position_ids, labels)
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=1,
+            collate_fn=lambda b: dict(input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0),
+                                      labels=b[0][2].unsqueeze(0)))
+        adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp_world_size,
+                                             device=engine.device)
+        # Every rank of an sp group holds the same sample, so the first micro-batch is it, sharded.
+        batch = _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size)
+        shift_labels = batch["shift_labels"].to(engine.device)
+        outputs = engine(input_ids=batch["input_ids"].to(engine.device),
+                         position_ids=batch["position_ids"].to(engine.device))
+        loss_local = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
+                                                 vocab_size=engine.module.config.vocab_size)
+        to_backprop, full_loss = sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp_world_size,
+                                                 gather_impl)
+        engine.backward(to_backprop)
+        named = dict(engine.module.named_parameters())
+        grads, reduce_paths = {}, {}
+        for name in PARAMS:
+            grad = safe_get_full_grad(named[name])  # a collective under ZeRO-3: same order everywhere
+            if grad is None:
+                raise RuntimeError(f"zero{stage} {recipe}: DeepSpeed returned no gradient for {name}")
+            grads[name] = grad.detach().double().cpu().clone()
+            reduce_paths[name] = _path(stage, named[name], paths)
+        return grads, full_loss, reduce_paths
+    finally:
+        _destroy(engine)
+        del engine, optimizer, model
+        gc.collect()
+
+
+ADAPTER_NOTE = {}  # filled when DeepSpeed's adapter cannot run here; goes into the report's extra
+
+
+def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_world_size: int) -> dict:
+    """The adapter's first micro-batch; on gloo, for DeepSpeed 0.17.x .. 0.19.6-dev, the same by hand.
+
+    Those versions all_gather a 0-dim seqlen into 1-element tensors, which gloo rejects
+    ("invalid tensor size"); NCCL moves the bytes, and 0.19.8 sends a 1-element tensor. The
+    check raises on every rank before any data moves, so the ranks stay in step. The fallback
+    does what the adapter does to one sample: pad the labels with -100, shift them left into
+    ``shift_labels``, and give this rank its contiguous slice of every tensor.
+    """
+    import torch
+
+    try:
+        return next(iter(adapter))
+    except RuntimeError as err:
+        if "invalid tensor size" not in str(err):
+            raise
+    ADAPTER_NOTE["adapter"] = ("manual sharding: this DeepSpeed's UlyssesSPDataLoaderAdapter all_gathers a 0-dim "
+                               "seqlen, which gloo rejects (fixed in 0.19.8)")
+    shift = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
+    chunk = input_ids.shape[1] // sp_world_size
+    cut = slice(chunk * sp_rank, chunk * (sp_rank + 1))
+    return {"input_ids": input_ids[:, cut], "position_ids": position_ids[:, cut], "shift_labels": shift[:, cut]}
+
+
+def _path(stage: int, param, paths) -> str:
+    if stage in (1, 2):
+        return "stage_1_and_2"
+    return str(paths.get(id(param), "unobserved"))
+
+
+# ----------------------------------------------------------------------------- rank program
+
+
+def program(ctx: launch.RankContext) -> launch.RankResult:
+    reason = skip_reason()
+    if reason:
+        raise launch.SkipRank(reason)
+    import torch
+
+    try:
+        import deepspeed.runtime.sequence_parallel.ulysses_sp  # noqa: F401
+        import transformers
+    except ImportError as err:
+        raise launch.SkipRank(f"cannot import the ALST pieces: {err}") from err
+
+    topology = ctx.topology
+    sp, dp = topology.sp, topology.dp
+    dp_index = ctx.rank // sp
+    model_dir = tiny_llama.build(tiny_llama.default_model_dir())
+    # The baseline first: registering Ulysses replaces the sdpa attention function process-wide.
+    baseline_losses, expected = baseline(model_dir, dp, ctx.device)
+    mpu = register_ulysses(model_dir, sp)
+    gather_impl = all_gather_impl(ctx.backend, dp)
+    rows, losses = [], []
+    for stage in STAGES:
+        for recipe in RECIPES:
+            grads, full_loss, paths = run_sp(stage, recipe, model_dir, mpu, sp, dp_index, gather_impl)
+            rows += [make_row(recipe, stage, name, grads[name], expected[name], sp, ctx.args.expect, paths[name])
+                     for name in PARAMS]
+            losses.append(loss_entry(recipe, stage, full_loss, baseline_losses[dp_index]))
+    # Rank 0 reports dp group 0's losses; every rank checked its own, and a mismatch anywhere fails.
+    mine_ok = all(x["ok"] for x in losses)
+    flag = torch.tensor([0 if mine_ok else 1])
+    torch.distributed.all_reduce(flag)
+    if int(flag) and mine_ok:
+        losses.append({"recipe": "*", "stage": 0, "sp_loss": float("nan"), "baseline_loss": float("nan"),
+                       "rel_diff": float("nan"), "ok": False, "note": "another dp group's loss mismatched"})
+    report = AlstReport(
+        script=SCRIPT, deepspeed_version=_version("deepspeed"), torch_version=torch.__version__,
+        transformers_version=transformers.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
+        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size, sp=sp, dp=dp,
+        expect=ctx.args.expect, rows=rows, losses=losses, python_version=platform.python_version(),
+        extra={"model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights", "model_dir": str(model_dir),
+               "attn_implementation": ATTN, "all_gather": gather_impl, "seq_len": SEQ_LEN,
+               "masked_prefix": MASKED_PREFIX,
+               "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
+               "dtype": "float32", **ADAPTER_NOTE})
+    return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+
+    def run(args: ReproArgs) -> int:
+        problem = usage_error(args)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        if not launch.external_launcher_env() and launch._CHILD_DIR_VAR not in os.environ:
+            reason = skip_reason()  # cheap, before any rank starts
+            if reason:
+                print(f"SKIP: {reason}", flush=True)
+                return EXIT_SKIP
+        return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
+
+    return main_guard(__doc__, run, argv=argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+#!/usr/bin/env python
+"""A tiny Llama built locally, and an offline stand-in for the hub repo DeepSpeed's tests load.
+
+Nothing here downloads anything. Two uses:
+
+* ``build(folder)``: a ``LlamaForCausalLM`` from a fixed ``LlamaConfig`` and a fixed seed,
+  saved with ``save_pretrained`` (fp32 safetensors + config.json). ``repro/alst_recipe.py``
+  loads it with ``from_pretrained(folder)``.
+* ``populate_hub_cache(hf_home)``: lays that model out in a Hugging Face hub cache as if it
+  had been downloaded from ``hf-internal-testing/tiny-random-LlamaForCausalLM``, so that
+  DeepSpeed's ``tests/unit/ulysses_alst/test_ulysses_sp_hf.py``, which calls
+  ``from_pretrained('hf-internal-testing/tiny-random-LlamaForCausalLM')``, runs unchanged with
+  ``HF_HUB_OFFLINE=1 HF_HOME=<hf_home>``: the hub client then resolves the repo id from the
+  cache (``<hf_home>/hub/models--<org>--<name>/refs/main`` -> ``snapshots/<rev>/``) and never
+  opens a connection. The test does not edit anything and does not know.
+
+The shape is that of the hub repo (the config DeepSpeed's test relies on): a Llama with
+hidden_size 16, 4 attention heads (head_dim 4; DeepSpeed's flex-attention test says
+"tiny-random-LlamaForCausalLM has head_dim=4"), 4 key/value heads, 2 layers,
+intermediate_size 64, vocab_size 32000, max_position_embeddings 2048, rms_norm_eps 1e-6,
+untied embeddings, fp32. Its weights are ours (seeded), not the hub's: the tests compare a
+sequence-parallel run with a baseline of the same weights, so only the shape matters; the
+loss values they print differ from a run against the real repo. No tokenizer is written:
+the test feeds token ids and never loads one.
+
+CLI::
+
+    python -m repro.tiny_llama build DIR            # save the model to DIR
+    python -m repro.tiny_llama hub-cache HF_HOME    # build it into a hub cache; prints the env to use
+
+Then, in a DeepSpeed checkout::
+
+    HF_HUB_OFFLINE=1 HF_HOME=HF_HOME PYTHONPATH=.:$PWD/tests DS_ACCELERATOR=cpu LOCAL_SIZE=2 \\
+        pytest tests/unit/ulysses_alst/test_ulysses_sp_hf.py -k TestUlyssesSPHF
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HUB_REPO_ID = "hf-internal-testing/tiny-random-LlamaForCausalLM"
+SEED = 20260917
+
+# The hub repo's architecture (see the module docstring). Kept as plain data so the unit
+# tests and the cache key need no transformers.
+TINY_LLAMA_CONFIG: dict = {
+    "hidden_size": 16,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+    "initializer_range": 0.02,
+    "tie_word_embeddings": False,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+}
+
+# A fixed, made-up revision: the cache needs one, and a fixed one keeps reruns identical.
+CACHE_REVISION = "0" * 24 + "a1570000d5c0ffee"
+
+
+class TransformersMissing(RuntimeError):
+    """transformers is not installed: the caller turns this into a skip."""
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as err:
+        raise TransformersMissing(
+            "transformers is not installed (install the 'alst' extra: pip install 'zero3-sp-gradfix[alst]')") from err
+    return transformers
+
+
+def config_key(seed: int = SEED) -> str:
+    """A short id of (architecture, seed, transformers version): the cache folder's name."""
+    import importlib.metadata
+
+    try:
+        tf_version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        tf_version = "none"
+    blob = json.dumps({"config": TINY_LLAMA_CONFIG, "seed": seed, "transformers": tf_version}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def make_model(seed: int = SEED):
+    """The tiny Llama in fp32, its weights a pure function of ``seed`` (CPU generator)."""
+    transformers = _transformers()
+    import torch
+
+    config = transformers.LlamaConfig(**TINY_LLAMA_CONFIG)
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = transformers.LlamaForCausalLM(config).float()
+    finally:
+        torch.random.set_rng_state(state)
+    return model
+
+
+def build(folder: Path, seed: int = SEED) -> Path:
+    """Save the model to ``folder`` (config.json + model.safetensors) unless it is already there.
+
+    Safe to call from several processes at once: each writes a private temporary folder and
+    renames it into place; the loser of the race discards its copy (the content is the same).
+    """
+    folder = Path(folder)
+    if (folder / "config.json").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        make_model(seed).save_pretrained(tmp, safe_serialization=True)
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if not (folder / "config.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def default_model_dir(seed: int = SEED) -> Path:
+    from repro.env import cache_root
+
+    return cache_root() / "tiny-llama" / config_key(seed)
+
+
+def hub_cache_repo_dir(hf_home: Path, repo_id: str = HUB_REPO_ID) -> Path:
+    """``<hf_home>/hub/models--<org>--<name>``: huggingface_hub's cache layout for a model repo."""
+    return Path(hf_home) / "hub" / ("models--" + repo_id.replace("/", "--"))
+
+
+def populate_hub_cache(hf_home: Path, repo_id: str = HUB_REPO_ID, seed: int = SEED,
+                       revision: str = CACHE_REVISION) -> Path:
+    """Put the tiny model into ``hf_home``'s hub cache under ``repo_id``; return the snapshot folder.
+
+    Layout written (what huggingface_hub reads offline)::
+
+        hub/models--hf-internal-testing--tiny-random-LlamaForCausalLM/
+            refs/main                    -> the revision
+            snapshots/<revision>/config.json, model.safetensors
+    """
+    model_dir = build(default_model_dir(seed), seed)
+    repo_dir = hub_cache_repo_dir(hf_home, repo_id)
+    snapshot = repo_dir / "snapshots" / revision
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for item in model_dir.iterdir():
+        if item.is_file():
+            shutil.copy2(item, snapshot / item.name)
+    (repo_dir / "refs").mkdir(parents=True, exist_ok=True)
+    (repo_dir / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+def offline_env(hf_home: Path) -> dict[str, str]:
+    """The variables under which ``from_pretrained(repo_id)`` reads only the cache above."""
+    return {"HF_HOME": str(Path(hf_home).resolve()), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m repro.tiny_llama", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_build = sub.add_parser("build", help="save the tiny Llama to DIR")
+    p_build.add_argument("dir", type=Path)
+    p_cache = sub.add_parser("hub-cache", help=f"lay the tiny Llama out in HF_HOME's hub cache as {HUB_REPO_ID}")
+    p_cache.add_argument("hf_home", type=Path)
+    p_cache.add_argument("--repo-id", default=HUB_REPO_ID)
+    for p in (p_build, p_cache):
+        p.add_argument("--seed", type=int, default=SEED)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            print(build(args.dir, args.seed))
+        else:
+            snapshot = populate_hub_cache(args.hf_home, args.repo_id, args.seed)
+            print(f"# {args.repo_id} -> {snapshot}")
+            for key, value in offline_env(args.hf_home).items():
+                print(f"export {key}={value}")
+    except TransformersMissing as err:
+        print(f"SKIP: {err}")
+        return 77
+    return 0
+
+
+if __name__ == "__main__":
+    if __package__ in (None, ""):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.exit(main())

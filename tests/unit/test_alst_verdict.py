@@ -1,0 +1,161 @@
+"""The ALST recipe check's pure logic: expectation table, verdict, tolerances, report round trip."""
+
+import json
+
+import pytest
+import torch
+
+from repro.alst_verdict import (RECIPES, SCHEMA, STAGES, AlstReport, expected_ratio, fit, loss_entry, make_row,
+                                pattern_of, render_table, row_ok, scale_label)
+
+# The issue's table, written out: (recipe, stage) -> (buggy, fixed) as functions of sp.
+TABLE = {
+    ("allgather", 2): (lambda sp: sp, lambda sp: sp),
+    ("allgather", 3): (lambda sp: 1.0, lambda sp: sp),
+    ("own_share", 2): (lambda sp: 1.0, lambda sp: 1.0),
+    ("own_share", 3): (lambda sp: 1.0 / sp, lambda sp: 1.0),
+}
+
+
+@pytest.mark.parametrize("sp", [1, 2, 4, 8])
+@pytest.mark.parametrize("recipe,stage", sorted(TABLE))
+def test_expected_ratio_is_the_issue_table(recipe, stage, sp):
+    buggy, fixed = TABLE[(recipe, stage)]
+    assert expected_ratio(recipe, stage, sp, "buggy") == pytest.approx(buggy(sp), rel=1e-15)
+    assert expected_ratio(recipe, stage, sp, "fixed") == pytest.approx(fixed(sp), rel=1e-15)
+
+
+def test_zero2_does_not_change_and_zero3_moves_by_sp():
+    for sp in (2, 4):
+        for recipe in RECIPES:
+            assert expected_ratio(recipe, 2, sp, "buggy") == expected_ratio(recipe, 2, sp, "fixed")
+            assert expected_ratio(recipe, 3, sp, "fixed") == pytest.approx(sp * expected_ratio(recipe, 3, sp, "buggy"))
+
+
+def test_without_sp_every_recipe_and_stage_is_one():
+    assert {expected_ratio(r, s, 1, e) for r in RECIPES for s in STAGES for e in ("buggy", "fixed")} == {1.0}
+
+
+@pytest.mark.parametrize("bad", [("sum", 2, 2, "fixed"), ("allgather", 1, 2, "fixed"), ("allgather", 2, 2, "maybe"),
+                                 ("allgather", 2, 0, "fixed")])
+def test_expected_ratio_rejects_unknowns(bad):
+    with pytest.raises(ValueError):
+        expected_ratio(*bad)
+
+
+@pytest.mark.parametrize("value,sp,label", [(1.0, 2, "1.0"), (2.0, 2, "2"), (0.5, 2, "1/2"), (4.0, 4, "4"),
+                                            (0.25, 4, "1/4"), (1.5, 2, "1.5"), (2.0000001, 2, "2")])
+def test_scale_label(value, sp, label):
+    assert scale_label(value, sp) == label
+
+
+def _grad(seed=0, n=64, scale=1e-3):
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
+
+
+def test_fit_finds_the_scale_of_a_tiny_gradient():
+    e = _grad()  # O(1e-3) entries, like the tiny Llama's
+    f = fit(2.0 * e, e, 2.0)
+    assert f.ratio == pytest.approx(2.0) and f.residual < 1e-12 and f.elementwise_ok
+    assert not fit(2.0 * e, e, 1.0).elementwise_ok  # the factor 2 is not hidden by an absolute tolerance
+
+
+def test_fit_accepts_fp32_rounding_and_rejects_a_real_difference():
+    e = _grad()
+    noisy = (e * 0.5).float().double()  # one fp32 rounding of every entry
+    assert row_ok(*_fit_args(noisy, e, 0.5), 0.5)
+    tweaked = e * 0.5
+    tweaked[3] *= 1.01  # one entry 1% off
+    assert not row_ok(*_fit_args(tweaked, e, 0.5), 0.5)
+
+
+def _fit_args(observed, expected, target):
+    f = fit(observed, expected, target)
+    return f.ratio, f.residual, f.elementwise_ok
+
+
+def test_fit_sees_a_direction_change():
+    e = _grad()
+    f = fit(_grad(seed=1), e, 1.0)
+    assert f.residual > 0.5 and not f.elementwise_ok
+
+
+def test_fit_rejects_a_zero_baseline():
+    with pytest.raises(ValueError):
+        fit(torch.ones(3), torch.zeros(3), 1.0)
+
+
+def _rows(sp, ratios):
+    """Rows whose observed gradient is ratio * baseline, judged under --expect fixed."""
+    e = _grad()
+    return [make_row(recipe, stage, "w", ratio * e, e, sp, "fixed", "p") for (recipe, stage), ratio in ratios.items()]
+
+
+@pytest.mark.parametrize("sp", [2, 4])
+def test_verdict_on_the_unpatched_pattern(sp):
+    rows = _rows(sp, {k: v[0](sp) for k, v in TABLE.items()})
+    assert pattern_of(rows) == "buggy"
+    assert all(r.buggy_ok for r in rows)
+    assert [r.ok for r in rows] == [r.stage == 2 for r in rows]  # --expect fixed: the ZeRO-3 rows fail
+
+
+@pytest.mark.parametrize("sp", [2, 4])
+def test_verdict_on_the_fixed_pattern(sp):
+    rows = _rows(sp, {k: v[1](sp) for k, v in TABLE.items()})
+    assert pattern_of(rows) == "fixed" and all(r.ok for r in rows)
+    assert [r.buggy_ok for r in rows] == [r.stage == 2 for r in rows]
+
+
+def test_verdict_on_something_else():
+    rows = _rows(2, {("allgather", 2): 2.0, ("allgather", 3): 4.0, ("own_share", 2): 1.0, ("own_share", 3): 2.0})
+    assert pattern_of(rows) == "other"
+    assert pattern_of([]) == "other"
+
+
+def test_loss_entry():
+    assert loss_entry("allgather", 3, 10.0, 10.0)["ok"]
+    assert loss_entry("allgather", 3, 10.0 * (1 + 5e-6), 10.0)["ok"]
+    assert not loss_entry("allgather", 3, 10.1, 10.0)["ok"]
+
+
+def _report(sp=2, expect="fixed", ratios=None, losses_ok=True):
+    ratios = ratios or {k: v[1](sp) for k, v in TABLE.items()}
+    rows = [make_row(recipe, stage, "w", ratio * _grad(), _grad(), sp, expect, "p")
+            for (recipe, stage), ratio in ratios.items()]
+    losses = [loss_entry("allgather", 2, 10.0, 10.0 if losses_ok else 11.0)]
+    return AlstReport(script="alst_recipe", deepspeed_version="0.19.8", torch_version="2.13.0",
+                      transformers_version="4.57.6", backend="gloo", device="cpu", launcher="local", world_size=sp,
+                      sp=sp, dp=1, expect=expect, rows=rows, losses=losses)
+
+
+def test_report_holds_and_exit_code():
+    assert _report().holds and _report().exit_code == 0
+    buggy = {k: v[0](2) for k, v in TABLE.items()}
+    assert _report(ratios=buggy).exit_code == 1
+    assert _report(ratios=buggy, expect="buggy").exit_code == 0
+    assert _report(losses_ok=False).exit_code == 1  # a wrong loss fails even when the gradients are right
+
+
+def test_report_json_round_trip(tmp_path):
+    report = _report()
+    path = tmp_path / "r.json"
+    report.write(path)
+    data = json.loads(path.read_text())
+    assert data["schema"] == SCHEMA and data["pattern"] == "fixed" and data["holds"] and data["exit_code"] == 0
+    assert set(data["tolerances"]) == {"ratio_rel_tol", "residual_tol", "element_rtol", "element_atol_rel",
+                                       "loss_rel_tol"}
+    again = AlstReport.load(path)
+    assert again.rows == report.rows and again.losses == report.losses
+
+
+def test_report_rejects_another_schema():
+    data = _report().to_dict()
+    data["schema"] = "zero3-sp-gradfix/repro-report/v1"
+    with pytest.raises(ValueError):
+        AlstReport.from_dict(data)
+
+
+def test_table_names_every_row_and_the_verdict():
+    text = render_table(_report(ratios={k: v[0](2) for k, v in TABLE.items()}))
+    assert "DOES NOT HOLD (pattern seen: buggy)" in text
+    assert text.count("MISMATCH") == 2 and "allgather" in text and "own_share" in text and "1/2" in text
