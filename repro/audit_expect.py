@@ -58,9 +58,9 @@ class Tolerance:
     * fp32: u = 2^-24 = 6.0e-8; 10 u = 6e-7; tolerance 1e-5 (the reproducers' rtol).
     * bf16 (8-bit significand): u = 2^-8 = 3.9e-3; 10 u = 0.039; tolerance 0.05.
 
-    Scales the audit tells apart (1, 1/2, 1/4, 1/8, 1/16, 1/3, 2/3, ...) differ by at least
-    33% from each other, far more than twice the largest tolerance (10%), so a row can be
-    within tolerance of at most one of them: 1.0 / 1/sp / other stay unambiguous in bf16.
+    Scales the audit tells apart (1, 1/2, 1/3, 1/4, 1/6, 1/8, 1/16, ...) differ by at least
+    25% from each other, more than twice the largest tolerance (10%), so a row can be within
+    tolerance of at most one of them: 1.0 / 1/sp / other stay unambiguous in bf16.
     The measured worst case is reported in each run (``max_rel_err`` per dtype in the summary).
     """
 
