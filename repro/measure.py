@@ -60,11 +60,12 @@ class Measured:
     path: ReducePath
 
 
-def ds_config(zero: ZeroConfig, **overrides: Any) -> dict[str, Any]:
+def ds_config(zero: ZeroConfig | dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """The DeepSpeed config of a run: ``zero`` is a ZeroConfig or a ready zero_optimization section."""
     config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
-        "zero_optimization": zero.zero_section(),
+        "zero_optimization": dict(zero) if isinstance(zero, dict) else zero.zero_section(),
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 2**30,
     }

@@ -43,14 +43,32 @@ class ProbeModel(torch.nn.Module):
         return loss
 
 
-def rank_inputs(specs: tuple[ParamSpec, ...], rank: int, dtype=torch.float32, device="cpu") -> tuple[torch.Tensor, ...]:
-    gen = torch.Generator().manual_seed(_INPUT_SEED * 1000 + rank)
+# Micro-step m > 0 of gradient accumulation draws its inputs from its own stream; micro-step 0
+# keeps the seed the single-step reproducers have always used.
+_MICRO_STEP_STRIDE = 1_000_003
+
+
+def rank_inputs(specs: tuple[ParamSpec, ...], rank: int, dtype=torch.float32, device="cpu",
+                micro_step: int = 0) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(_INPUT_SEED * 1000 + rank + _MICRO_STEP_STRIDE * micro_step)
     return tuple(torch.randn(s.numel, generator=gen, dtype=torch.float64).to(dtype=dtype, device=device)
                  for s in specs)
 
 
-def local_gradients(specs: tuple[ParamSpec, ...], rank: int) -> dict[str, torch.Tensor]:
-    """Rank ``rank``'s own gradient, in float64 plain torch: no DeepSpeed, no collectives."""
-    model = ProbeModel(specs).double()
-    model(*rank_inputs(specs, rank, dtype=torch.float64)).backward()
+def local_gradients(specs: tuple[ParamSpec, ...], rank: int, micro_step: int = 0,
+                    model_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """Rank ``rank``'s own gradient, in float64 plain torch: no DeepSpeed, no collectives.
+
+    ``model_dtype`` (e.g. torch.bfloat16): first round the weights and the inputs to the dtype
+    the engine computes in, as DeepSpeed does when it casts the model, then differentiate in
+    float64. The oracle then sees the same operands as the engine and differs from it only by
+    the engine's arithmetic rounding. ``None`` keeps the original float64 inputs.
+    """
+    model = ProbeModel(specs)
+    inputs = rank_inputs(specs, rank, dtype=torch.float64, micro_step=micro_step)
+    if model_dtype is not None:
+        model = model.to(model_dtype)
+        inputs = tuple(x.to(model_dtype) for x in inputs)
+    model = model.double()
+    model(*(x.double() for x in inputs)).backward()
     return {s.name: model.weights[s.name].grad.detach().clone() for s in specs}

@@ -23,7 +23,21 @@ def expected_gradient(local: Sequence[torch.Tensor], topology: Topology) -> torc
     return torch.stack(per_sp_group).mean(0)
 
 
-def expected_gradients(specs: tuple[ParamSpec, ...], topology: Topology) -> dict[str, torch.Tensor]:
-    """Every parameter's expected full gradient (float64), computed by every rank alike."""
-    local = [local_gradients(specs, r) for r in range(topology.world_size)]
-    return {s.name: expected_gradient([g[s.name] for g in local], topology) for s in specs}
+def expected_gradients(specs: tuple[ParamSpec, ...], topology: Topology, micro_steps: int = 1,
+                       model_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """Every parameter's expected full gradient (float64), computed by every rank alike.
+
+    With gradient accumulation (``micro_steps`` > 1) DeepSpeed scales each micro-step's loss by
+    1/micro_steps, so the expectation is the mean over micro-steps of (sum over sp, mean over
+    dp); micro-step m feeds every rank its own inputs for that step. ``model_dtype``: see
+    ``model.local_gradients`` (operands rounded to the engine's dtype, arithmetic in float64).
+    """
+    if micro_steps < 1:
+        raise ValueError(f"micro_steps must be >= 1, got {micro_steps}")
+    per_step = []
+    for m in range(micro_steps):
+        local = [local_gradients(specs, r, micro_step=m, model_dtype=model_dtype) for r in range(topology.world_size)]
+        per_step.append({s.name: expected_gradient([g[s.name] for g in local], topology) for s in specs})
+    if micro_steps == 1:
+        return per_step[0]
+    return {s.name: torch.stack([step[s.name] for step in per_step]).mean(0) for s in specs}

@@ -1,0 +1,54 @@
+"""The parity audit's quick mode for real, against the installed (unpatched) DeepSpeed.
+
+--expect buggy must hold (exit 0): every gradient reduced by ZeRO-3's __avg_scatter_grads with
+sp > 1 at 1/sp, everything else at the oracle or where a documented known discrepancy puts it.
+--expect fixed must not (exit 1), and only because of the sp bug's points.
+Five launches each (one per topology); several minutes on two loaded cores.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import REPRO, launch
+
+AUDIT = REPRO / "parity_audit.py"
+AVG_SCATTER = "__avg_scatter_grads"
+
+
+@pytest.fixture(autouse=True)
+def _needs_deepspeed(deepspeed_version):
+    pass
+
+
+def _sp_bug_rows(report):
+    return [(p, r) for p in report["points"] for r in p["rows"] if r["path"] == AVG_SCATTER and p["point"]["sp"] > 1]
+
+
+def test_quick_expect_buggy_holds(tmp_path):
+    run = launch(AUDIT, "--expect", "buggy", "--backend", "gloo", "--table", "failing", "--timeout", "2400",
+                 timeout=2700, tmp_path=tmp_path)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    report = run.report
+    counts = report["summary"]["counts"]
+    assert counts["unexplained"] == 0 and counts["error"] == 0 and counts["sp_bug"] > 0
+    assert {(t["world_size"], t["sp"]) for t in report["topologies"]} == {(1, 1), (2, 1), (2, 2), (4, 2), (4, 4)}
+    rows = _sp_bug_rows(report)
+    assert rows and all(r["ok"]["buggy"] for _, r in rows)
+    # without a known discrepancy on the row, the sp bug is exactly 1/sp
+    assert all(r["label"] == f"1/{p['point']['sp']}" for p, r in rows if not r["known"])
+    assert "--expect buggy: HOLDS" in run.stdout
+
+
+def test_quick_expect_fixed_fails_on_the_sp_bug_only(tmp_path):
+    run = launch(AUDIT, "--expect", "fixed", "--backend", "gloo", "--table", "none", "--timeout", "2400",
+                 timeout=2700, tmp_path=tmp_path)
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
+    report = run.report
+    failing = [p for p in report["points"] if not p["holds"]]
+    assert failing
+    for p in failing:
+        assert p["status"] == "ran" and p["point"]["sp"] > 1
+        assert {r["path"] for r in p["rows"] if not r["ok"]["fixed"]} == {AVG_SCATTER}
+    assert report["summary"]["counts"]["unexplained"] == 0
+    assert "--expect fixed: DOES NOT HOLD" in run.stdout

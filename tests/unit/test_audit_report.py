@@ -1,0 +1,137 @@
+import json
+
+import pytest
+
+from repro import parity_audit
+from repro.audit_expect import KnownDiscrepancy
+from repro.audit_report import SCHEMA, AuditReport, raw_point, raw_row, render_summary, render_table
+from repro.audit_space import AuditPoint
+
+KNOWN = [KnownDiscrepancy(id="zero12-predivide", title="t", when={"stage": (1, ), "predivide": ("world", )},
+                          factor="1/sp", writeup="docs/x.md", code=("stage_1_and_2.py: the line", ), upstream="#1",
+                          measured_on=("0.19.8", ))]
+
+
+def _point(point: AuditPoint, ratios, path, status="ran", message=""):
+    rows = [raw_row(name, 4, path, "float32", r, 0.0, 0.0) for name, r in zip(("small", "large"), ratios)]
+    return raw_point(point.id, point.fields(), status, message, "Opt", 0.1, rows if status == "ran" else [])
+
+
+P_SP = AuditPoint(3, True, True, "fits", 2, 1)
+P_OK = AuditPoint(0, None, None, None, 2, 1)
+P_KNOWN = AuditPoint(1, False, True, "fits", 2, 1, predivide="world")
+P_REJ = AuditPoint(2, True, True, "fits", 2, 1, predivide="world")
+P_MIXED = AuditPoint(3, False, True, "overflow", 2, 1)
+
+
+def _points(sp_ratio=0.5):
+    return [
+        _point(P_SP, (sp_ratio, sp_ratio), "__avg_scatter_grads"),
+        _point(P_OK, (1.0, 1.0), "engine.allreduce_bucket"),
+        _point(P_KNOWN, (0.5, 0.5), "stage_1_and_2.gradient_reduction_w_predivide"),
+        _point(P_REJ, (), "", status="rejected", message="AssertionError: not supported"),
+    ]
+
+
+def _report(points, expect="buggy", topo_code=0):
+    return AuditReport.build(known=KNOWN, known_file="k.toml", expect=expect, points=points, script="parity_audit",
+                             deepspeed_version="0.19.8", torch_version="2.13.0", backend="gloo", device="cpu",
+                             launcher="local", mode="quick",
+                             topologies=[dict(world_size=2, sp=2, dp=1, points=len(points), exit_code=topo_code,
+                                              wall_time_s=1.0, message="")])
+
+
+def test_buggy_holds_fixed_does_not():
+    buggy, fixed = _report(_points(), "buggy"), _report(_points(), "fixed")
+    assert buggy.holds and buggy.exit_code == 0
+    assert not fixed.holds and fixed.exit_code == 1
+    assert fixed.summary["failing_points"] == [P_SP.id]
+    c = buggy.summary["counts"]
+    assert (c["points"], c["ran"], c["rejected"], c["match"], c["sp_bug"], c["known"], c["unexplained"]) == (4, 3, 1, 1,
+                                                                                                          1, 1, 0)
+
+
+def test_with_the_fix_fixed_holds():
+    assert _report(_points(sp_ratio=1.0), "fixed").exit_code == 0
+    assert _report(_points(sp_ratio=1.0), "buggy").exit_code == 1
+
+
+def test_summary_groups_disagreements_by_code_path_and_cause():
+    pts = _points() + [_point(P_MIXED, (1.0, 0.5), "__avg_scatter_grads"),
+                       _point(AuditPoint(2, False, False, "fits", 2, 1), (0.9, 0.9), "stage_1_and_2.buffered_reduce_fallback")]
+    s = _report(pts).summary
+    groups = {(g["path"], g["cause"]): g for g in s["disagreements"]}
+    assert set(groups) == {("__avg_scatter_grads", "sp-bug"),
+                           ("stage_1_and_2.gradient_reduction_w_predivide", "zero12-predivide"),
+                           ("stage_1_and_2.buffered_reduce_fallback", "unexplained")}
+    sp = groups[("__avg_scatter_grads", "sp-bug")]
+    assert sp["points"] == 2 and sp["rows"] == 3 and sp["ratios"] == {"1/2": 3} and "stage3.py" in sp["code"][0]
+    assert groups[("stage_1_and_2.gradient_reduction_w_predivide", "zero12-predivide")]["code"] == [
+        "stage_1_and_2.py: the line"]
+    assert s["disagreements"][-1]["cause"] == "unexplained"  # surprises listed last
+    assert s["rejected"] == [{"message": "AssertionError: not supported", "points": 1, "examples": [P_REJ.id]}]
+    assert s["known_points"] == {"zero12-predivide": 1}
+
+
+def test_error_points_fail_and_failed_launches_exit_2():
+    err = _points() + [_point(P_MIXED, (), "", status="error", message="RuntimeError: boom")]
+    assert _report(err).exit_code == 1
+    assert _report(_points(), topo_code=2).exit_code == 2
+
+
+def test_json_round_trip_and_rejudge(tmp_path):
+    report = _report(_points())
+    report.write(tmp_path / "a.json")
+    data = json.loads((tmp_path / "a.json").read_text())
+    assert data["schema"] == SCHEMA and data["exit_code"] == 0 and data["holds"] is True
+    back = AuditReport.load(tmp_path / "a.json")
+    assert back.to_dict() == report.to_dict()
+    assert back.rejudge(KNOWN, "k.toml", "fixed").exit_code == 1
+    # without the known list the predivide point is unexplained: buggy no longer holds
+    assert back.rejudge([], "none", "buggy").summary["counts"]["unexplained"] == 1
+    with pytest.raises(ValueError):
+        AuditReport.from_dict({"schema": "x"})
+
+
+def test_table_and_summary_text():
+    report = _report(_points(), "fixed")
+    table = render_table(report)
+    assert all(p["id"] in table for p in report.points) and "MISMATCH" in table and "rejected" in table
+    assert P_SP.id in render_table(report, only_failing=True) and P_OK.id not in render_table(report, only_failing=True)
+    text = render_summary(report)
+    assert "DOES NOT HOLD" in text and "sp-bug" in text and "zero12-predivide" in text and "not supported" in text
+
+
+def test_cli_lists_points_without_running(capsys):
+    assert parity_audit.main(["--list", "--world-size", "2", "--sp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "# world 2, sp2dp1:" in out and "z3.rs1.cg1.fits/sp2dp1/fp32/gas1/pdf=1/postscale" in out
+    assert "sp1dp2" not in out
+    assert parity_audit.main(["--list", "--mode", "full"]) == 0
+    assert "# 2800 points in 5 launches (full)" in capsys.readouterr().out
+
+
+def test_cli_world_size_alone_keeps_every_sp(capsys):
+    assert parity_audit.main(["--list", "--world-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "sp2dp2" in out and "sp4dp1" in out and "sp1dp2" not in out
+
+
+def test_cli_rejects_topologies_outside_the_space(capsys):
+    assert parity_audit.main(["--list", "--world-size", "3", "--sp", "3"]) == 2
+    assert parity_audit.main(["--list", "--world-size", "8", "--sp", "4"]) == 2
+    assert parity_audit.main(["--list", "--point", "nothing*"]) == 0
+
+
+def test_cli_rejudges_a_json(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    report = _report(_points())
+    report.write(path)
+    assert parity_audit.main(["--from-json", str(path), "--expect", "buggy", "--no-known"]) == 1
+    assert parity_audit.main(["--from-json", str(path), "--expect", "fixed", "--table", "none"]) == 1
+    assert parity_audit.main(["--from-json", str(tmp_path / "missing.json")]) == 2
+
+
+def test_selection_argv_round_trip():
+    args = parity_audit.Selection("full", (3, ), ("bf16", ), (2, ), ("z3*", ))
+    assert args.argv() == ["--mode", "full", "--stage", "3", "--dtype", "bf16", "--gas", "2", "--point", "z3*"]
