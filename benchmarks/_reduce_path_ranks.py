@@ -232,6 +232,7 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
 
     allocations = {n: _allocations(lambda n=n: impls[n].avg_scatter(opt, params, comm_dtype), restore, ctx)
                    for n in names}
+    isolated = _isolated_post_scale(outputs["before"], comm_dtype, float(ctx.topology.sp), plan.iters * 2)
     restore()
 
     process_group = opt._get_param_partition_group(params[0])
@@ -240,7 +241,7 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     partition_elements = sum(num.partition_slice(p.grad.numel(), world, rank)[1] -
                              num.partition_slice(p.grad.numel(), world, rank)[0] for p in params)
     per_rank = _gather({"times": times, "cpu": cpu, "allocations": allocations,
-                        "partition_elements": partition_elements})
+                        "partition_elements": partition_elements, "isolated": isolated})
     # The step's time is its slowest rank's: per round, the maximum over ranks. The work done is
     # the CPU time of all ranks together: per round, the sum (less sensitive to other processes
     # taking the cores than the wall clock).
@@ -257,10 +258,30 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
         "step_times_s": step_times,
         "cpu_times_s": cpu_times,
         "rank_median_s": [{n: statistics.median(r["times"][n]) for n in names} for r in per_rank],
+        "isolated_post_scale": [r["isolated"] for r in per_rank],
         "allocations": [r["allocations"] for r in per_rank],
         "partition_elements": [r["partition_elements"] for r in per_rank],
         "itemsize": torch.empty(0, dtype=comm_dtype).element_size(),
     }
+
+
+def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype, scale: float,
+                         repeats: int) -> dict:
+    """The one thing the fix adds, alone: ``[g.mul(scale) for g in partitions]`` over this rank's
+    partitions of the bucket, in the communication dtype, timed with no collective around it
+    (a low-noise measure of the extra work; the full-call ratios above are the real cost)."""
+    parts = [p.to(comm_dtype).contiguous() for p in partitions]
+    wall, cpu = [], []
+    for _ in range(repeats):
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        out = [g.mul(scale) for g in parts]
+        _sync()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        del out
+    return {"wall_median_s": statistics.median(wall), "cpu_median_s": statistics.median(cpu), "repeats": repeats,
+            "tensors": len(parts), "elements": sum(p.numel() for p in parts)}
 
 
 def _scale_checks(outputs: dict[str, list[torch.Tensor]], sp: int, comm_dtype: torch.dtype) -> dict:

@@ -166,7 +166,11 @@ def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls
         argv += ["--impl", f"{name}={path}"]
     load = os.getloadavg()
     start = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout + 60)
+    # Each launch's rank folders live under this run's own temporary directory: a cleanup of
+    # /tmp by another job on a shared machine cannot pull them away mid-run.
+    env = dict(os.environ, TMPDIR=str(out.parent))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout + 60, env=env)
     if proc.returncode != 0 or not out.exists():
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-5000:])
         raise SystemExit(f"error: {phase} launch (world {world}, sp {sp}) failed with exit code {proc.returncode}")
@@ -210,6 +214,8 @@ def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
                     row["per_launch"][metric][n].append(statistics.median(st[n]) / statistics.median(st["before"]))
             row["allocations"].append(bucket["allocations"][0])
             row["checks"].append(bucket["checks"])
+            row.setdefault("isolated", []).append(max(r["wall_median_s"] for r in bucket["isolated_post_scale"]))
+            row.setdefault("isolated_cpu", []).append(sum(r["cpu_median_s"] for r in bucket["isolated_post_scale"]))
             keys = ("bucket_params", "bucket_elements", "communication_dtype", "gradient_dtype",
                     "partition_world_size", "sequence_parallel_size", "itemsize")
             row["bucket"] = {k: bucket[k] for k in keys}
@@ -235,6 +241,14 @@ def _summarize_row(row: dict, impl_names: list[str], others: list[str]) -> dict:
                                                    statistics.median(pooled["before"]), 4),
                          "per_launch_ratio_of_medians": [round(x, 4) for x in row["per_launch"][metric][n]]}
         summary[f"{metric}_ratio_vs_before"] = ratios
+    iso_wall, iso_cpu = statistics.median(row["isolated"]), statistics.median(row["isolated_cpu"])
+    before_wall = statistics.median([x for launch in row["series"]["wall"]["before"] for x in launch])
+    before_cpu = statistics.median([x for launch in row["series"]["cpu"]["before"] for x in launch])
+    summary["isolated_post_scale"] = {
+        "what": "[g.mul(sp) for g in this rank's partitions], alone, no collective: the work the fix adds",
+        "wall_ms_slowest_rank": round(1e3 * iso_wall, 3), "cpu_ms_all_ranks": round(1e3 * iso_cpu, 3),
+        "share_of_before_wall": round(iso_wall / before_wall, 4), "share_of_before_cpu": round(iso_cpu / before_cpu, 4),
+        "per_launch_wall_ms": [round(1e3 * x, 3) for x in row["isolated"]]}
     scale_runs = b["sequence_parallel_size"] != 1
     alloc0 = row["allocations"][0]
     summary["bytes_rank0"] = {
@@ -274,6 +288,16 @@ def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
                              + ", ".join(f"{x:.3f}" for x in q["per_launch_ratio_of_medians"]))
             lines.append("| " + " | ".join(cells) + " |")
         out.append("\n".join(lines))
+    lines = ["The fix's added work alone (`[g.mul(sp) for g in partitions]` on the same partitions, no collective), "
+             "against the median unpatched call:", "",
+             "| case | precision | post-scale pass, ms (slowest rank) | share of the call (wall) | CPU ms (all ranks) "
+             "| share of the call (CPU) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        iso = r["isolated_post_scale"]
+        lines.append(f"| {r['case']} | {r['dtype']} | {iso['wall_ms_slowest_rank']:.3f} | "
+                     f"{100 * iso['share_of_before_wall']:.2f}% | {iso['cpu_ms_all_ranks']:.3f} | "
+                     f"{100 * iso['share_of_before_cpu']:.2f}% |")
+    out.append("\n".join(lines))
     head = ["case", "precision", "method"] + [f"{n}: extra bytes measured / analytic, extra alloc events"
                                               for n in others]
     lines = ["Extra memory allocated by one call on rank 0, against before:", "",
@@ -358,6 +382,8 @@ def driver_main(argv: list[str]) -> int:
                         help=f"do not time the unpatched code a second time as '{AA}' (the A/A noise control)")
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-numerics", action="store_true")
+    parser.add_argument("--keep-other", action="store_true",
+                        help="keep the skipped section (timing or numerics) from the existing --out file")
     parser.add_argument("--max-load", type=float, default=None,
                         help="wait (up to --max-wait s) for the 1-minute load average to drop below this first")
     parser.add_argument("--max-wait", type=float, default=600.0)
@@ -379,6 +405,13 @@ def driver_main(argv: list[str]) -> int:
     payload: dict = {"benchmark": "reduce_path", "environment": environment(args.python), "backend": backend,
                      "waited_for_load_s": waited, "patches": {n: str(p) for n, p in patches.items()},
                      "target": {"case": TARGET_CASE, "max_ratio": TARGET}}
+    if args.keep_other and out_path.exists():
+        # Keep the section this run skips from the previous results file (e.g. numerics run once,
+        # timing rerun at a quieter moment).
+        old = json.loads(out_path.read_text())
+        for section, skipped in (("timing", args.skip_timing), ("numerics", args.skip_numerics)):
+            if skipped:
+                payload.update({k: v for k, v in old.items() if k == section or k.startswith(section + "_")})
     with tempfile.TemporaryDirectory(prefix="reduce-path-impls-") as tmp:
         impls = prepare_impls(args.python, patches, Path(tmp))
         if args.aa_control:
@@ -394,17 +427,20 @@ def driver_main(argv: list[str]) -> int:
             for case in args.case or DEFAULT_CASES:
                 extra += ["--case", case]
             launches = []
+            payload["timing_run"] = _run_info(waited)
             for i in range(args.repeats):
                 launches.append(run_launch(args.python, "timing", 2, 2, backend, impls, work / f"timing{i}.json",
                                            extra, args.timeout))
                 print(f"timing launch {i + 1}/{args.repeats}: {launches[-1]['driver_wall_s']} s, load "
                       f"{launches[-1]['load_average_at_start'][0]:.2f} -> "
                       f"{launches[-1]['load_average_at_end'][0]:.2f}", flush=True)
+            payload["timing_run"]["load_average_at_end"] = os.getloadavg()
             payload["timing"] = summarize_timing(launches, names)
             payload["timing_launches"] = [{k: v for k, v in lr.items() if k != "cases"} for lr in launches]
             payload["timing_raw"] = launches
         if not args.skip_numerics:
             launches = []
+            payload["numerics_run"] = _run_info(waited)
             for topo in args.topology or DEFAULT_TOPOLOGIES:
                 world, sp = (int(x) for x in topo.split(":"))
                 backend_here = backend if backend == "gloo" or _gpus_for(world) else "gloo"
@@ -413,6 +449,7 @@ def driver_main(argv: list[str]) -> int:
                                            work / f"numerics-{world}-{sp}.json", ["--dtypes", args.numerics_dtypes],
                                            args.timeout))
                 print(f"numerics world {world} sp {sp}: {launches[-1]['driver_wall_s']} s", flush=True)
+            payload["numerics_run"]["load_average_at_end"] = os.getloadavg()
             payload["numerics"] = numerics_rows(launches)
             payload["numerics_bitwise"] = numerics_flags(launches)
             payload["numerics_launches"] = [{k: v for k, v in lr.items() if k != "results"} for lr in launches]
@@ -420,20 +457,32 @@ def driver_main(argv: list[str]) -> int:
     conclusion = _conclusion(payload)
     payload["conclusion"] = conclusion
     path = write_result("reduce_path", payload, out_path)
-    md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", "",
-          f"backend {backend}; {payload['environment']['cpus']} CPUs; load average at start "
-          f"{payload['environment']['load_average_at_start']}, at end {payload['load_average_at_end']}", ""]
+    md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", ""]
     if "timing" in payload:
-        md += ["## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "", timing_markdown(payload["timing"], names),
-               ""]
+        timed = [n for n in payload["timing"][0]["wall_ms"]]
+        md += ["## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "", _run_line(payload["timing_run"]), "",
+               timing_markdown(payload["timing"], timed), ""]
     if "numerics" in payload:
-        md += ["## Numerics against the float64 oracle", "",
+        md += ["## Numerics against the float64 oracle", "", _run_line(payload["numerics_run"]), "",
                numerics_markdown(payload["numerics"], payload["numerics_bitwise"]), ""]
     md += [conclusion, ""]
     path.with_suffix(".md").write_text("\n".join(md))
-    print("\n".join(md[4:]))
+    print("\n".join(md[2:]))
     print(f"{conclusion}; {path}")
     return 0 if payload.get("meets_target", True) else 1
+
+
+def _run_info(waited: float) -> dict:
+    return {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average_at_start": os.getloadavg(),
+            "waited_for_load_s": waited}
+
+
+def _run_line(info: dict) -> str:
+    def fmt(load) -> str:
+        return "/".join(f"{x:.2f}" for x in load) if load else "?"
+
+    return (f"Run {info['started']}; load average (1/5/15 min) at start {fmt(info['load_average_at_start'])}, "
+            f"at end {fmt(info.get('load_average_at_end'))}; {os.cpu_count()} CPUs.")
 
 
 def _gpus_for(world: int) -> bool:
