@@ -500,6 +500,23 @@ def _wait_for_quiet(max_load: float | None, max_wait: float) -> float:
     return round(time.monotonic() - start, 1)
 
 
+def _variant_less_exact(rows: list[dict]) -> list[str]:
+    """Rows where avg_scatter[variant] is worse than avg_scatter[fix] on any of the four measures."""
+    by_key: dict = {}
+    for r in rows:
+        by_key.setdefault((r["world"], r["sp"], r["dtype"], r["kind"]), {})[r["path"]] = r
+    worse = []
+    for (world, sp, dtype, kind), paths in by_key.items():
+        fix, var = paths.get("avg_scatter[fix]"), paths.get("avg_scatter[variant]")
+        if fix is None or var is None:
+            continue
+        if (var["max_ulp"] > fix["max_ulp"] or var["mean_ulp"] > fix["mean_ulp"]
+                or var["exact_fraction"] < fix["exact_fraction"]
+                or var["correctly_rounded_fraction"] < fix["correctly_rounded_fraction"]):
+            worse.append(f"{dtype} {kind} world={world} sp={sp}")
+    return worse
+
+
 def _conclusion(payload: dict) -> str:
     parts = []
     if "timing" in payload:
@@ -525,6 +542,10 @@ def _conclusion(payload: dict) -> str:
         parts.append("exact inputs, bitwise equal to the contiguous path: fix "
                      f"{all_equal('contiguous==avg_scatter[fix]')}; variant "
                      f"{all_equal('contiguous==avg_scatter[variant]')}")
+        worse = _variant_less_exact(payload.get("numerics", []))
+        payload["variant_at_least_as_exact_as_fix"] = not worse
+        parts.append("variant at least as exact as the fix (max and mean ULP, exact and correctly rounded "
+                     f"fractions) in every row: {'yes' if not worse else 'no: ' + ', '.join(worse)}")
     return "; ".join(parts)
 
 
