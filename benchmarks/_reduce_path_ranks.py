@@ -170,9 +170,16 @@ def timing_program(plan: TimingPlan, impl_spec: dict[str, str]) -> Callable[[Ran
                     raise RuntimeError(f"{label}/{dtype}: the backward never reduced on {AVG}")
                 cases.append({"case": label, "params": count, "numel_each": numel, "dtype": dtype,
                               "buckets": buckets})
-        return RankResult(0, {"phase": "timing", "cases": cases} if ctx.rank == 0 else None)
+        return RankResult(0, {"phase": "timing", "cases": cases, **_launch_info()} if ctx.rank == 0 else None)
 
     return program
+
+
+def _launch_info() -> dict:
+    """The rendezvous address of this launch: DeepSpeed's CPU comm op names its /dev/shm buffers after it."""
+    import os
+
+    return {"master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT")}
 
 
 def _wrap(optimizer, method: str, before_original: Callable) -> None:
@@ -380,7 +387,7 @@ def numerics_program(plan: NumericsPlan, impl_spec: dict[str, str]) -> Callable[
                 raise RuntimeError(f"numerics/{dtype}: the backward never reduced on the contiguous path")
             merged = _merge_ranks(_gather(seen))
             results.append({"dtype": dtype, "param_names": names, **merged})
-        return RankResult(0, {"phase": "numerics", "results": results} if ctx.rank == 0 else None)
+        return RankResult(0, {"phase": "numerics", "results": results, **_launch_info()} if ctx.rank == 0 else None)
 
     return program
 

@@ -159,7 +159,8 @@ def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[
 
 
 def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls: dict[str, str], out: Path,
-               extra: list[str], timeout: float) -> dict:
+               extra: list[str], timeout: float) -> dict | None:
+    """One launch; its report (also left in ``out``), or None when it failed (the reason printed)."""
     argv = [python, str(Path(__file__).resolve()), "--phase", phase, "--world-size", str(world), "--sp", str(sp),
             "--backend", backend, "--json", str(out), "--timeout", str(timeout), *extra]
     for name, path in impls.items():
@@ -172,12 +173,36 @@ def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout + 60, env=env)
     if proc.returncode != 0 or not out.exists():
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-5000:])
-        raise SystemExit(f"error: {phase} launch (world {world}, sp {sp}) failed with exit code {proc.returncode}")
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
+        print(f"error: {phase} launch (world {world}, sp {sp}) failed with exit code {proc.returncode} after "
+              f"{time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+        return None
     report = json.loads(out.read_text())
+    report["shm_buffers_removed"] = remove_shm_buffers(report.get("master_addr"), report.get("master_port"))
     report["load_average_at_start"] = load
     report["driver_wall_s"] = round(time.monotonic() - start, 2)
+    out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     return report
+
+
+def remove_shm_buffers(addr: str | None, port: str | None) -> int:
+    """Remove the /dev/shm buffers DeepSpeed's CPU comm op left behind for this launch.
+
+    Each rank of a CPU launch creates /dev/shm/deepspeed_allreduce_buffer_<i>_<addr>_<port>_<rank>
+    (69 MB in 0.19.8) and nothing ever unlinks it (shm.cpp has a shared_close() that is never
+    called), so on a shared machine they pile up in RAM launch after launch. The ranks of this
+    launch have exited; the port is this launch's own (picked by the kernel), so only its files match.
+    """
+    if not addr or not port:
+        return 0
+    removed = 0
+    for f in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{addr}_{port}_*"):
+        try:
+            f.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 def _quantiles(values: list[float]) -> dict:
@@ -380,6 +405,8 @@ def driver_main(argv: list[str]) -> int:
                         help=f"numerics layouts (default {' '.join(DEFAULT_TOPOLOGIES)})")
     parser.add_argument("--no-aa-control", dest="aa_control", action="store_false",
                         help=f"do not time the unpatched code a second time as '{AA}' (the A/A noise control)")
+    parser.add_argument("--add-timing-launch", action="append", default=[], metavar="JSON",
+                        help="pool this saved timing launch report (reduce_path_launches/*/timing*.json) too")
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-numerics", action="store_true")
     parser.add_argument("--keep-other", action="store_true",
@@ -421,20 +448,31 @@ def driver_main(argv: list[str]) -> int:
                      **{n: p for n, p in impls.items() if n != "before"}}
         names = list(impls)
         payload["impls"] = impls
-        work = Path(tmp) / "launches"
+        # Each launch's report is kept next to the results, so that a run cut short keeps what it measured
+        # (and --add-timing-launch can pool launches of several runs).
+        work = out_path.parent / "reduce_path_launches" / time.strftime("%Y%m%d-%H%M%S")
+        payload["launch_reports"] = str(work)
         if not args.skip_timing:
             extra = ["--warmup", str(args.warmup), "--iters", str(args.iters), "--dtypes", args.timing_dtypes]
             for case in args.case or DEFAULT_CASES:
                 extra += ["--case", case]
-            launches = []
+            launches = [json.loads(Path(f).read_text()) for f in args.add_timing_launch]
+            failed = 0
             payload["timing_run"] = _run_info(waited)
             for i in range(args.repeats):
-                launches.append(run_launch(args.python, "timing", 2, 2, backend, impls, work / f"timing{i}.json",
-                                           extra, args.timeout))
-                print(f"timing launch {i + 1}/{args.repeats}: {launches[-1]['driver_wall_s']} s, load "
-                      f"{launches[-1]['load_average_at_start'][0]:.2f} -> "
-                      f"{launches[-1]['load_average_at_end'][0]:.2f}", flush=True)
-            payload["timing_run"]["load_average_at_end"] = os.getloadavg()
+                report = run_launch(args.python, "timing", 2, 2, backend, impls, work / f"timing{i}.json", extra,
+                                    args.timeout)
+                if report is None:
+                    failed += 1
+                    continue
+                launches.append(report)
+                print(f"timing launch {i + 1}/{args.repeats}: {report['driver_wall_s']} s, load "
+                      f"{report['load_average_at_start'][0]:.2f} -> {report['load_average_at_end'][0]:.2f}",
+                      flush=True)
+            payload["timing_run"].update(load_average_at_end=os.getloadavg(), launches=len(launches),
+                                         failed_launches=failed, added_launches=list(args.add_timing_launch))
+            if not launches:
+                raise SystemExit("error: no timing launch succeeded")
             payload["timing"] = summarize_timing(launches, names)
             payload["timing_launches"] = [{k: v for k, v in lr.items() if k != "cases"} for lr in launches]
             payload["timing_raw"] = launches
@@ -444,11 +482,13 @@ def driver_main(argv: list[str]) -> int:
             for topo in args.topology or DEFAULT_TOPOLOGIES:
                 world, sp = (int(x) for x in topo.split(":"))
                 backend_here = backend if backend == "gloo" or _gpus_for(world) else "gloo"
-                launches.append(run_launch(args.python, "numerics", world, sp, backend_here,
-                                           {n: p for n, p in impls.items() if n != AA},
-                                           work / f"numerics-{world}-{sp}.json", ["--dtypes", args.numerics_dtypes],
-                                           args.timeout))
-                print(f"numerics world {world} sp {sp}: {launches[-1]['driver_wall_s']} s", flush=True)
+                report = run_launch(args.python, "numerics", world, sp, backend_here,
+                                    {n: p for n, p in impls.items() if n != AA}, work / f"numerics-{world}-{sp}.json",
+                                    ["--dtypes", args.numerics_dtypes], args.timeout)
+                if report is None:
+                    raise SystemExit(f"error: the numerics launch for world {world}, sp {sp} failed")
+                launches.append(report)
+                print(f"numerics world {world} sp {sp}: {report['driver_wall_s']} s", flush=True)
             payload["numerics_run"]["load_average_at_end"] = os.getloadavg()
             payload["numerics"] = numerics_rows(launches)
             payload["numerics_bitwise"] = numerics_flags(launches)
