@@ -1,0 +1,469 @@
+"""Rank side of benchmarks/reduce_path.py: what each rank of a launch does.
+
+Implementations. Each one is a DeepSpeed package directory (the installed one for "before";
+for the others, a scratch copy of the installed ``stage3.py`` and ``coalesced_collectives.py``
+with a patch applied, made by the driver). Each rank loads those two files as extra modules
+next to the installed DeepSpeed, points the loaded ``stage3``'s imports from
+``coalesced_collectives`` at the loaded copy, and takes ``__avg_scatter_grads`` and
+``__avg_scatter_contiguous_grads`` from the loaded class. Every implementation, "before"
+included, is loaded the same way and called as a plain function on the same real optimizer.
+
+Timing phase: one real ZeRO-3 engine per case (default ZeRO-3 knobs: reduce_scatter=True,
+contiguous_gradients=True, so its backward reduces on ``__avg_scatter_grads``). When the engine
+calls that method, the wrapper first times every implementation on that very bucket (same
+parameters, same gradients, same process group), rotating the order each round and restoring
+the gradients before every call; then it lets the engine's own call through.
+
+Numerics phase: one engine per communication dtype with reduce_scatter=False,
+contiguous_gradients=True and one large bucket, so its backward reduces on the contiguous path.
+When the engine calls that method, the wrapper writes designed per-rank gradients into the
+bucket and runs the contiguous path and every implementation's ``__avg_scatter_grads`` on them,
+comparing each rank's partition with the float64 oracle; then it restores the engine's
+gradients and lets the engine's call through.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import importlib.util
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+import _numerics as num
+from repro.launch import RankContext, RankResult
+from repro.measure import ZeroConfig, _destroy, _mangled, ds_config
+from repro.model import ParamSpec, ProbeModel, rank_inputs
+from repro.oracle import expected_gradient
+from repro.topology import build_mpu
+
+AVG = "__avg_scatter_grads"
+CONTIGUOUS = "__avg_scatter_contiguous_grads"
+
+
+@dataclasses.dataclass(frozen=True)
+class Impl:
+    name: str
+    package_dir: str
+    avg_scatter: Callable
+    contiguous: Callable
+
+
+def load_impls(spec: dict[str, str]) -> dict[str, Impl]:
+    """{name: deepspeed package dir} -> the two reduce methods of each (see the module docstring)."""
+    import deepspeed.runtime.comm.coalesced_collectives as installed_cc
+    import deepspeed.runtime.zero.stage3  # noqa: F401  (its imports are then cached for the copies)
+
+    impls = {}
+    for name, package in spec.items():
+        package = Path(package)
+        cc = _load_module(package / "runtime" / "comm" / "coalesced_collectives.py", f"_reduce_path_{name}_cc")
+        stage3 = _load_module(package / "runtime" / "zero" / "stage3.py", f"_reduce_path_{name}_stage3")
+        # stage3 did `from deepspeed.runtime.comm.coalesced_collectives import ...` against the
+        # installed module: rebind what it took from there to this tree's own definitions.
+        own_cc = vars(cc)
+        for attr, value in list(vars(stage3).items()):
+            if (isinstance(value, types.ModuleType) or attr not in vars(installed_cc)
+                    or vars(installed_cc)[attr] is not value or attr not in own_cc or own_cc[attr] is value):
+                continue
+            setattr(stage3, attr, own_cc[attr])
+        cls = stage3.DeepSpeedZeroOptimizer_Stage3
+        impls[name] = Impl(name, str(package), vars(cls)[f"_{cls.__name__}{AVG}"],
+                           vars(cls)[f"_{cls.__name__}{CONTIGUOUS}"])
+    return impls
+
+
+def _load_module(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sync() -> None:
+    from deepspeed.accelerator import get_accelerator
+
+    get_accelerator().synchronize()
+
+
+def _gather(obj) -> list:
+    import torch.distributed as tdist
+
+    out = [None] * tdist.get_world_size()
+    tdist.all_gather_object(out, obj)
+    return out
+
+
+def _engine(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, overrides: dict):
+    import deepspeed
+
+    model = ProbeModel(specs)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=ds_config(zero, **overrides))
+    return engine
+
+
+def precision_overrides(dtype: str) -> dict:
+    """DeepSpeed config for one precision setting (names as in --dtypes).
+
+    Under sequence parallelism DeepSpeed reduces gradients in ``seq_parallel_communication_data_type``
+    (default fp32, which overrides ``communication_data_type``), so a bf16 model reduces in fp32
+    unless that key says otherwise:
+
+    * ``fp32``: fp32 model, fp32 reduction.
+    * ``bf16-model``: bf16 model, DeepSpeed's default reduction under sp (fp32).
+    * ``bf16``: bf16 model, bf16 reduction.
+    * ``fp16``: fp32 model, fp16 reduction (DeepSpeed's CPU accelerator refuses an fp16 model where
+      oneDNN has no fp16 support, as on this machine; the reduction is what is measured).
+    """
+    if dtype == "fp32":
+        return {}
+    if dtype == "bf16-model":
+        return {"bf16": {"enabled": True}}
+    if dtype == "bf16":
+        return {"bf16": {"enabled": True}, "seq_parallel_communication_data_type": "bf16",
+                "communication_data_type": "bf16"}
+    if dtype == "fp16":
+        return {"seq_parallel_communication_data_type": "fp16", "communication_data_type": "fp16"}
+    raise ValueError(f"unknown precision setting {dtype!r}: fp32, bf16-model, bf16 or fp16")
+
+
+# --------------------------------------------------------------------------- timing
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingPlan:
+    cases: dict[str, tuple[int, int]]  # label -> (number of parameters, elements each)
+    dtypes: tuple[str, ...]
+    warmup: int
+    iters: int
+
+
+def timing_program(plan: TimingPlan, impl_spec: dict[str, str]) -> Callable[[RankContext], RankResult]:
+
+    def program(ctx: RankContext) -> RankResult:
+        impls = load_impls(impl_spec)
+        mpu = build_mpu(ctx.topology)
+        cases = []
+        for label, (count, numel) in plan.cases.items():
+            specs = tuple(ParamSpec(f"p{i:04d}", numel) for i in range(count))
+            for dtype in plan.dtypes:
+                buckets: list[dict] = []
+                engine = _engine(specs, ZeroConfig(3), mpu, precision_overrides(dtype))
+                try:
+                    _wrap(engine.optimizer, AVG, lambda opt, params, comm_dtype: buckets.append(
+                        _time_bucket(opt, list(params), comm_dtype, impls, plan, ctx)))
+                    loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
+                    engine.backward(loss)
+                finally:
+                    _destroy(engine)
+                    del engine
+                    gc.collect()
+                if not buckets:
+                    raise RuntimeError(f"{label}/{dtype}: the backward never reduced on {AVG}")
+                cases.append({"case": label, "params": count, "numel_each": numel, "dtype": dtype,
+                              "buckets": buckets})
+        return RankResult(0, {"phase": "timing", "cases": cases, **_launch_info()} if ctx.rank == 0 else None)
+
+    return program
+
+
+def _launch_info() -> dict:
+    """The rendezvous address of this launch: DeepSpeed's CPU comm op names its /dev/shm buffers after it."""
+    import os
+
+    return {"master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT")}
+
+
+def _wrap(optimizer, method: str, before_original: Callable) -> None:
+    """Run ``before_original`` on every call of ``method`` for this engine, then the original."""
+    name = _mangled(optimizer, method)
+    original = getattr(type(optimizer), name)
+
+    def wrapped(first, comm_dtype):
+        before_original(optimizer, first, comm_dtype)
+        return original(optimizer, first, comm_dtype)
+
+    setattr(optimizer, name, wrapped)
+
+
+def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Impl], plan: TimingPlan,
+                 ctx: RankContext) -> dict:
+    from deepspeed import comm as dist
+
+    grads = [p.grad for p in params]
+    saved = [g.detach().clone() for g in grads]
+
+    def restore() -> None:
+        for g, s in zip(grads, saved):
+            g.copy_(s)
+
+    names = list(impls)
+    # What each implementation returns on this bucket, before any timing.
+    outputs = {}
+    for n in names:
+        restore()
+        outputs[n] = [o.detach().double().cpu().clone() for o in impls[n].avg_scatter(opt, params, comm_dtype)]
+    checks = _scale_checks(outputs, ctx.topology.sp, comm_dtype)
+
+    times: dict[str, list[float]] = {n: [] for n in names}  # wall clock of the call on this rank
+    cpu: dict[str, list[float]] = {n: [] for n in names}  # CPU time of this process (all threads) during it
+    gc.collect()
+    gc.disable()
+    try:
+        for it in range(plan.warmup + plan.iters):
+            k = it % len(names)
+            for n in names[k:] + names[:k]:  # rotate: each implementation runs first, second, ... equally often
+                restore()
+                _sync()
+                dist.barrier()
+                c0 = time.process_time()
+                t0 = time.perf_counter()
+                out = impls[n].avg_scatter(opt, params, comm_dtype)
+                _sync()
+                elapsed = time.perf_counter() - t0
+                used = time.process_time() - c0
+                del out
+                if it >= plan.warmup:
+                    times[n].append(elapsed)
+                    cpu[n].append(used)
+    finally:
+        gc.enable()
+
+    allocations = {n: _allocations(lambda n=n: impls[n].avg_scatter(opt, params, comm_dtype), restore, ctx)
+                   for n in names}
+    isolated = _isolated_post_scale(outputs["before"], comm_dtype, float(ctx.topology.sp), plan.iters * 2)
+    restore()
+
+    process_group = opt._get_param_partition_group(params[0])
+    world = dist.get_world_size(group=process_group)
+    rank = dist.get_rank(group=process_group)
+    partition_elements = sum(num.partition_slice(p.grad.numel(), world, rank)[1] -
+                             num.partition_slice(p.grad.numel(), world, rank)[0] for p in params)
+    per_rank = _gather({"times": times, "cpu": cpu, "allocations": allocations,
+                        "partition_elements": partition_elements, "isolated": isolated})
+    # The step's time is its slowest rank's: per round, the maximum over ranks. The work done is
+    # the CPU time of all ranks together: per round, the sum (less sensitive to other processes
+    # taking the cores than the wall clock).
+    step_times = {n: [max(r["times"][n][i] for r in per_rank) for i in range(plan.iters)] for n in names}
+    cpu_times = {n: [sum(r["cpu"][n][i] for r in per_rank) for i in range(plan.iters)] for n in names}
+    return {
+        "bucket_params": len(params),
+        "bucket_elements": sum(g.numel() for g in grads),
+        "communication_dtype": str(comm_dtype).replace("torch.", ""),
+        "gradient_dtype": str(grads[0].dtype).replace("torch.", ""),
+        "partition_world_size": world,
+        "sequence_parallel_size": ctx.topology.sp,
+        "checks": checks,
+        "step_times_s": step_times,
+        "cpu_times_s": cpu_times,
+        "rank_median_s": [{n: statistics.median(r["times"][n]) for n in names} for r in per_rank],
+        "isolated_post_scale": [r["isolated"] for r in per_rank],
+        "allocations": [r["allocations"] for r in per_rank],
+        "partition_elements": [r["partition_elements"] for r in per_rank],
+        "itemsize": torch.empty(0, dtype=comm_dtype).element_size(),
+    }
+
+
+def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype, scale: float,
+                         repeats: int) -> dict:
+    """The one thing the fix adds, alone: ``[g.mul(scale) for g in partitions]`` over this rank's
+    partitions of the bucket, in the communication dtype, timed with no collective around it
+    (a low-noise measure of the extra work; the full-call ratios above are the real cost)."""
+    parts = [p.to(comm_dtype).contiguous() for p in partitions]
+    wall, cpu = [], []
+    for _ in range(repeats):
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        out = [g.mul(scale) for g in parts]
+        _sync()
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        del out
+    return {"wall_median_s": statistics.median(wall), "cpu_median_s": statistics.median(cpu), "repeats": repeats,
+            "tensors": len(parts), "elements": sum(p.numel() for p in parts)}
+
+
+def _scale_checks(outputs: dict[str, list[torch.Tensor]], sp: int, comm_dtype: torch.dtype) -> dict:
+    """Relations between the implementations' outputs on this rank's partitions."""
+    names = list(outputs)
+    checks = {}
+    if "before" in outputs:
+        ref = torch.cat([o.flatten() for o in outputs["before"]])
+        for n in names:
+            if n != "before":
+                mine = torch.cat([o.flatten() for o in outputs[n]])
+                nonzero = ref.abs() > 0
+                checks[f"{n}/before"] = float((mine[nonzero] / ref[nonzero]).median()) if bool(nonzero.any()) else None
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            checks[f"{a}=={b} bitwise"] = num.bitwise_equal(outputs[a], outputs[b], comm_dtype)
+    checks["expected_ratio"] = float(sp)
+    return checks
+
+
+def _allocations(call: Callable, restore: Callable, ctx: RankContext) -> dict:
+    """Bytes the call allocates: CUDA caching-allocator counters on GPU; on CPU the profiler's
+    memory events (each op's own allocations, profile_memory=True), with the running sum's peak."""
+    from deepspeed import comm as dist
+
+    restore()
+    _sync()
+    dist.barrier()
+    if ctx.device.startswith("cuda"):
+        stats0 = torch.cuda.memory_stats()  #ignore-cuda
+        torch.cuda.reset_peak_memory_stats()  #ignore-cuda
+        base = torch.cuda.memory_allocated()  #ignore-cuda
+        out = call()
+        _sync()
+        stats1 = torch.cuda.memory_stats()  #ignore-cuda
+        peak = torch.cuda.max_memory_allocated() - base  #ignore-cuda
+        del out
+        return {"method": "cuda memory_stats",
+                "bytes": stats1["allocated_bytes.all.allocated"] - stats0["allocated_bytes.all.allocated"],
+                "count": stats1["allocation.all.allocated"] - stats0["allocation.all.allocated"],
+                "peak_bytes": peak}
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = call()
+        del out
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    running = peak = 0
+    allocated = count = 0
+    for e in events:
+        own = e.self_cpu_memory_usage
+        running += own
+        peak = max(peak, running)
+        if own > 0:
+            allocated += own
+            count += 1
+    return {"method": "torch.profiler profile_memory", "bytes": allocated, "count": count, "peak_bytes": peak}
+
+
+# --------------------------------------------------------------------------- numerics
+
+# Sizes with and without padding (numel % world != 0 for world 2, 3, 4), one below the world size.
+NUMERICS_SPECS = tuple(ParamSpec(f"n{i}", n) for i, n in enumerate((4096, 4097, 1000, 333, 64, 3, 16384, 20011)))
+
+
+@dataclasses.dataclass(frozen=True)
+class NumericsPlan:
+    dtypes: tuple[str, ...]
+    kinds: tuple[str, ...]
+
+
+def numerics_program(plan: NumericsPlan, impl_spec: dict[str, str]) -> Callable[[RankContext], RankResult]:
+
+    def program(ctx: RankContext) -> RankResult:
+        impls = load_impls(impl_spec)
+        mpu = build_mpu(ctx.topology)
+        specs = NUMERICS_SPECS
+        bucket = sum(s.numel for s in specs) * 2
+        zero = ZeroConfig(3, reduce_scatter=False, contiguous_gradients=True, reduce_bucket_size=bucket)
+        results = []
+        for dtype in plan.dtypes:
+            seen: list[dict] = []
+            engine = _engine(specs, zero, mpu, precision_overrides(dtype))
+            try:
+                index = {id(p): i for i, (_, p) in enumerate(sorted(engine.module.named_parameters()))}
+                names = {i: n for i, (n, _) in enumerate(sorted(engine.module.named_parameters()))}
+                _wrap(engine.optimizer, CONTIGUOUS, lambda opt, buffer, comm_dtype: seen.append(
+                    _numerics_bucket(opt, buffer, comm_dtype, impls, plan, ctx, index)))
+                loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
+                engine.backward(loss)
+            finally:
+                _destroy(engine)
+                del engine
+                gc.collect()
+            if not seen:
+                raise RuntimeError(f"numerics/{dtype}: the backward never reduced on the contiguous path")
+            merged = _merge_ranks(_gather(seen))
+            results.append({"dtype": dtype, "param_names": names, **merged})
+        return RankResult(0, {"phase": "numerics", "results": results, **_launch_info()} if ctx.rank == 0 else None)
+
+    return program
+
+
+def _numerics_bucket(opt, buffer, comm_dtype: torch.dtype, impls: dict[str, Impl], plan: NumericsPlan,
+                     ctx: RankContext, index: dict[int, int]) -> dict:
+    from deepspeed import comm as dist
+
+    bucket = opt.ipg_buckets[comm_dtype]
+    params = list(bucket.params)
+    ordered = sorted(params, key=lambda p: p.ds_id)  # as __reduce_and_partition_ipg_grads hands them over
+    grads = {id(p): p.grad for p in params}
+    saved = {k: g.detach().clone() for k, g in grads.items()}
+    process_group = bucket.process_group
+    world = dist.get_world_size(group=process_group)
+    rank = dist.get_rank(group=process_group)
+    if world != ctx.world_size:
+        raise RuntimeError(f"partition group has {world} ranks, expected the whole world ({ctx.world_size})")
+
+    per_kind = {}
+    for kind in plan.kinds:
+        local = {pid: [num.rank_gradient(kind, g.numel(), r, index[pid], comm_dtype) for r in range(world)]
+                 for pid, g in grads.items()}
+        oracle = {pid: expected_gradient(ls, ctx.topology) for pid, ls in local.items()}
+
+        def set_inputs() -> None:
+            for pid, g in grads.items():
+                g.copy_(local[pid][rank].view(g.shape).to(g.dtype))
+
+        paths: dict[str, tuple[list, list]] = {}  # path -> (params in output order, outputs)
+        set_inputs()
+        paths["contiguous"] = (params, impls["before"].contiguous(opt, buffer, comm_dtype))
+        for name, impl in impls.items():
+            set_inputs()
+            paths[f"avg_scatter[{name}]"] = (ordered, impl.avg_scatter(opt, ordered, comm_dtype))
+
+        stats, trimmed = {}, {}
+        for path, (order, outs) in paths.items():
+            st = num.ErrorStats()
+            by_param = {}
+            for p, out in zip(order, outs):
+                start, end = num.partition_slice(grads[id(p)].numel(), world, rank)
+                value = out.detach().flatten()[:end - start].double().cpu()
+                st.add(value, oracle[id(p)][start:end], comm_dtype)
+                by_param[id(p)] = value
+            stats[path] = st
+            trimmed[path] = [by_param[id(p)] for p in params]
+        names = list(trimmed)
+        equal = {f"{a}=={b}": num.bitwise_equal(trimmed[a], trimmed[b], comm_dtype)
+                 for i, a in enumerate(names) for b in names[i + 1:]}
+        per_kind[kind] = {"stats": stats, "bitwise": equal}
+
+    for pid, g in grads.items():
+        g.copy_(saved[pid])
+    return {"communication_dtype": str(comm_dtype).replace("torch.", ""),
+            "gradient_dtype": str(next(iter(grads.values())).dtype).replace("torch.", ""),
+            "elements": sum(g.numel() for g in grads.values()), "kinds": per_kind}
+
+
+def _merge_ranks(per_rank: list[list[dict]]) -> dict:
+    """Every rank's view of each bucket -> one summary: stats merged, bitwise equal on every rank."""
+    buckets = []
+    for seen in zip(*per_rank):
+        first = seen[0]
+        kinds = {}
+        for kind in first["kinds"]:
+            stats = {}
+            for path in first["kinds"][kind]["stats"]:
+                st = num.ErrorStats()
+                for r in seen:
+                    st.merge(r["kinds"][kind]["stats"][path])
+                stats[path] = st.summary()
+            bitwise = {pair: all(r["kinds"][kind]["bitwise"][pair] for r in seen)
+                       for pair in first["kinds"][kind]["bitwise"]}
+            kinds[kind] = {"paths": stats, "bitwise_equal_all_ranks": bitwise}
+        buckets.append({k: first[k] for k in ("communication_dtype", "gradient_dtype", "elements")} | {"kinds": kinds})
+    if len(buckets) != 1:
+        return {"buckets": buckets}
+    return buckets[0]

@@ -1,0 +1,600 @@
+#!/usr/bin/env python
+"""What the sp fix costs on ZeRO-3's reduce path, and what it does to the numerics.
+
+ZeRO-3's ``__avg_scatter_grads`` under sequence parallelism (sp > 1) is fixed upstream by
+dividing the averaging world size by sp, which makes the existing post-scale
+``g.mul(world / (world / sp))`` run: one more pass over every gradient partition and one new
+tensor per parameter of the bucket. The variant folds sp into the divisor that
+``reduce_scatter_coalesced`` already pre-divides by (world / sp instead of world), so the path
+divides once, like the contiguous path and ZeRO-1/2, and allocates nothing more.
+
+Implementations: "before" is the installed DeepSpeed; every ``--patch NAME=FILE`` is applied to
+a scratch copy of the installed ``stage3.py`` and ``coalesced_collectives.py`` (nothing else
+of DeepSpeed is copied; the patches carried here are ``benchmarks/reduce_path_patches/``).
+
+Timing (2 ranks, sp=2, gloo on CPU or nccl with 2 GPUs): inside one real ZeRO-3 engine's
+backward, on the bucket the engine is about to reduce, every implementation is timed on the
+same parameters, gradients and process group, the order rotated each round, after warm-up;
+the step time of a call is the slowest rank's. Cases: a bucket of many small parameters and
+one of a few large ones, in fp32 and bf16. Launches are repeated; the ratio after/before is
+reported as the median of the per-round paired ratios over all launches, with its spread and
+each launch's own median. Extra bytes: analytic (the new partition tensors) and measured
+(CPU: torch.profiler memory events; GPU: the CUDA allocator's counters).
+
+Numerics (several sp/dp layouts, one launch each): with designed per-rank gradients, each
+path's partition is compared with a float64 oracle (sum over sp, mean over dp) as ULP errors
+in the communication format (bf16, fp16, fp32), and the paths' outputs with each other bit
+for bit.
+
+Target (issue: reduce-path cost): after/before <= 1.02 on the many-small-parameters case for
+the series' fix. Writes results/benchmarks/reduce_path.json and reduce_path.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _p in (str(ROOT), str(HERE)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from _common import RESULTS, default_python, environment, write_result  # noqa: E402
+
+PATCHES = HERE / "reduce_path_patches"
+DEFAULT_PATCHES = (f"fix={PATCHES / 'fix-upstream.patch'}", f"variant={PATCHES / 'variant-fold-sp.patch'}")
+TARGET = 1.02
+TARGET_CASE = "many_small"
+AA = "before-again"
+PATCHED_FILES = ("deepspeed/runtime/zero/stage3.py", "deepspeed/runtime/comm/coalesced_collectives.py")
+DEFAULT_CASES = ("many_small=512x4096", "few_large=4x2097152")
+DEFAULT_TOPOLOGIES = ("2:2", "4:2", "4:4", "3:3")
+
+
+# --------------------------------------------------------------------------- one launch (ranks)
+
+
+def launch_main(argv: list[str]) -> int:
+    """``--phase timing|numerics``: one multi-rank launch through repro.launch (also run by each rank)."""
+    from repro import launch
+    from repro.cli import main_guard
+
+    import _reduce_path_ranks as ranks
+
+    def add(parser) -> None:
+        parser.add_argument("--phase", choices=["timing", "numerics"], required=True)
+        parser.add_argument("--impl", action="append", default=[], metavar="NAME=DIR")
+        parser.add_argument("--case", action="append", default=[], metavar="LABEL=COUNTxNUMEL")
+        parser.add_argument("--dtypes", default="fp32,bf16")
+        parser.add_argument("--kinds", default="exact,random,small")
+        parser.add_argument("--warmup", type=int, default=5)
+        parser.add_argument("--iters", type=int, default=30)
+
+    def run(args) -> int:
+        x = args.extra
+        impl_spec = dict(_pair(s) for s in x["impl"])
+        if "before" not in impl_spec:
+            print("error: --impl before=DIR is required", file=sys.stderr)
+            return 2
+        dtypes = tuple(x["dtypes"].split(","))
+        if x["phase"] == "timing":
+            cases = {label: _count_numel(spec) for label, spec in map(_pair, x["case"] or DEFAULT_CASES)}
+            program = ranks.timing_program(ranks.TimingPlan(cases, dtypes, x["warmup"], x["iters"]), impl_spec)
+        else:
+            program = ranks.numerics_program(ranks.NumericsPlan(dtypes, tuple(x["kinds"].split(","))), impl_spec)
+
+        def sink(report: dict, wall: float) -> None:
+            report.update(world_size=args.world_size, sp=args.sp, dp=args.dp, backend=args.backend,
+                          wall_s=round(wall, 2), load_average_at_end=os.getloadavg())
+            if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")
+
+        return launch.run(args, program, sink)
+
+    return main_guard("reduce_path: one launch", run, add, argv)
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise SystemExit(f"error: expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def _count_numel(spec: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+)x(\d+)", spec)
+    if not m:
+        raise SystemExit(f"error: a case is COUNTxNUMEL, got {spec!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+# --------------------------------------------------------------------------- implementations
+
+
+def installed_package_dir(python: str) -> Path:
+    out = subprocess.run([python, "-c", "import importlib.util as u; "
+                          "print(u.find_spec('deepspeed').submodule_search_locations[0])"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[str, str]:
+    """before = the installed package; NAME = a scratch copy of its two reduce-path files + FILE."""
+    installed = installed_package_dir(python)
+    impls = {"before": str(installed)}
+    for name, patch in patches.items():
+        touched = set(re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), flags=re.M))
+        code = {t for t in touched if t.startswith("deepspeed/")}
+        if not code or not code <= set(PATCHED_FILES):
+            raise SystemExit(f"error: {patch} changes {sorted(code) or 'no DeepSpeed file'}; this benchmark "
+                             f"loads only {', '.join(PATCHED_FILES)}")
+        tree = workdir / name
+        for rel in PATCHED_FILES:
+            dest = tree / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(installed.parent / rel, dest)
+        includes = [f"--include={rel}" for rel in PATCHED_FILES]
+        proc = subprocess.run(["git", "apply", *includes, str(patch.resolve())], cwd=tree, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"error: {patch.name} does not apply to the installed DeepSpeed ({installed}):\n"
+                             f"{proc.stderr.strip()}")
+        impls[name] = str(tree / "deepspeed")
+    return impls
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls: dict[str, str], out: Path,
+               extra: list[str], timeout: float) -> dict | None:
+    """One launch; its report (also left in ``out``), or None when it failed (the reason printed)."""
+    argv = [python, str(Path(__file__).resolve()), "--phase", phase, "--world-size", str(world), "--sp", str(sp),
+            "--backend", backend, "--json", str(out), "--timeout", str(timeout), *extra]
+    for name, path in impls.items():
+        argv += ["--impl", f"{name}={path}"]
+    load = os.getloadavg()
+    start = time.monotonic()
+    # Each launch's rank folders live under this run's own temporary directory: a cleanup of
+    # /tmp by another job on a shared machine cannot pull them away mid-run.
+    env = dict(os.environ, TMPDIR=str(out.parent))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout + 60, env=env)
+    if proc.returncode != 0 or not out.exists():
+        sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
+        print(f"error: {phase} launch (world {world}, sp {sp}) failed with exit code {proc.returncode} after "
+              f"{time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+        return None
+    report = json.loads(out.read_text())
+    report["shm_buffers_removed"] = remove_shm_buffers(report.get("master_addr"), report.get("master_port"))
+    report["load_average_at_start"] = load
+    report["driver_wall_s"] = round(time.monotonic() - start, 2)
+    out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return report
+
+
+def remove_shm_buffers(addr: str | None, port: str | None) -> int:
+    """Remove the /dev/shm buffers DeepSpeed's CPU comm op left behind for this launch.
+
+    Each rank of a CPU launch creates /dev/shm/deepspeed_allreduce_buffer_<i>_<addr>_<port>_<rank>
+    (69 MB in 0.19.8) and nothing ever unlinks it (shm.cpp has a shared_close() that is never
+    called), so on a shared machine they pile up in RAM launch after launch. The ranks of this
+    launch have exited; the port is this launch's own (picked by the kernel), so only its files match.
+    """
+    if not addr or not port:
+        return 0
+    removed = 0
+    for f in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{addr}_{port}_*"):
+        try:
+            f.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def _quantiles(values: list[float]) -> dict:
+    v = sorted(values)
+    q = statistics.quantiles(v, n=20, method="inclusive") if len(v) > 1 else v * 19
+    return {"median": statistics.median(v), "p25": q[4], "p75": q[14], "p10": q[1], "p90": q[17], "n": len(v)}
+
+
+METRICS = {"wall": "step_times_s", "cpu": "cpu_times_s"}
+
+
+def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
+    """Pool every launch's rounds per (case, dtype); ratios are paired per round (same rotation).
+
+    wall: per round, the slowest rank's wall time of the call. cpu: per round, the CPU time all
+    ranks spent in it (every thread of each rank process).
+    """
+    others = [n for n in impl_names if n != "before"]
+    rows: dict = {}
+    for launch in launches:
+        for case in launch["cases"]:
+            key = (case["case"], case["dtype"])
+            row = rows.setdefault(key, {"case": case["case"], "dtype": case["dtype"], "params": case["params"],
+                                        "numel_each": case["numel_each"], "buckets": len(case["buckets"]),
+                                        "series": {m: {n: [] for n in impl_names} for m in METRICS},
+                                        "per_launch": {m: {n: [] for n in others} for m in METRICS},
+                                        "allocations": [], "checks": []})
+            bucket = max(case["buckets"], key=lambda b: b["bucket_elements"])
+            for metric, field in METRICS.items():
+                st = bucket[field]
+                for n in impl_names:
+                    row["series"][metric][n].append(st[n])
+                for n in others:
+                    row["per_launch"][metric][n].append(statistics.median(st[n]) / statistics.median(st["before"]))
+            row["allocations"].append(bucket["allocations"][0])
+            row["checks"].append(bucket["checks"])
+            row.setdefault("isolated", []).append(max(r["wall_median_s"] for r in bucket["isolated_post_scale"]))
+            row.setdefault("isolated_cpu", []).append(sum(r["cpu_median_s"] for r in bucket["isolated_post_scale"]))
+            keys = ("bucket_params", "bucket_elements", "communication_dtype", "gradient_dtype",
+                    "partition_world_size", "sequence_parallel_size", "itemsize")
+            row["bucket"] = {k: bucket[k] for k in keys}
+            row["partition_elements_rank0"] = bucket["partition_elements"][0]
+    return [_summarize_row(row, impl_names, others) for row in rows.values()]
+
+
+def _summarize_row(row: dict, impl_names: list[str], others: list[str]) -> dict:
+    b = row["bucket"]
+    summary = {k: row[k] for k in ("case", "dtype", "params", "numel_each", "buckets", "bucket")}
+    for metric in METRICS:
+        series = row["series"][metric]
+        pooled = {n: [x for launch in series[n] for x in launch] for n in impl_names}
+        summary[f"{metric}_ms"] = {n: {k: (round(1e3 * x, 3) if k != "n" else x) for k, x in _quantiles(v).items()}
+                                   for n, v in pooled.items()}
+        ratios = {}
+        for n in others:
+            paired = [a / c for la, lb in zip(series[n], series["before"]) for a, c in zip(la, lb)]
+            q = _quantiles(paired)
+            ratios[n] = {"median_paired": round(q["median"], 4), "p25": round(q["p25"], 4), "p75": round(q["p75"], 4),
+                         "p10": round(q["p10"], 4), "p90": round(q["p90"], 4), "rounds": q["n"],
+                         "ratio_of_medians": round(statistics.median(pooled[n]) /
+                                                   statistics.median(pooled["before"]), 4),
+                         "per_launch_ratio_of_medians": [round(x, 4) for x in row["per_launch"][metric][n]]}
+        summary[f"{metric}_ratio_vs_before"] = ratios
+    iso_wall, iso_cpu = statistics.median(row["isolated"]), statistics.median(row["isolated_cpu"])
+    before_wall = statistics.median([x for launch in row["series"]["wall"]["before"] for x in launch])
+    before_cpu = statistics.median([x for launch in row["series"]["cpu"]["before"] for x in launch])
+    summary["isolated_post_scale"] = {
+        "what": "[g.mul(sp) for g in this rank's partitions], alone, no collective: the work the fix adds",
+        "wall_ms_slowest_rank": round(1e3 * iso_wall, 3), "cpu_ms_all_ranks": round(1e3 * iso_cpu, 3),
+        "share_of_before_wall": round(iso_wall / before_wall, 4), "share_of_before_cpu": round(iso_cpu / before_cpu, 4),
+        "per_launch_wall_ms": [round(1e3 * x, 3) for x in row["isolated"]]}
+    scale_runs = b["sequence_parallel_size"] != 1
+    alloc0 = row["allocations"][0]
+    summary["bytes_rank0"] = {
+        n: {"allocated": alloc0[n]["bytes"], "allocating_events": alloc0[n]["count"], "peak": alloc0[n]["peak_bytes"],
+            "extra_vs_before": alloc0[n]["bytes"] - alloc0["before"]["bytes"],
+            "extra_events_vs_before": alloc0[n]["count"] - alloc0["before"]["count"],
+            "extra_peak_vs_before": alloc0[n]["peak_bytes"] - alloc0["before"]["peak_bytes"]}
+        for n in impl_names}
+    summary["bytes_method"] = alloc0["before"]["method"]
+    summary["analytic_extra_bytes_rank0"] = {
+        "fix": row["partition_elements_rank0"] * b["itemsize"] if scale_runs else 0,
+        "fix_new_tensors": b["bucket_params"] if scale_runs else 0, "variant": 0, "variant_new_tensors": 0,
+        "formula": "sum over the bucket's parameters of this rank's partition elements x itemsize of the "
+                   "communication dtype (one g.mul(scale) output each); 0 for the variant (the scale is folded "
+                   "into the existing in-place pre-divide)"}
+    summary["allocations_same_in_every_launch"] = all(a == alloc0 for a in row["allocations"])
+    summary["checks"] = row["checks"][0]
+    summary["checks_same_in_every_launch"] = all(c == row["checks"][0] for c in row["checks"])
+    return summary
+
+
+def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
+    others = [n for n in impl_names if n != "before"]
+    out = []
+    for metric, title in (("wall", "Wall time per call (slowest rank)"),
+                          ("cpu", "CPU time per call (all ranks, all threads)")):
+        head = ["case", "precision", "bucket (comm dtype)"] + [f"{n} ms (median)" for n in impl_names]
+        head += [f"{n}/before: paired median [p25, p75]; per launch" for n in others]
+        lines = [f"{title}; ratios are per round, same bucket, rotated order:", "",
+                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rows:
+            cells = [r["case"], r["dtype"], f"{r['params']} x {r['numel_each']} ({r['bucket']['communication_dtype']})"]
+            cells += [f"{r[f'{metric}_ms'][n]['median']:.2f}" for n in impl_names]
+            for n in others:
+                q = r[f"{metric}_ratio_vs_before"][n]
+                cells.append(f"{q['median_paired']:.3f} [{q['p25']:.3f}, {q['p75']:.3f}]; "
+                             + ", ".join(f"{x:.3f}" for x in q["per_launch_ratio_of_medians"]))
+            lines.append("| " + " | ".join(cells) + " |")
+        out.append("\n".join(lines))
+    lines = ["The fix's added work alone (`[g.mul(sp) for g in partitions]` on the same partitions, no collective), "
+             "against the median unpatched call:", "",
+             "| case | precision | post-scale pass, ms (slowest rank) | share of the call (wall) | CPU ms (all ranks) "
+             "| share of the call (CPU) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        iso = r["isolated_post_scale"]
+        lines.append(f"| {r['case']} | {r['dtype']} | {iso['wall_ms_slowest_rank']:.3f} | "
+                     f"{100 * iso['share_of_before_wall']:.2f}% | {iso['cpu_ms_all_ranks']:.3f} | "
+                     f"{100 * iso['share_of_before_cpu']:.2f}% |")
+    out.append("\n".join(lines))
+    head = ["case", "precision", "method"] + [f"{n}: extra bytes measured / analytic, extra alloc events"
+                                              for n in others]
+    lines = ["Extra memory allocated by one call on rank 0, against before:", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        an = r["analytic_extra_bytes_rank0"]
+        cells = [r["case"], r["dtype"], r["bytes_method"]]
+        for n in others:
+            b = r["bytes_rank0"][n]
+            cells.append(f"{b['extra_vs_before']} / {an.get(n, 0)} ({an.get(n + '_new_tensors', 0)} tensors), "
+                         f"{b['extra_events_vs_before']:+d} events, peak {b['extra_peak_vs_before']:+d}")
+        lines.append("| " + " | ".join(cells) + " |")
+    out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def numerics_rows(launches: list[dict]) -> list[dict]:
+    rows = []
+    for launch in launches:
+        for res in launch["results"]:
+            for kind, data in res["kinds"].items():
+                for path, st in data["paths"].items():
+                    rows.append({"world": launch["world_size"], "sp": launch["sp"], "dp": launch["dp"],
+                                 "dtype": res["communication_dtype"], "kind": kind, "path": path, **st})
+    return rows
+
+
+def numerics_flags(launches: list[dict]) -> list[dict]:
+    flags = []
+    for launch in launches:
+        for res in launch["results"]:
+            for kind, data in res["kinds"].items():
+                eq = data["bitwise_equal_all_ranks"]
+                flags.append({"world": launch["world_size"], "sp": launch["sp"], "dp": launch["dp"],
+                              "dtype": res["communication_dtype"], "kind": kind,
+                              **{pair: value for pair, value in eq.items() if "contiguous" in pair or
+                                 ("fix" in pair and "variant" in pair)}})
+    return flags
+
+
+def numerics_markdown(rows: list[dict], flags: list[dict]) -> str:
+    lines = ["ULP errors in the communication format against the float64 oracle (sum over sp, mean over dp), "
+             "over every rank's partition; max/mean over the elements whose oracle is not 0; 'oracle 0, path not' "
+             "counts elements where the ranks' gradients cancel exactly and the path does not give 0.", "",
+             "| world | sp | dp | comm dtype | inputs | path | max ULP | mean ULP | exact | <= 0.5 ULP | "
+             "oracle 0, path not | scale |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['world']} | {r['sp']} | {r['dp']} | {r['dtype']} | {r['kind']} | {r['path']} | "
+                     f"{r['max_ulp']:.3g} | {r['mean_ulp']:.3g} | {100 * r['exact_fraction']:.1f}% | "
+                     f"{100 * r['correctly_rounded_fraction']:.1f}% | "
+                     f"{r['zero_oracle_missed']}/{r['zero_oracle']} | "
+                     f"{'-' if r['scale'] is None else format(r['scale'], '.4g')} |")
+    pairs = sorted({k for f in flags for k in f if "==" in k})
+    lines += ["", "Bitwise equal on every rank:", "",
+              "| world | sp | dp | comm dtype | inputs | " + " | ".join(pairs) + " |",
+              "|" + "---|" * (5 + len(pairs))]
+    for f in flags:
+        lines.append(f"| {f['world']} | {f['sp']} | {f['dp']} | {f['dtype']} | {f['kind']} | " +
+                     " | ".join("yes" if f.get(p) else "no" for p in pairs) + " |")
+    return "\n".join(lines)
+
+
+def driver_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--python", default=default_python(), help="interpreter with torch + the DeepSpeed to patch")
+    parser.add_argument("--patch", action="append", default=None, metavar="NAME=FILE",
+                        help="an implementation to compare with the installed one (default: the carried fix and "
+                        "variant patches); repeatable")
+    parser.add_argument("--backend", choices=["gloo", "nccl", "auto"], default="auto")
+    parser.add_argument("--repeats", type=int, default=3, help="timing launches (default 3)")
+    parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds per launch and case")
+    parser.add_argument("--iters", type=int, default=30, help="timed rounds per launch and case")
+    parser.add_argument("--case", action="append", default=None, metavar="LABEL=COUNTxNUMEL",
+                        help=f"timing bucket (default {' '.join(DEFAULT_CASES)})")
+    parser.add_argument("--timing-dtypes", default="fp32,bf16-model,bf16",
+                        help="precision settings timed (see _reduce_path_ranks.precision_overrides)")
+    parser.add_argument("--numerics-dtypes", default="bf16,fp16,fp32")
+    parser.add_argument("--topology", action="append", default=None, metavar="WORLD:SP",
+                        help=f"numerics layouts (default {' '.join(DEFAULT_TOPOLOGIES)})")
+    parser.add_argument("--no-aa-control", dest="aa_control", action="store_false",
+                        help=f"do not time the unpatched code a second time as '{AA}' (the A/A noise control)")
+    parser.add_argument("--add-timing-launch", action="append", default=[], metavar="JSON",
+                        help="pool this saved timing launch report (reduce_path_launches/*/timing*.json) too")
+    parser.add_argument("--skip-timing", action="store_true")
+    parser.add_argument("--skip-numerics", action="store_true")
+    parser.add_argument("--keep-other", action="store_true",
+                        help="keep the skipped section (timing or numerics) from the existing --out file")
+    parser.add_argument("--max-load", type=float, default=None,
+                        help="wait (up to --max-wait s) for the 1-minute load average to drop below this first")
+    parser.add_argument("--max-wait", type=float, default=600.0)
+    parser.add_argument("--timeout", type=float, default=900.0, help="per launch, s")
+    parser.add_argument("--out", type=Path, default=None, help=f"JSON path (default {RESULTS}/reduce_path.json)")
+    args = parser.parse_args(argv)
+
+    patches = dict(_pair(p) for p in (args.patch or DEFAULT_PATCHES))
+    patches = {n: Path(f) for n, f in patches.items()}
+    if "before" in patches:
+        raise SystemExit("error: 'before' is the installed DeepSpeed; name the patches otherwise")
+    backend = args.backend
+    if backend == "auto":
+        from repro.cli import gpu_count
+
+        backend = "nccl" if gpu_count() >= 2 else "gloo"
+    waited = _wait_for_quiet(args.max_load, args.max_wait)
+    out_path = args.out or RESULTS / "reduce_path.json"
+    payload: dict = {"benchmark": "reduce_path", "environment": environment(args.python), "backend": backend,
+                     "waited_for_load_s": waited, "patches": {n: str(p) for n, p in patches.items()},
+                     "target": {"case": TARGET_CASE, "max_ratio": TARGET}}
+    if args.keep_other and out_path.exists():
+        # Keep the section this run skips from the previous results file (e.g. numerics run once,
+        # timing rerun at a quieter moment).
+        old = json.loads(out_path.read_text())
+        for section, skipped in (("timing", args.skip_timing), ("numerics", args.skip_numerics)):
+            if skipped:
+                payload.update({k: v for k, v in old.items() if k == section or k.startswith(section + "_")})
+    with tempfile.TemporaryDirectory(prefix="reduce-path-impls-") as tmp:
+        impls = prepare_impls(args.python, patches, Path(tmp))
+        if args.aa_control:
+            # A/A control: the unpatched code loaded a second time, timed like the others. Its ratio
+            # to "before" is this machine's noise floor and bias for the paired ratio.
+            impls = {"before": impls["before"], AA: impls["before"],
+                     **{n: p for n, p in impls.items() if n != "before"}}
+        names = list(impls)
+        payload["impls"] = impls
+        # Each launch's report is kept next to the results, so that a run cut short keeps what it measured
+        # (and --add-timing-launch can pool launches of several runs).
+        work = out_path.parent / "reduce_path_launches" / time.strftime("%Y%m%d-%H%M%S")
+        payload["launch_reports"] = str(work)
+        if not args.skip_timing:
+            extra = ["--warmup", str(args.warmup), "--iters", str(args.iters), "--dtypes", args.timing_dtypes]
+            for case in args.case or DEFAULT_CASES:
+                extra += ["--case", case]
+            launches = [json.loads(Path(f).read_text()) for f in args.add_timing_launch]
+            failed = 0
+            payload["timing_run"] = _run_info(waited)
+            for i in range(args.repeats):
+                report = run_launch(args.python, "timing", 2, 2, backend, impls, work / f"timing{i}.json", extra,
+                                    args.timeout)
+                if report is None:
+                    failed += 1
+                    continue
+                launches.append(report)
+                print(f"timing launch {i + 1}/{args.repeats}: {report['driver_wall_s']} s, load "
+                      f"{report['load_average_at_start'][0]:.2f} -> {report['load_average_at_end'][0]:.2f}",
+                      flush=True)
+            payload["timing_run"].update(load_average_at_end=os.getloadavg(), launches=len(launches),
+                                         failed_launches=failed, added_launches=list(args.add_timing_launch))
+            if not launches:
+                raise SystemExit("error: no timing launch succeeded")
+            payload["timing"] = summarize_timing(launches, names)
+            payload["timing_launches"] = [{k: v for k, v in lr.items() if k != "cases"} for lr in launches]
+            payload["timing_raw"] = launches
+        if not args.skip_numerics:
+            launches = []
+            payload["numerics_run"] = _run_info(waited)
+            for topo in args.topology or DEFAULT_TOPOLOGIES:
+                world, sp = (int(x) for x in topo.split(":"))
+                backend_here = backend if backend == "gloo" or _gpus_for(world) else "gloo"
+                report = run_launch(args.python, "numerics", world, sp, backend_here,
+                                    {n: p for n, p in impls.items() if n != AA}, work / f"numerics-{world}-{sp}.json",
+                                    ["--dtypes", args.numerics_dtypes], args.timeout)
+                if report is None:
+                    raise SystemExit(f"error: the numerics launch for world {world}, sp {sp} failed")
+                launches.append(report)
+                print(f"numerics world {world} sp {sp}: {report['driver_wall_s']} s", flush=True)
+            payload["numerics_run"]["load_average_at_end"] = os.getloadavg()
+            payload["numerics"] = numerics_rows(launches)
+            payload["numerics_bitwise"] = numerics_flags(launches)
+            payload["numerics_launches"] = [{k: v for k, v in lr.items() if k != "results"} for lr in launches]
+    payload["load_average_at_end"] = os.getloadavg()
+    conclusion = _conclusion(payload)
+    payload["conclusion"] = conclusion
+    path = write_result("reduce_path", payload, out_path)
+    md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", ""]
+    if "timing" in payload:
+        timed = [n for n in payload["timing"][0]["wall_ms"]]
+        md += ["## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "", _run_line(payload["timing_run"]), "",
+               timing_markdown(payload["timing"], timed), ""]
+    if "numerics" in payload:
+        md += ["## Numerics against the float64 oracle", "", _run_line(payload["numerics_run"]), "",
+               numerics_markdown(payload["numerics"], payload["numerics_bitwise"]), ""]
+    md += [conclusion, ""]
+    path.with_suffix(".md").write_text("\n".join(md))
+    print("\n".join(md[2:]))
+    print(f"{conclusion}; {path}")
+    return 0 if payload.get("meets_target", True) else 1
+
+
+def _run_info(waited: float) -> dict:
+    return {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average_at_start": os.getloadavg(),
+            "waited_for_load_s": waited}
+
+
+def _run_line(info: dict) -> str:
+    def fmt(load) -> str:
+        return "/".join(f"{x:.2f}" for x in load) if load else "?"
+
+    return (f"Run {info['started']}; load average (1/5/15 min) at start {fmt(info['load_average_at_start'])}, "
+            f"at end {fmt(info.get('load_average_at_end'))}; {os.cpu_count()} CPUs.")
+
+
+def _gpus_for(world: int) -> bool:
+    from repro.cli import gpu_count
+
+    return gpu_count() >= world
+
+
+def _wait_for_quiet(max_load: float | None, max_wait: float) -> float:
+    if max_load is None:
+        return 0.0
+    start = time.monotonic()
+    while os.getloadavg()[0] >= max_load and time.monotonic() - start < max_wait:
+        time.sleep(10)
+    return round(time.monotonic() - start, 1)
+
+
+def _variant_less_exact(rows: list[dict]) -> list[str]:
+    """Rows where avg_scatter[variant] is worse than avg_scatter[fix] on any of the four measures."""
+    by_key: dict = {}
+    for r in rows:
+        by_key.setdefault((r["world"], r["sp"], r["dtype"], r["kind"]), {})[r["path"]] = r
+    worse = []
+    for (world, sp, dtype, kind), paths in by_key.items():
+        fix, var = paths.get("avg_scatter[fix]"), paths.get("avg_scatter[variant]")
+        if fix is None or var is None:
+            continue
+        if (var["max_ulp"] > fix["max_ulp"] or var["mean_ulp"] > fix["mean_ulp"]
+                or var["exact_fraction"] < fix["exact_fraction"]
+                or var["correctly_rounded_fraction"] < fix["correctly_rounded_fraction"]):
+            worse.append(f"{dtype} {kind} world={world} sp={sp}")
+    return worse
+
+
+def _conclusion(payload: dict) -> str:
+    parts = []
+    if "timing" in payload:
+        target_rows = [r for r in payload["timing"] if r["case"] == TARGET_CASE]
+        verdicts = []
+        for r in target_rows:
+            for n, q in r["wall_ratio_vs_before"].items():
+                verdicts.append(f"{n} {r['dtype']} {q['median_paired']:.3f} (cpu "
+                                f"{r['cpu_ratio_vs_before'][n]['median_paired']:.3f})")
+        fix_ok = all(r["wall_ratio_vs_before"]["fix"]["median_paired"] <= TARGET for r in target_rows
+                     if "fix" in r["wall_ratio_vs_before"])
+        payload["meets_target"] = fix_ok
+        parts.append(f"{TARGET_CASE} after/before: {', '.join(verdicts)} (target <= {TARGET} for the fix: "
+                     f"{'OK' if fix_ok else 'MISSED'})")
+    if "numerics_bitwise" in payload:
+        exact = [f for f in payload["numerics_bitwise"] if f["kind"] == "exact"]
+
+        def all_equal(key: str) -> str:
+            hits = [f for f in exact if key in f]
+            bad = [f"{f['dtype']} sp={f['sp']} dp={f['dp']}" for f in hits if not f[key]]
+            return "all" if not bad else "not " + ", ".join(bad)
+
+        parts.append("exact inputs, bitwise equal to the contiguous path: fix "
+                     f"{all_equal('contiguous==avg_scatter[fix]')}; variant "
+                     f"{all_equal('contiguous==avg_scatter[variant]')}")
+        worse = _variant_less_exact(payload.get("numerics", []))
+        payload["variant_at_least_as_exact_as_fix"] = not worse
+        parts.append("variant at least as exact as the fix (max and mean ULP, exact and correctly rounded "
+                     f"fractions) in every row: {'yes' if not worse else 'no: ' + ', '.join(worse)}")
+    return "; ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--phase" in argv:
+        return launch_main(argv)
+    return driver_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
