@@ -36,6 +36,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from patch_and_test import errors
+from repro.env import cache_root
 from patch_and_test.series import (PACKAGE_ROOT, STAGE3, ensure_clean, format_version, git, parse_version,
                                    series_for_version, work_tree_root)
 
@@ -71,10 +72,8 @@ class SourceTree:
 
 
 def cache_dir() -> Path:
-    if os.environ.get("ZERO3_SP_CACHE"):
-        return Path(os.environ["ZERO3_SP_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "zero3-sp-gradfix"
+    # One cache for the whole package (sdists, source repos, wheels, comm ops): repro.env owns it.
+    return cache_root()
 
 
 def mirror_path() -> Path:

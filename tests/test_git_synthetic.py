@@ -15,7 +15,7 @@ import pytest
 from patch_and_test import errors, reroll, source
 from patch_and_test.series import Patch, Series, apply_series, load_manifest, tree_has_fix
 
-from conftest import repo_state
+from tests.conftest import repo_state
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from patch_and_test import lint, reroll, source
 from patch_and_test.series import (apply_series, load_manifest, parse_version, series_for_tree, series_for_version,
                                    source_has_fix, tree_has_fix)
 
-from conftest import SUPPORTED_TAGS, git
+from tests.conftest import SUPPORTED_TAGS, git
 
 pytestmark = pytest.mark.mirror
 

@@ -16,7 +16,7 @@ import pytest
 from patch_and_test import errors, source
 from patch_and_test.series import Patch, apply_series, series_for_tree, tree_has_fix
 
-from conftest import SUPPORTED_PYPI, repo_state
+from tests.conftest import SUPPORTED_PYPI, repo_state
 
 pytestmark = pytest.mark.network
 
