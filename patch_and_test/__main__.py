@@ -4,7 +4,8 @@ Get DeepSpeed (the newest supported PyPI release by default, pinned by sha256 in
 deepspeed-sdists.lock; or your checkout via DEEPSPEED_SRC, never modified), install it
 unpatched and show the bug with both reproducers, apply the series the manifest picks,
 install the patched build (it stays installed here), show the bug gone (reproducers, the
-twin of the upstream regression test, and DeepSpeed's own tests where the source has them),
+twin of the upstream regression test, the parity audit, and DeepSpeed's own tests where the
+source has them),
 and write results/<env>/verdict.json.
 """
 
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="deadline per reproducer launch, s")
     parser.add_argument("--no-upstream-suites", action="store_true",
                         help="with a checkout: skip DeepSpeed's TestGradientAllreduceOp before/after")
+    parser.add_argument("--no-audit", action="store_true",
+                        help="skip the parity audit (repro/parity_audit.py, quick mode) before and after")
     args = parser.parse_args(argv)
     if args.src is not None and args.version is not None:
         print("error: give DEEPSPEED_SRC or DEEPSPEED_VERSION, not both", file=sys.stderr)
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     results = args.results or Path("results") / args.env_name
     verdict = run(PipelineConfig(env_name=args.env_name, results=results, version=args.version, src=args.src,
                                  backend=args.backend, timeout=args.timeout,
-                                 upstream_suites=not args.no_upstream_suites))
+                                 upstream_suites=not args.no_upstream_suites, audit=not args.no_audit))
     if verdict.error:
         print(f"error: {verdict.error}", file=sys.stderr)
     print(f"verdict: {results / 'verdict.json'}")

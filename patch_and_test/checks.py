@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
+AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +63,19 @@ def run_reproducer(script: str, expect: str, out_dir: Path, phase: str, *, backe
     cmd = [sys.executable, str(PACKAGE_ROOT / "repro" / f"{script}.py"), "--expect", expect, "--backend", backend,
            "--json", str(report), "--timeout", str(timeout)]
     code, duration = _run_logged(cmd, log, timeout=timeout + 60, cwd=PACKAGE_ROOT)
-    pattern = json.loads(report.read_text())["pattern"] if report.exists() else None
+    pattern = _pattern(json.loads(report.read_text())) if report.exists() else None
     return ReproCheck(f"{phase}/{script}", script, expect, code, pattern, str(report) if report.exists() else None,
                       str(log), duration)
+
+
+def _pattern(report: dict) -> str | None:
+    if "pattern" in report:
+        return report["pattern"]
+    counts = report.get("summary", {}).get("counts")  # the parity audit: its category counts
+    if counts:
+        return (f"{counts['sp_bug']} at 1/sp, {counts['match']} match, {counts['known']} known, "
+                f"{counts['unexplained']} unexplained, {counts['rejected']} rejected")
+    return None
 
 
 def run_pytest(name: str, args: list[str], out_dir: Path, *, cwd: Path, env: dict[str, str] | None = None,
@@ -98,11 +110,23 @@ def _run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: di
     with open(log, "w") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
+        # Its own session, so that a deadline takes down every rank it started, not just the parent.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
         try:
-            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, timeout=timeout,
-                                  start_new_session=True)
-            code = proc.returncode
+            code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            _kill_group(proc)
             out.write(f"\nerror: killed after {timeout:.0f} s\n")
             code = 2
+        except BaseException:
+            _kill_group(proc)
+            raise
     return code, round(time.monotonic() - start, 3)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

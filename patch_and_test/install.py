@@ -35,13 +35,13 @@ class Installed:
     installer: str
 
 
-def tree_id(tree: Path) -> str:
-    return _git(tree, "rev-parse", "HEAD^{tree}")
+def tree_id(tree: Path, rev: str = "HEAD") -> str:
+    return _git(tree, "rev-parse", f"{rev}^{{tree}}")
 
 
-def install_tree(tree: Path, log: Path) -> Installed:
-    """Install the committed state of ``tree`` into this interpreter (replacing any DeepSpeed)."""
-    tid = tree_id(tree)
+def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
+    """Install commit ``rev`` of ``tree`` into this interpreter (replacing any DeepSpeed)."""
+    tid = tree_id(tree, rev)
     key = hashlib.sha256("|".join([tid, sys.version, _torch_version()]).encode()).hexdigest()[:16]
     wheel_dir = cache_root() / "wheels" / key
     wheels = sorted(wheel_dir.glob("deepspeed-*.whl")) if wheel_dir.is_dir() else []
@@ -50,7 +50,7 @@ def install_tree(tree: Path, log: Path) -> Installed:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as out:
         if not cached:
-            wheels = [_build_wheel(tree, wheel_dir, installer, out)]
+            wheels = [_build_wheel(tree, rev, wheel_dir, installer, out)]
         _run(installer.install_cmd(wheels[0]), out)
         # PYTHONDONTWRITEBYTECODE is common in CI images and uv does not compile: without
         # bytecode every rank re-parses DeepSpeed (seconds per launch).
@@ -58,14 +58,14 @@ def install_tree(tree: Path, log: Path) -> Installed:
     return Installed(importlib.metadata.version("deepspeed"), wheels[0], tid, cached, installer.kind)
 
 
-def _build_wheel(tree: Path, wheel_dir: Path, installer: Installer, out) -> Path:
+def _build_wheel(tree: Path, rev: str, wheel_dir: Path, installer: Installer, out) -> Path:
     tmp = wheel_dir.with_name(wheel_dir.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    # Build from a clean export of the commit, not the work tree: what is cached is exactly HEAD.
+    # Build from a clean export of the commit, not the work tree: what is cached is exactly that commit.
     export = tmp / "src"
     export.mkdir()
-    archive = subprocess.run(["git", "-C", str(tree), "archive", "--format=tar", "HEAD"], check=True,
+    archive = subprocess.run(["git", "-C", str(tree), "archive", "--format=tar", rev], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(export)], input=archive, check=True)
     env = {**os.environ, "DS_BUILD_OPS": "0"}

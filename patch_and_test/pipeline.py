@@ -8,6 +8,7 @@ Nothing here reaches back into an earlier step: the verdict file carries every n
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import platform
@@ -34,6 +35,7 @@ class PipelineConfig:
     backend: str = "gloo"
     timeout: float = 600.0  # per reproducer launch
     upstream_suites: bool = True  # where the source has tests/: run DeepSpeed's own tests too
+    audit: bool = True  # the parity audit (quick mode) before and after, beside the two reproducers
 
 
 class _Run:
@@ -96,27 +98,33 @@ def _run_steps(r: _Run) -> None:
                         "source": tree.upstream_commit or _sdist_sha256(tree.version), "backend": cfg.backend}
     r.verdict.already_fixed = series_mod.tree_has_fix(tree.path)
 
+    # The series goes on first, onto our own copy of the source: a series that does not apply
+    # ends the run before anything is built or installed. The unpatched build is the base commit.
     t = time.monotonic()
-    before = install.install_tree(tree.path, cfg.results / "install-before.log")
+    base = "HEAD"
+    if r.verdict.already_fixed:
+        r.step("apply series", "skipped", f"already fixed: {tree.path} carries the fix; nothing to apply", t)
+    else:
+        applied = series_mod.apply_series(tree.path, chosen)
+        base = applied.base
+        r.verdict.series.update(applied=list(applied.applied), skipped=[dataclasses.asdict(s) for s in applied.skipped],
+                                base=applied.base, head=applied.head)
+        r.step("apply series", "ok", applied.summary().replace("\n", "; "), t)
+
+    t = time.monotonic()
+    before = install.install_tree(tree.path, cfg.results / "install-before.log", rev=base)
     r.verdict.deepspeed_before = before.version
     r.step("install unpatched", "ok", f"deepspeed {before.version} ({'cached wheel' if before.cached_wheel else 'built'}"
            f", {before.installer})", t, cfg.results / "install-before.log")
 
     suite_before = None
     if not r.verdict.already_fixed:
-        for script in checks.REPRODUCERS:
+        for script in _reproducers(cfg):
             _reproducer(r, script, "buggy", "before")
         if tree.has_tests and cfg.upstream_suites:
-            suite_before = _upstream_suite(r, tree.path, "before")
-
-    t = time.monotonic()
-    if r.verdict.already_fixed:
-        r.step("apply series", "skipped", f"already fixed: {tree.path} carries the fix; nothing to apply", t)
-    else:
-        applied = series_mod.apply_series(tree.path, chosen)
-        r.verdict.series.update(applied=list(applied.applied), skipped=[dataclasses.asdict(s) for s in applied.skipped],
-                                head=applied.head)
-        r.step("apply series", "ok", applied.summary().replace("\n", "; "), t)
+            # DeepSpeed's tests import deepspeed from the tree itself: run them on the base commit.
+            with _checked_out(tree.path, base):
+                suite_before = _upstream_suite(r, tree.path, "before")
 
     t = time.monotonic()
     after = install.install_tree(tree.path, cfg.results / "install-after.log")
@@ -124,7 +132,7 @@ def _run_steps(r: _Run) -> None:
     r.step("install patched", "ok", f"deepspeed {after.version} ({'cached wheel' if after.cached_wheel else 'built'}"
            f", {after.installer})", t, cfg.results / "install-after.log")
 
-    for script in checks.REPRODUCERS:
+    for script in _reproducers(cfg):
         _reproducer(r, script, "fixed", "after")
     _twin(r)
     if tree.has_tests:
@@ -132,6 +140,24 @@ def _run_steps(r: _Run) -> None:
         if suite_before is not None:
             suite_after = _upstream_suite(r, tree.path, "after")
             r.verdict.suites.append(compare_suites(f"upstream {UPSTREAM_SUITE}", suite_before, suite_after))
+
+
+def _reproducers(cfg: PipelineConfig) -> tuple[str, ...]:
+    return checks.REPRODUCERS + ((checks.AUDIT,) if cfg.audit else ())
+
+
+@contextlib.contextmanager
+def _checked_out(tree: Path, rev: str):
+    """Our own copy of the source at ``rev`` for a while, then back on its branch."""
+    branch = series_mod.git(tree, "symbolic-ref", "-q", "--short", "HEAD", check=False).stdout.strip()
+    if rev == "HEAD" or not branch:
+        yield
+        return
+    series_mod.git(tree, "checkout", "-q", "--detach", rev)
+    try:
+        yield
+    finally:
+        series_mod.git(tree, "checkout", "-q", branch)
 
 
 def _reproducer(r: _Run, script: str, expect: str, phase: str) -> None:

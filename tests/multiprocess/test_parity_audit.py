@@ -2,11 +2,13 @@
 
 --expect buggy must hold (exit 0): every gradient reduced by ZeRO-3's __avg_scatter_grads with
 sp > 1 at 1/sp, everything else at the oracle or where a documented known discrepancy puts it.
---expect fixed must not (exit 1), and only because of the sp bug's points.
-Five launches each (one per topology); several minutes on two loaded cores.
+--expect fixed must not (exit 1), and only because of the sp bug's points: judged again from the
+same run's JSON (--from-json), so the five launches (one per topology) happen once.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -25,9 +27,14 @@ def _sp_bug_rows(report):
     return [(p, r) for p in report["points"] for r in p["rows"] if r["path"] == AVG_SCATTER and p["point"]["sp"] > 1]
 
 
-def test_quick_expect_buggy_holds(tmp_path):
-    run = launch(AUDIT, "--expect", "buggy", "--backend", "gloo", "--table", "failing", "--timeout", "2400",
-                 timeout=2700, tmp_path=tmp_path)
+@pytest.fixture(scope="module")
+def buggy_run(tmp_path_factory):
+    return launch(AUDIT, "--expect", "buggy", "--backend", "gloo", "--table", "failing", "--timeout", "2400",
+                  timeout=2700, tmp_path=tmp_path_factory.mktemp("audit"))
+
+
+def test_quick_expect_buggy_holds(buggy_run):
+    run = buggy_run
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     report = run.report
     counts = report["summary"]["counts"]
@@ -40,9 +47,12 @@ def test_quick_expect_buggy_holds(tmp_path):
     assert "--expect buggy: HOLDS" in run.stdout
 
 
-def test_quick_expect_fixed_fails_on_the_sp_bug_only(tmp_path):
-    run = launch(AUDIT, "--expect", "fixed", "--backend", "gloo", "--table", "none", "--timeout", "2400",
-                 timeout=2700, tmp_path=tmp_path)
+def test_quick_expect_fixed_fails_on_the_sp_bug_only(buggy_run, tmp_path):
+    assert buggy_run.report is not None, buggy_run.stderr[-4000:]
+    saved = tmp_path / "buggy.json"
+    saved.write_text(json.dumps(buggy_run.report))
+    run = launch(AUDIT, "--from-json", str(saved), "--expect", "fixed", "--table", "none", timeout=120,
+                 tmp_path=tmp_path)
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
     report = run.report
     failing = [p for p in report["points"] if not p["holds"]]
