@@ -113,6 +113,8 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float) -> Path:
     notice = PACKAGE_ROOT / "docs" / "downstream-notice.md"
     if notice.exists():
         shutil.copy2(notice, bundle / notice.name)
+    # The parity audit's write-ups of the other upstream discrepancies it found.
+    shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
     (bundle / "PR.md").write_text(render_pr(bundle))
     write_manifest(bundle)
     archive = dist / f"{bundle.name}.tar.gz"

@@ -20,6 +20,21 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
 AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
+ALST = "alst_recipe"  # the ALST loss recipe's scale; needs transformers and DeepSpeed >= 0.17.2
+ALST_MIN_VERSION = "0.17.2"  # UlyssesSPAttentionHF appears
+
+
+def alst_unavailable(deepspeed_version: str) -> str | None:
+    """Why the ALST reproducer cannot run here, or None when it can."""
+    import importlib.util
+
+    from patch_and_test.series import parse_version
+
+    if parse_version(deepspeed_version) < parse_version(ALST_MIN_VERSION):
+        return f"DeepSpeed {deepspeed_version} has no UlyssesSPAttentionHF (from {ALST_MIN_VERSION})"
+    if importlib.util.find_spec("transformers") is None:
+        return "transformers is not installed (pip install -r requirements/alst.txt)"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -119,7 +119,7 @@ def _run_steps(r: _Run) -> None:
 
     suite_before = None
     if not r.verdict.already_fixed:
-        for script in _reproducers(cfg):
+        for script in _reproducers(r, tree.version):
             _reproducer(r, script, "buggy", "before")
         if tree.has_tests and cfg.upstream_suites:
             # DeepSpeed's tests import deepspeed from the tree itself: run them on the base commit.
@@ -132,7 +132,7 @@ def _run_steps(r: _Run) -> None:
     r.step("install patched", "ok", f"deepspeed {after.version} ({'cached wheel' if after.cached_wheel else 'built'}"
            f", {after.installer})", t, cfg.results / "install-after.log")
 
-    for script in _reproducers(cfg):
+    for script in _reproducers(r, tree.version):
         _reproducer(r, script, "fixed", "after")
     _twin(r)
     if tree.has_tests:
@@ -142,8 +142,14 @@ def _run_steps(r: _Run) -> None:
             r.verdict.suites.append(compare_suites(f"upstream {UPSTREAM_SUITE}", suite_before, suite_after))
 
 
-def _reproducers(cfg: PipelineConfig) -> tuple[str, ...]:
-    return checks.REPRODUCERS + ((checks.AUDIT,) if cfg.audit else ())
+def _reproducers(r: _Run, version: str) -> tuple[str, ...]:
+    scripts = checks.REPRODUCERS + ((checks.AUDIT,) if r.cfg.audit else ())
+    why_not = checks.alst_unavailable(version)
+    if why_not is None:
+        return scripts + (checks.ALST,)
+    if not any(step.name == checks.ALST for step in r.verdict.steps):
+        r.step(checks.ALST, "skipped", why_not, time.monotonic())
+    return scripts
 
 
 @contextlib.contextmanager

@@ -25,9 +25,134 @@ def render_pr(bundle: Path) -> str:
     return "\n".join(p for p in parts if p).rstrip() + "\n"
 
 
-# A later check adds its section here (ALST evidence, parity audit, cost and numerics): a
-# function of the bundle path returning markdown, or "" when its results are absent.
-EXTRA_SECTIONS: list[Callable[[Path], str]] = []
+def _alst(bundle: Path) -> str:
+    """The ALST recipe reproducer, before and after, in every cell that ran it."""
+    rows = []
+    for env, v in sorted(_load_verdicts(bundle).items(), key=lambda kv: _version_key(kv[1])):
+        for phase in ("before", "after"):
+            for check in v.get(phase, []):
+                if check.get("script") != "alst_recipe":
+                    continue
+                report = _report(bundle, check)
+                if report is None:
+                    continue
+                ratios: dict[tuple[str, int], list[float]] = {}
+                for r in report["rows"]:
+                    ratios.setdefault((r["recipe"], r["stage"]), []).append(r["ratio"])
+                cells = [_ratio_span(ratios.get((recipe, stage), [])) for recipe in ("allgather", "own_share")
+                         for stage in (2, 3)]
+                rows.append(f"| [{_cell_label(v)} {phase}]({_rel(bundle, check['report'])}) | "
+                            f"{report['deepspeed_version']} | {' | '.join(cells)} | {check['pattern']} |")
+    if not rows:
+        return ""
+    return "\n".join([
+        "## The ALST / Ulysses-HF loss recipe (why patch 3 exists)", "",
+        "`repro/alst_recipe.py`: a tiny Llama sharded with DeepSpeed's `UlyssesSPAttentionHF` / "
+        "`UlyssesSPDataLoaderAdapter`, sp=2, ratio of DeepSpeed's full gradient to a non-sp baseline of "
+        "the same sample (min-max over four parameters). `allgather` is the recipe of DeepSpeed's tutorial "
+        "and `TestUlyssesSPHF` (the loss gathered with the differentiable all_gather, whose backward sums "
+        "over the sp ranks); `own_share` backprops each rank's token-weighted share. The unpatched ZeRO-3 "
+        "hides the recipe's sp-fold count; with the fix ZeRO-3 agrees with ZeRO-2, so the recipe itself "
+        "must change (the companion patch).", "",
+        "| run | DeepSpeed | allgather ZeRO-2 | allgather ZeRO-3 | own_share ZeRO-2 | own_share ZeRO-3 | pattern |",
+        "|---|---|---|---|---|---|---|", *rows]) + "\n"
+
+
+def _ratio_span(values: list[float]) -> str:
+    if not values:
+        return "-"
+    lo, hi = min(values), max(values)
+    return _ratio(lo) if round(lo, 4) == round(hi, 4) else f"{_ratio(lo)}-{_ratio(hi)}"
+
+
+def _audit(bundle: Path) -> str:
+    """The parity audit's counts per cell, before and after, and the known upstream discrepancies."""
+    rows, known = [], {}
+    for env, v in sorted(_load_verdicts(bundle).items(), key=lambda kv: _version_key(kv[1])):
+        for phase in ("before", "after"):
+            for check in v.get(phase, []):
+                if check.get("script") != "parity_audit":
+                    continue
+                report = _report(bundle, check)
+                if report is None:
+                    continue
+                c = report["summary"]["counts"]
+                rows.append(f"| [{_cell_label(v)} {phase}]({_rel(bundle, check['report'])}) | {check['expect']} | "
+                            f"{'holds' if check['exit_code'] == 0 else 'DOES NOT HOLD'} | {c['points']} | "
+                            f"{c['rejected']} | {c['match']} | {c['sp_bug']} | {c['known']} | {c['unexplained']} |")
+                for kid, n in (report["summary"].get("known_points") or {}).items():
+                    if n:
+                        known.setdefault(kid, set()).add(_cell_label(v).split()[0])
+    if not rows:
+        return ""
+    lines = ["## Parity audit", "",
+             "`repro/parity_audit.py` (quick mode): every ZeRO stage, reduce path, bucket size, sp x dp layout up "
+             "to 4 ranks, fp32/bf16, gradient accumulation 1/2 and the predivide/prescale knobs, each point's full "
+             "gradient against one plain-torch oracle. `at 1/sp`: points whose gradients went through "
+             "`__avg_scatter_grads` with sp > 1 at 1/sp (this bug); `known`: documented upstream discrepancies "
+             "(write-ups in `upstream-candidates/`).", "",
+             "| run | expect | | points | rejected | match | at 1/sp | known | unexplained |",
+             "|---|---|---|---|---|---|---|---|---|", *rows]
+    if known:
+        lines += ["", "Known upstream discrepancies the audit hit (not this bug; candidate upstream issues):", ""]
+        for kid in sorted(known):
+            doc = f"upstream-candidates/{kid}.md"
+            link = f"[`{kid}`]({doc})" if (bundle / doc).exists() else f"`{kid}`"
+            lines.append(f"* {link}: DeepSpeed {', '.join(sorted(known[kid], key=_num_key))}")
+    return "\n".join(lines) + "\n"
+
+
+def _num_key(text: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", text))
+
+
+def _numerics(bundle: Path) -> str:
+    """Cost and numerics of the reduce path (benchmarks/reduce_path.py), where it ran."""
+    path = bundle / "results" / "benchmarks" / "reduce_path.json"
+    if not path.exists():
+        return ""
+    data = json.loads(path.read_text())
+    rel = _rel(bundle, path)
+    lines = ["## Cost and numerics of the fix", ""]
+    timing = data.get("timing") or []
+    if timing:
+        impls = [n for n in ("before-again", "fix", "variant") if n in timing[0].get("wall_ratio_vs_before", {})]
+        lines += [f"Time of `__avg_scatter_grads` inside a real ZeRO-3 engine's backward, 2 ranks, sp=2, gloo on CPU "
+                  f"([{rel}]({rel})): median of the per-round paired wall-time ratios to the unpatched code "
+                  f"(`before-again` times the unpatched code twice: the noise floor). Target for the fix: "
+                  f"<= {data.get('target', {}).get('max_ratio', '?')} on `{data.get('target', {}).get('case', '?')}`.",
+                  "", "| case | dtype | " + " | ".join(impls) + " | extra bytes, rank 0 (fix) |",
+                  "|---|---|" + "---|" * len(impls) + "---|"]
+        for row in timing:
+            ratios = row["wall_ratio_vs_before"]
+            extra = row.get("analytic_extra_bytes_rank0", {}).get("fix", "-")
+            lines.append(f"| {row['case']} ({row['params']} x {row['numel_each']}) | {row['dtype']} | "
+                         + " | ".join(f"{ratios[n]['median_paired']:.4f}" for n in impls) + f" | {extra} |")
+        lines.append("")
+    else:
+        lines += ["Timing: not measured in this bundle (`python benchmarks/reduce_path.py` on a quiet machine).", ""]
+    lines += ["Numerics: max ULP error against a float64 oracle in the communication dtype, per path, for "
+              "random inputs; `fix == contiguous` says whether the fixed `__avg_scatter_grads` is bitwise equal "
+              "to the contiguous path on exactly representable inputs.", "",
+              "| world | sp | dtype | before | fix | variant | contiguous | fix == contiguous (exact inputs) |",
+              "|---|---|---|---|---|---|---|---|"]
+    ulp = {(n["world"], n["sp"], n["dtype"], n["kind"], n["path"]): n["max_ulp"] for n in data.get("numerics", [])}
+    bitwise = {(b["world"], b["sp"], b["dtype"], b["kind"]): b for b in data.get("numerics_bitwise", [])}
+    for world, sp, dtype in sorted({(k[0], k[1], k[2]) for k in ulp}):
+        def cell(p):
+            value = ulp.get((world, sp, dtype, "random", p))
+            return "-" if value is None else f"{value:g}"
+        eq = bitwise.get((world, sp, dtype, "exact"), {}).get("contiguous==avg_scatter[fix]")
+        lines.append(f"| {world} | {sp} | {dtype} | {cell('avg_scatter[before]')} | {cell('avg_scatter[fix]')} | "
+                     f"{cell('avg_scatter[variant]')} | {cell('contiguous')} | {'-' if eq is None else eq} |")
+    if data.get("conclusion"):
+        lines += ["", f"Benchmark's conclusion: {data['conclusion']}"]
+    return "\n".join(lines) + "\n"
+
+
+# The checks beyond the reproducers, each a function of the bundle path returning markdown, or ""
+# when its results are absent.
+EXTRA_SECTIONS: list[Callable[[Path], str]] = [_alst, _audit, _numerics]
 
 
 def _load_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
@@ -135,8 +260,18 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def _report_rows(bundle: Path, check: dict[str, Any]) -> dict[tuple[str, str, str], float]:
+GRAD_SCALE_SCRIPTS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
+
+
+def _report(bundle: Path, check: dict[str, Any]) -> dict[str, Any] | None:
     if not check.get("report"):
+        return None
+    path = bundle / _rel(bundle, check["report"])
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _report_rows(bundle: Path, check: dict[str, Any]) -> dict[tuple[str, str, str], float]:
+    if not check.get("report") or check.get("script") not in GRAD_SCALE_SCRIPTS:
         return {}
     path = bundle / _rel(bundle, check["report"])
     if not path.exists():

@@ -1,0 +1,65 @@
+"""The whole job for real: ``python -m patch_and_test`` on the installed DeepSpeed's release.
+
+Downloads (or reuses) the verified sdist, installs it unpatched, sees the bug with both
+reproducers (exit 1 under --expect fixed would be the bug: here --expect buggy holds), applies the
+series, builds and installs the patched DeepSpeed, and sees the bug gone: both reproducers exit 0
+under --expect fixed and the twin of the upstream regression test passes 4 of 4. Afterwards the
+unpatched build (a cached wheel) is put back, so the other tests keep their DeepSpeed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patch_and_test.series import source_has_fix
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.pipeline, pytest.mark.network, pytest.mark.multiprocess]
+
+
+def installed_stage3_has_fix() -> bool:
+    code = "import deepspeed.runtime.zero.stage3 as m; print(m.__file__)"
+    path = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "DS_ACCELERATOR": "cpu"}).stdout.strip().splitlines()[-1]
+    return source_has_fix(Path(path).read_text())
+
+
+@pytest.fixture(scope="module")
+def release():
+    try:
+        version = importlib.metadata.version("deepspeed").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("no DeepSpeed installed (the tox tests envs install one)")
+    yield version
+    # Put the unpatched release back (its wheel is cached: seconds), whatever the test did.
+    subprocess.run([sys.executable, "-m", "patch_and_test.install", "--pypi", version], check=True, cwd=ROOT,
+                   capture_output=True)
+    assert not installed_stage3_has_fix()
+
+
+def test_patch_and_test_sees_the_bug_before_and_not_after(release, tmp_path):
+    assert not installed_stage3_has_fix(), "the tests expect the unpatched release installed"
+    results = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if k not in ("DEEPSPEED_SRC", "ZERO3_SP_BACKEND")}
+    proc = subprocess.run([sys.executable, "-m", "patch_and_test", "--version", release, "--no-audit", "--results",
+                           str(results), "--env-name", "e2e"], capture_output=True, text=True, cwd=ROOT,
+                          env={**env, "DEEPSPEED_VERSION": release}, timeout=3000)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    verdict = json.loads((results / "verdict.json").read_text())
+    assert verdict["outcome"] == "fixed"
+    by_name = {c["name"]: c for c in verdict["before"] + verdict["after"]}
+    for script in ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket"):
+        assert by_name[f"before/{script}"]["exit_code"] == 0 and by_name[f"before/{script}"]["pattern"] == "buggy"
+        assert by_name[f"after/{script}"]["exit_code"] == 0 and by_name[f"after/{script}"]["pattern"] == "fixed"
+    twin = next(t for t in verdict["tests"] if t["name"].startswith("twin"))
+    assert sorted(twin["outcomes"].values()) == ["passed"] * 4
+    assert "outcome: fixed (exit 0)" in proc.stdout
+    # The env keeps the patched build: a maintainer can use its python afterwards.
+    assert installed_stage3_has_fix()
