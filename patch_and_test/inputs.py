@@ -6,9 +6,13 @@ import hashlib
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-# The code whose behaviour a verdict reflects: the reproducers, the pipeline, the twin test.
-CODE_GLOBS = ("repro/*.py", "repro/*.toml", "patch_and_test/*.py", "tests/multiprocess/test_zero3_sp_gradient_scale.py",
-              "tests/multiprocess/conftest.py", "tests/conftest.py", "requirements/*.txt", "deepspeed-sdists.lock")
+# The code whose behaviour a verdict reflects: the reproducers, the pipeline, the twin test. Not
+# what only reads verdicts (bundle.py, pr.py) or never runs in a pipeline (lint, reroll, selftest).
+PIPELINE_MODULES = ("__init__", "__main__", "checks", "errors", "inputs", "install", "pipeline", "series", "source",
+                    "verdict")
+CODE_GLOBS = ("repro/*.py", "repro/*.toml", *(f"patch_and_test/{m}.py" for m in PIPELINE_MODULES),
+              "tests/multiprocess/test_zero3_sp_gradient_scale.py", "tests/multiprocess/conftest.py",
+              "tests/conftest.py", "requirements/*.txt", "deepspeed-sdists.lock")
 
 
 def sha256_file(path: Path) -> str:
