@@ -34,6 +34,8 @@ BACKENDS = ("gloo", "nccl")
 MANIFEST = "MANIFEST.sha256"
 # Evidence written by other checks, copied when present (they carry their own JSON).
 EVIDENCE_DIRS = ("alst", "audit", "benchmarks", "upstream")
+COMMITTED_BENCHMARKS = PACKAGE_ROOT / "benchmarks" / "results"
+GOOD_OUTCOMES = ("fixed", "skipped")
 
 
 class BundleMismatch(PipelineError):
@@ -58,12 +60,12 @@ def matrix() -> list[Cell]:
     return [Cell(v, b) for v in versions for b in BACKENDS]
 
 
-def current_inputs(cell: Cell) -> dict[str, Any]:
+def current_inputs(cell: Cell, audit: bool = True) -> dict[str, Any]:
     from patch_and_test.series import series_for_version
     from patch_and_test.source import load_lock
 
     return {"code": inputs.code_digest(), "series": inputs.series_digest(series_for_version(cell.version).directory),
-            "source": load_lock()[cell.version].sha256, "backend": cell.backend}
+            "source": load_lock()[cell.version].sha256, "backend": cell.backend, "audit": audit}
 
 
 def reusable(verdict_path: Path, expected: dict[str, Any]) -> bool:
@@ -72,21 +74,21 @@ def reusable(verdict_path: Path, expected: dict[str, Any]) -> bool:
     return json.loads(verdict_path.read_text()).get("inputs") == expected
 
 
-def ensure_results(results: Path, cells: list[Cell], timeout: float) -> dict[str, str]:
+def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool = True) -> dict[str, str]:
     """Run the cells whose results are missing or stale; return env -> "reused" | "ran"."""
     from patch_and_test.pipeline import PipelineConfig, run
 
     done = {}
     for cell in cells:
         verdict = results / cell.env / "verdict.json"
-        expected = current_inputs(cell)
+        expected = current_inputs(cell, audit)
         if reusable(verdict, expected):
             done[cell.env] = "reused"
             continue
         print(f"[bundle] running {cell.env}", flush=True)
         shutil.rmtree(results / cell.env, ignore_errors=True)
         run(PipelineConfig(env_name=cell.env, results=results / cell.env, version=cell.version, backend=cell.backend,
-                           timeout=timeout))
+                           timeout=timeout, audit=audit))
         done[cell.env] = "ran"
     return done
 
@@ -97,9 +99,9 @@ def series_version() -> int:
     return max(s.version for s in load_manifest().series)
 
 
-def build(results: Path, dist: Path, cells: list[Cell], timeout: float) -> Path:
+def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: bool = True) -> Path:
     started = time.monotonic()
-    status = ensure_results(results, cells, timeout)
+    status = ensure_results(results, cells, timeout, audit)
     bundle = dist / f"{NAME}-v{series_version()}"
     shutil.rmtree(bundle, ignore_errors=True)
     bundle.mkdir(parents=True)
@@ -110,6 +112,9 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float) -> Path:
     for name in EVIDENCE_DIRS:
         if (results / name).is_dir():
             shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"))
+    if not (bundle / "results" / "benchmarks").is_dir() and COMMITTED_BENCHMARKS.is_dir():
+        # The benchmark runs kept in the repository (timing needs a quiet machine; see benchmarks/README.md).
+        shutil.copytree(COMMITTED_BENCHMARKS, bundle / "results" / "benchmarks")
     notice = PACKAGE_ROOT / "docs" / "downstream-notice.md"
     if notice.exists():
         shutil.copy2(notice, bundle / notice.name)
@@ -124,6 +129,10 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float) -> Path:
     print(f"[bundle] {bundle} and {archive.name}: {reused}/{len(status)} matrix cells reused, "
           f"{time.monotonic() - started:.1f} s")
     return bundle
+
+
+def _verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted((bundle / "results").glob("*/verdict.json"))}
 
 
 def _bundle_files(bundle: Path) -> list[Path]:
@@ -214,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     build_p.add_argument("--versions", nargs="*", default=None, help="restrict the matrix to these versions")
     build_p.add_argument("--backends", nargs="*", default=list(BACKENDS))
     build_p.add_argument("--timeout", type=float, default=600.0)
+    build_p.add_argument("--no-audit", action="store_true", help="cells without the parity audit (quicker)")
     verify_p = sub.add_parser("verify", help="re-check a bundle's hashes and every number in its PR.md")
     verify_p.add_argument("path", nargs="?", type=Path, default=None, help="default: the newest bundle in dist/")
     verify_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
@@ -227,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{bundle}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
             return int(Exit.OK if not problems else Exit.NOT_FIXED)
         cells = [c for c in matrix() if (not args.versions or c.version in args.versions) and c.backend in args.backends]
-        build(args.results, args.dist, cells, args.timeout)
+        bundle = build(args.results, args.dist, cells, args.timeout, audit=not args.no_audit)
+        bad = {env: v["outcome"] for env, v in _verdicts(bundle).items() if v["outcome"] not in GOOD_OUTCOMES}
+        if bad:
+            print(f"error: bundle written, but not every cell is fixed or skipped: {bad}", file=sys.stderr)
+            return int(Exit.NOT_FIXED)
         return int(Exit.OK)
     except PipelineError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,0 +1,58 @@
+#!/usr/bin/env python
+"""Bundle reuse: the second ``python -m patch_and_test.bundle build`` without changes.
+
+Runs the bundle build twice in a row on the same results folder: the first runs (or reuses)
+every matrix cell; the second must find every cell's input hashes unchanged, reuse them all,
+and finish in under 10% of the first's time (issue: review bundle). When the first run
+itself reused everything (results already current), its time is not the cost of a real run:
+pass --first-run-s with the wall time of the run that produced them (e.g. from the earlier
+`tox -e bundle` log), which the result then records. Writes results/benchmarks/bundle_reuse.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, environment, write_result  # noqa: E402
+
+TARGET = 0.10
+
+
+def build(dist: Path) -> tuple[float, str]:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "patch_and_test.bundle", "build", "--dist", str(dist)], cwd=ROOT,
+                          capture_output=True, text=True)
+    wall = round(time.monotonic() - start, 3)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: bundle build exited {proc.returncode}: {proc.stderr.strip()[-800:]}")
+    return wall, proc.stdout.strip().splitlines()[-1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dist", type=Path, default=ROOT / "dist")
+    parser.add_argument("--first-run-s", type=float, default=None,
+                        help="wall time of the run that produced the current results, when the first build reuses")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    first, first_line = build(args.dist)
+    second, second_line = build(args.dist)
+    reference = max(first, args.first_run_s or 0.0)
+    ratio = round(second / reference, 4)
+    payload = {"benchmark": "bundle_reuse", "environment": environment(sys.executable), "first_build_s": first,
+               "first_build_summary": first_line, "first_run_s_given": args.first_run_s, "second_build_s": second,
+               "second_build_summary": second_line, "ratio_second_over_first": ratio, "target": TARGET,
+               "meets_target": ratio < TARGET and "reused" in second_line}
+    path = write_result("bundle_reuse", payload, args.out)
+    print(f"first {first:.1f} s ({first_line}); second {second:.1f} s ({second_line}); ratio {ratio} against "
+          f"{reference:.1f} s (target < {TARGET}); {path}")
+    return 0 if payload["meets_target"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
