@@ -117,6 +117,7 @@ class Manifest:
 
     @property
     def supported_range(self) -> str:
+        """Lowest to highest; the series may leave gaps (0.17.2 to 0.17.5 today)."""
         low = min(s.min_version for s in self.series)
         high = max(s.below_version for s in self.series)
         return f">={format_version(low)},<{format_version(high)}"
@@ -185,7 +186,10 @@ def series_for_version(version: str | Version, manifest: Manifest | None = None)
     for series in manifest.series:
         if series.covers(parsed):
             return series
-    raise errors.UnknownVersion(f"DeepSpeed {format_version(parsed)} is not supported: "
+    low = min(s.min_version for s in manifest.series)
+    high = max(s.below_version for s in manifest.series)
+    gap = " (a gap between series: see the manifest)" if low <= parsed < high else ""
+    raise errors.UnknownVersion(f"DeepSpeed {format_version(parsed)} is not supported{gap}: "
                                 f"supported versions are {manifest.supported_range} "
                                 f"({', '.join(f'{s.name}: {s.range_text}' for s in manifest.series)})")
 
