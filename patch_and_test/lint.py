@@ -233,7 +233,11 @@ def lint_series(series: Series, tree: source.SourceTree) -> LintedSeries:
                         not_linted=tuple(f"{s.file} ({s.reason})" for s in result.skipped))
 
 
-def trees_for(manifest: Manifest, tree: Path | None) -> list[tuple[Series, source.SourceTree]]:
+def trees_for(manifest: Manifest,
+              tree: Path | None,
+              unlinted: list[str] | None = None) -> list[tuple[Series, source.SourceTree]]:
+    """(series, tree to lint it on) pairs. Without the mirror, a series whose range has no locked
+    sdist cannot be linted: it is named in ``unlinted`` (with why) instead."""
     if tree is not None:
         copy = source.from_checkout(tree)
         return [(series_for_tree(copy.path, manifest), copy)]
@@ -246,8 +250,11 @@ def trees_for(manifest: Manifest, tree: Path | None) -> list[tuple[Series, sourc
     for series in manifest.series:
         covered = sorted((v for v in lock if series.covers(parse_version(v))), key=parse_version)
         if not covered:
-            raise errors.BadInput(f"no mirror at {mirror} and no locked sdist in {series.range_text} "
-                                  f"to lint series {series.name} on")
+            why = f"series {series.name}: NOT LINTED: no mirror at {mirror} and no locked sdist in {series.range_text}"
+            if unlinted is None:
+                raise errors.BadInput(why)
+            unlinted.append(why)
+            continue
         pairs.append((series, source.from_pypi(covered[-1])))
     return pairs
 
@@ -264,11 +271,14 @@ def main(argv: list[str] | None = None) -> int:
         manifest = load_manifest(args.manifest)
         for name in TOOLS:
             _tool(name)
-        reports = [lint_series(series, tree) for series, tree in trees_for(manifest, args.tree)]
+        unlinted: list[str] = []
+        reports = [lint_series(series, tree) for series, tree in trees_for(manifest, args.tree, unlinted)]
     except errors.PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(errors.Exit.ERROR)
     failed = False
+    for line in unlinted:
+        print(line)
     for report in reports:
         tree = report.tree
         where = {

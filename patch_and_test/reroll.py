@@ -153,14 +153,18 @@ def _fill_cover(path: Path, subject: str, body: str, local_base: str, upstream: 
 
 
 def _role(repo: Path, commit: str) -> str:
+    """fix: no tests/ or docs/; test: only tests/; companion: only tests/ and docs/ (see series.ROLES)."""
     paths = [path for _, path in _touched(repo, commit)]
     in_tests = [p.startswith("tests/") for p in paths]
+    in_tree_extras = [p.startswith(("tests/", "docs/")) for p in paths]
     if all(in_tests):
         return "test"
-    if not any(in_tests):
+    if not any(in_tree_extras):
         return "fix"
-    raise errors.BadInput(f"{commit[:12]} touches tests/ and other files: split it, so that the fix "
-                          f"alone applies to trees without tests/ (PyPI sdists)")
+    if all(in_tree_extras):
+        return "companion"
+    raise errors.BadInput(f"{commit[:12]} touches tests/ or docs/ and other files: split it, so that the fix "
+                          f"alone applies to trees without tests/ and docs/ (PyPI sdists)")
 
 
 def update_manifest(manifest: Path, name: str, version: int, upstream: str, base_ref: str | None,

@@ -27,6 +27,13 @@ DEFAULT_MANIFEST = PACKAGE_ROOT / "patches" / "series.toml"
 STAGE3 = "deepspeed/runtime/zero/stage3.py"
 
 Version = tuple[int, int, int]
+
+# role -> the top-level folders of the tree the patch needs besides the code itself.
+#   fix:       the change; applies to any tree of the range, PyPI sdists included
+#   test:      the regression test; needs tests/
+#   companion: a change that must land with the fix in DeepSpeed's own tests and docs (the ALST
+#              recipe that relied on the bug); needs tests/ and docs/
+ROLES: dict[str, tuple[str, ...]] = {"fix": (), "test": ("tests", ), "companion": ("tests", "docs")}
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
 
 
@@ -50,11 +57,16 @@ def format_version(version: Version) -> str:
 class Patch:
     file: str  # file name inside the series directory
     path: Path
-    role: str  # "fix": applies to any tree; "test": needs the tree's tests/
+    role: str  # one of ROLES
 
     @property
     def needs_tests(self) -> bool:
-        return self.role == "test"
+        """Whether the patch needs the tree's tests/ (a PyPI sdist has none): roles test and companion."""
+        return bool(self.needs_dirs)
+
+    @property
+    def needs_dirs(self) -> tuple[str, ...]:
+        return ROLES[self.role]
 
 
 @dataclass(frozen=True)
@@ -83,7 +95,12 @@ class Series:
 
     @property
     def test_patches(self) -> tuple[Patch, ...]:
+        """Every patch that needs tests/: the regression test and any companion."""
         return tuple(p for p in self.patches if p.needs_tests)
+
+    @property
+    def companion_patches(self) -> tuple[Patch, ...]:
+        return tuple(p for p in self.patches if p.role == "companion")
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,7 @@ class Manifest:
 
     @property
     def supported_range(self) -> str:
+        """Lowest to highest; the series may leave gaps (0.17.2 to 0.17.5 today)."""
         low = min(s.min_version for s in self.series)
         high = max(s.below_version for s in self.series)
         return f">={format_version(low)},<{format_version(high)}"
@@ -134,8 +152,8 @@ def load_manifest(path: Path | str | None = None) -> Manifest:
         patches = []
         for entry in raw.get("patches", []):
             role = entry.get("role")
-            if role not in ("fix", "test"):
-                raise errors.BadInput(f"{where}: patch {entry.get('file')!r} has role {role!r} (fix|test)")
+            if role not in ROLES:
+                raise errors.BadInput(f"{where}: patch {entry.get('file')!r} has role {role!r} ({'|'.join(ROLES)})")
             patches.append(Patch(file=entry["file"], path=directory / entry["file"], role=role))
         if not patches:
             raise errors.BadInput(f"{where}: no patches")
@@ -168,7 +186,10 @@ def series_for_version(version: str | Version, manifest: Manifest | None = None)
     for series in manifest.series:
         if series.covers(parsed):
             return series
-    raise errors.UnknownVersion(f"DeepSpeed {format_version(parsed)} is not supported: "
+    low = min(s.min_version for s in manifest.series)
+    high = max(s.below_version for s in manifest.series)
+    gap = " (a gap between series: see the manifest)" if low <= parsed < high else ""
+    raise errors.UnknownVersion(f"DeepSpeed {format_version(parsed)} is not supported{gap}: "
                                 f"supported versions are {manifest.supported_range} "
                                 f"({', '.join(f'{s.name}: {s.range_text}' for s in manifest.series)})")
 
@@ -339,8 +360,9 @@ def _restore(root: Path, head: str, ref: str) -> None:
 def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = None) -> ApplyResult:
     """``git am`` the series onto ``repo`` (its current branch); all or nothing.
 
-    Patches that need ``tests/`` are skipped, and reported, on a tree without ``tests/`` (a PyPI
-    sdist) or when ``skip_tests`` is true. Raises NotACheckout, DirtyCheckout, AlreadyFixed or
+    Patches that need ``tests/`` (roles test and companion; a companion also needs ``docs/``) are
+    skipped, and reported, on a tree without those folders (a PyPI sdist has neither) or when
+    ``skip_tests`` is true. Raises NotACheckout, DirtyCheckout, AlreadyFixed or
     SeriesDoesNotApply; after SeriesDoesNotApply the branch, HEAD, index and files are as before.
     """
     root = work_tree_root(Path(repo))
@@ -348,17 +370,19 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
     if tree_has_fix(root):
         raise errors.AlreadyFixed(f"{root}: {STAGE3} __avg_scatter_grads already accounts for "
                                   f"sequence_parallel_size; nothing to apply")
-    if skip_tests is None:
-        skip_tests = not (root / "tests").is_dir()
     to_apply: list[Patch] = []
     skipped: list[SkippedPatch] = []
     for patch in series.patches:
         if not patch.path.is_file():
             raise errors.BadInput(f"series {series.name}: patch file missing: {patch.path}")
-        if patch.needs_tests and skip_tests:
-            why = "needs tests/, which this tree does not have (a PyPI sdist has none)" \
-                if not (root / "tests").is_dir() else "test patches were not asked for"
-            skipped.append(SkippedPatch(patch.file, why))
+        missing = [f"{d}/" for d in patch.needs_dirs if not (root / d).is_dir()]
+        if missing:
+            needs = " and ".join(f"{d}/" for d in patch.needs_dirs)
+            skipped.append(
+                SkippedPatch(patch.file, f"needs {needs}, which this tree does not have "
+                             f"(no {' or '.join(missing)}; a PyPI sdist has none)"))
+        elif patch.needs_tests and skip_tests:
+            skipped.append(SkippedPatch(patch.file, f"{patch.role} patches were not asked for"))
         else:
             to_apply.append(patch)
 

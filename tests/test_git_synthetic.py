@@ -156,6 +156,57 @@ def test_reroll_refuses_unsigned_and_mixed_commits(upstream, tmp_path):
         reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest, out=tmp_path / "out")
 
 
+def test_companion_role_reroll_and_apply(upstream, tmp_path):
+    """A commit touching only tests/ and docs/ is a companion: rerolled as such, skipped without docs/."""
+    repo, commit = upstream
+    dev = make_branch(repo, commit, tmp_path / "dev")
+    write(dev, "docs/tutorial.md", "backprop each rank's own share\n")
+    write(dev, "tests/unit/test_zero.py", "def test():\n    assert 1\n")
+    run(dev, "add", "-A")
+    run(dev, "commit", "-q", "-s", "-m", "Companion")
+    manifest = tmp_path / "patches" / "series.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(MANIFEST.format(commit=commit))
+    cover = tmp_path / "cover.txt"
+    cover.write_text("Scale by sp\n\nWhy and how.\n")
+    result = reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
+    assert "Subject: [PATCH v1 0/3] Scale by sp" in result.files[0].read_text()
+    series = load_manifest(manifest).by_name("demo")
+    assert [p.role for p in series.patches] == ["fix", "test", "companion"]
+    assert series.test_patches == series.patches[1:] and series.companion_patches == series.patches[2:]
+
+    # A tree with tests/ but no docs/: the companion is skipped, and says why.
+    tree = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
+    assert tree.has_tests and not (tree.path / "docs").exists()
+    applied = apply_series(tree.path, series)
+    assert applied.applied == tuple(p.file for p in series.patches[:2])
+    (skip, ) = applied.skipped
+    assert skip.file == series.patches[2].file and "needs tests/ and docs/" in skip.reason and "no docs/" in skip.reason
+
+    # With docs/ the whole series applies; asked not to, test and companion are both left out.
+    tree = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
+    write(tree.path, "docs/index.md", "docs\n")
+    run(tree.path, "add", "-A")
+    run(tree.path, "commit", "-q", "-m", "docs")
+    assert apply_series(tree.path, series).applied == tuple(p.file for p in series.patches)
+    tree = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
+    write(tree.path, "docs/index.md", "docs\n")
+    run(tree.path, "add", "-A")
+    run(tree.path, "commit", "-q", "-m", "docs")
+    only_fix = apply_series(tree.path, series, skip_tests=True)
+    assert only_fix.applied == (series.patches[0].file, )
+    assert [s.reason for s in only_fix.skipped] == ["test patches were not asked for",
+                                                    "companion patches were not asked for"]
+
+    # docs/ together with code is refused like tests/ with code.
+    write(dev, "docs/tutorial.md", "changed\n")
+    write(dev, "deepspeed/x.py", "x = 1\n")
+    run(dev, "add", "-A")
+    run(dev, "commit", "-q", "-s", "-m", "mixed")
+    with pytest.raises(errors.BadInput, match="split it"):
+        reroll.reroll(dev, "work", "demo", 2, manifest_path=manifest, out=tmp_path / "out")
+
+
 def test_reroll_help_documents_usage(capsys):
     with pytest.raises(SystemExit) as done:
         reroll.main(["--help"])

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from patch_and_test import errors, source
-from patch_and_test.series import Patch, apply_series, series_for_tree, tree_has_fix
+from patch_and_test.series import Patch, apply_series, parse_version, series_for_tree, tree_has_fix
 
 from tests.conftest import SUPPORTED_PYPI, repo_state
 
@@ -31,6 +31,9 @@ def test_fix_applies_to_the_sdist_and_twice_is_already_fixed(version):
     assert result.applied == tuple(p.file for p in series.fix_patches)
     assert [s.file for s in result.skipped] == [p.file for p in series.test_patches]
     assert all("needs tests/" in s.reason for s in result.skipped)
+    # Every supported sdist from 0.17.6 on has a companion, skipped like the test.
+    assert [s.file for s in result.skipped if "docs/" in s.reason] == [p.file for p in series.companion_patches]
+    assert bool(series.companion_patches) == (parse_version(version) >= (0, 17, 6))
     assert tree_has_fix(tree.path) and result.head != result.base
     with pytest.raises(errors.AlreadyFixed):
         apply_series(tree.path, series)
@@ -66,7 +69,7 @@ def test_lock_mismatch_is_refused(tmp_path):
 def test_failing_series_leaves_the_tree_exactly_as_it_was(manifest):
     tree = source.from_pypi("0.19.8")
     master = manifest.by_name("master")
-    backport = manifest.by_name("v0.14.0-v0.17.5")
+    backport = manifest.by_name("v0.14.0-v0.17.1")
     before = repo_state(tree.path, exact=False)
     # 1. The first patch fails: a backport fix on a master-shaped tree.
     with pytest.raises(errors.SeriesDoesNotApply, match=backport.fix_patches[0].file) as caught:
@@ -130,7 +133,7 @@ def test_user_checkout_stays_byte_identical(manifest, tmp_path):
     copy = source.from_checkout(user, cache=cache)  # the same copy, back at the user's HEAD
     assert not tree_has_fix(copy.path)
     with pytest.raises(errors.SeriesDoesNotApply):
-        apply_series(copy.path, manifest.by_name("v0.17.6-v0.19.2"))
+        apply_series(copy.path, manifest.by_name("v0.18.4-v0.18.9"))
     assert repo_state(user) == before
 
 
@@ -144,5 +147,7 @@ def test_lint_falls_back_to_sdists_without_a_mirror(monkeypatch, tmp_path, capsy
     monkeypatch.setenv("DEEPSPEED_MIRROR", str(tmp_path / "no-mirror"))
     assert lint.main([]) == 0
     out = capsys.readouterr().out
-    assert out.count("PyPI sdist of DeepSpeed") == 3
-    assert out.count("the test patches were not linted") == 3 and "finding" not in out
+    # Five series; v0.19.0-v0.19.2 has no locked sdist (and says so), the other four are linted on one.
+    assert out.count("PyPI sdist of DeepSpeed") == 4
+    assert out.count("the test patches were not linted") == 4 and "finding" not in out
+    assert out.count("NOT LINTED") == 1 and "series v0.19.0-v0.19.2: NOT LINTED" in out

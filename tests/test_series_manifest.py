@@ -11,18 +11,26 @@ from patch_and_test import errors
 from patch_and_test.series import load_manifest, parse_version, series_for_tree, series_for_version
 
 EXPECTED = {
-    "0.14.0": "v0.14.0-v0.17.5",
-    "0.14.5": "v0.14.0-v0.17.5",
-    "0.15.4": "v0.14.0-v0.17.5",
-    "0.16.9": "v0.14.0-v0.17.5",
-    "0.17.5": "v0.14.0-v0.17.5",  # still tests/unit/runtime/zero/test_zero.py
-    "0.17.6": "v0.17.6-v0.19.2",
-    "0.18.9": "v0.17.6-v0.19.2",
-    "0.19.2": "v0.17.6-v0.19.2",
+    "0.14.0": "v0.14.0-v0.17.1",
+    "0.14.5": "v0.14.0-v0.17.1",
+    "0.15.4": "v0.14.0-v0.17.1",
+    "0.16.9": "v0.14.0-v0.17.1",
+    "0.17.1": "v0.14.0-v0.17.1",  # still tests/unit/runtime/zero/test_zero.py, no ALST test yet
+    "0.17.6": "v0.17.6-v0.18.3",
+    "0.17.7": "v0.17.6-v0.18.3",  # tag v0.18.0's version.txt
+    "0.18.3": "v0.17.6-v0.18.3",
+    "0.18.4": "v0.18.4-v0.18.9",
+    "0.18.9": "v0.18.4-v0.18.9",
+    "0.19.0": "v0.19.0-v0.19.2",
+    "0.19.2": "v0.19.0-v0.19.2",
     "0.19.3": "master",  # the averaging_world_size rescale exists from here
     "0.19.4": "master",
     "0.19.8": "master",
 }
+# The ALST test exists from 0.17.2, and no companion variant applies to 0.17.2-0.17.5.
+NOT_COVERED = ("0.17.2", "0.17.3", "0.17.4", "0.17.5")
+SERIES = ["v0.14.0-v0.17.1", "v0.17.6-v0.18.3", "v0.18.4-v0.18.9", "v0.19.0-v0.19.2", "master"]
+WITH_COMPANION = SERIES[1:]
 
 
 @pytest.mark.parametrize("version,name", sorted(EXPECTED.items()))
@@ -46,6 +54,14 @@ def test_unknown_versions_are_refused_with_the_supported_range(manifest, version
     assert caught.value.exit_code == errors.Exit.ERROR
 
 
+@pytest.mark.parametrize("version", NOT_COVERED)
+def test_the_documented_gap_is_refused_as_a_gap(manifest, version):
+    with pytest.raises(errors.UnknownVersion, match="a gap between series") as caught:
+        series_for_version(version, manifest)
+    assert "v0.14.0-v0.17.1: >=0.14.0,<0.17.2" in str(caught.value)
+    assert "0.17.2 to 0.17.5" in manifest.path.read_text()  # and the manifest says why
+
+
 @pytest.mark.parametrize("text", ["", "master", "0.19", "abc.def.ghi"])
 def test_unreadable_versions(manifest, text):
     with pytest.raises(errors.UnknownVersion):
@@ -58,30 +74,58 @@ def test_parse_version():
 
 
 def test_manifest_shape(manifest):
-    assert [s.name for s in manifest.series] == ["v0.14.0-v0.17.5", "v0.17.6-v0.19.2", "master"]
+    assert [s.name for s in manifest.series] == SERIES
     for series in manifest.series:
         assert series.version >= 1
         assert re.fullmatch(r"[0-9a-f]{40}", series.base_commit)
-        assert [p.role for p in series.patches] == ["fix", "test"]
-        assert series.fix_patches[0].file.startswith("0001-") and series.test_patches[0].file.startswith("0002-")
+        roles = ["fix", "test", "companion"] if series.name in WITH_COMPANION else ["fix", "test"]
+        assert [p.role for p in series.patches] == roles
+        assert [p.file[:5] for p in series.patches] == [f"000{i}-" for i in range(1, len(roles) + 1)]
+        assert series.fix_patches == series.patches[:1] and series.test_patches == series.patches[1:]
         assert all(p.path.is_file() for p in series.patches)
         # The cover letter names the same real upstream commit as the manifest.
-        assert f"base-commit: {series.base_commit}\n" in series.cover_letter.read_text()
-    # Contiguous ranges: every version from the lowest to the highest has exactly one series.
+        letter = series.cover_letter.read_text()
+        assert f"base-commit: {series.base_commit}\n" in letter
+        assert f"[PATCH v{series.version} 0/{len(roles)}]" in letter
+    # Contiguous ranges but for the documented gap 0.17.2-0.17.5.
     for lower, upper in zip(manifest.series, manifest.series[1:]):
-        assert lower.below_version == upper.min_version
+        gap = (lower.below_version, upper.min_version)
+        assert lower.below_version == upper.min_version or gap == ((0, 17, 2), (0, 17, 6)), gap
 
 
-def test_test_patches_touch_only_tests(manifest):
+def test_v2_series_carry_the_companion_and_the_downstream_notice(manifest):
+    for name in WITH_COMPANION:
+        series = manifest.by_name(name)
+        assert series.version == 2
+        (companion, ) = series.companion_patches
+        assert companion.needs_tests and companion.needs_dirs == ("tests", "docs")
+        letter = series.cover_letter.read_text()
+        for text in ("Changes in v2:", "Range-diff against v1:", "Downstream notice", "TestUlyssesSPHF",
+                     "202 / 256", "Who relies on today's ZeRO-3 behaviour", "What they should do"):
+            assert text in letter, (name, text)
+        assert "@GAO@" not in letter and "@TESTS@" not in letter and "***" not in letter
+        range_diff = (series.directory / "range-diff-v1-v2.txt").read_text().splitlines()
+        assert [line.split()[2] for line in range_diff] == ["=", "=", ">"], range_diff
+
+
+def test_patches_touch_only_what_their_role_allows(manifest):
     for series in manifest.series:
         for patch in series.patches:
             paths = re.findall(r"^\+\+\+ b/(.+)$", patch.path.read_text(), re.M)
-            assert paths and all(p.startswith("tests/") == patch.needs_tests for p in paths), patch.file
+            assert paths, patch.file
+            tops = {p.split("/", 1)[0] for p in paths}
+            if patch.role == "fix":
+                assert not tops & {"tests", "docs"}, (series.name, patch.file)
+            elif patch.role == "test":
+                assert tops == {"tests"}, (series.name, patch.file)
+            else:
+                assert tops == {"tests", "docs"}, (series.name, patch.file)
+                assert "tests/unit/ulysses_alst/test_ulysses_sp_hf.py" in paths
 
 
 def test_series_for_tree_reads_version_txt(manifest, tmp_path):
     (tmp_path / "version.txt").write_text("0.18.9\n")
-    assert series_for_tree(tmp_path, manifest).name == "v0.17.6-v0.19.2"
+    assert series_for_tree(tmp_path, manifest).name == "v0.18.4-v0.18.9"
     (tmp_path / "version.txt").unlink()
     with pytest.raises(errors.BadInput, match="no version.txt"):
         series_for_tree(tmp_path, manifest)
@@ -119,6 +163,7 @@ def test_minimal_manifest_loads(tmp_path):
     [
         ((block(), block(name="b", low="0.1.5", high="0.3.0")), "overlap"),
         ((block(role="docs"), ), "role"),
+        ((block(role="tests"), ), "fix\\|test\\|companion"),
         ((block(commit="abc"), ), "base_commit"),
         ((), "no \\[\\[series\\]\\]"),
     ],
