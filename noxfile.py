@@ -46,13 +46,15 @@ def _env(**extra: str) -> dict[str, str]:
     return {"PYTHONPATH": str(ROOT), **extra}
 
 
-def _install_runtime(session: nox.Session) -> None:
-    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/test.txt", "uv")
+def _install_runtime(session: nox.Session, alst: bool = False) -> None:
+    # alst: transformers, for the job's ALST reproducer step (DeepSpeed >= 0.17.2), as in tox.ini.
+    extra = ["-r", "requirements/alst.txt"] if alst else []
+    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/test.txt", "uv", *extra)
 
 
 def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None, backend: str) -> None:
     """The one implementation behind every patch-and-test session: python -m patch_and_test."""
-    _install_runtime(session)
+    _install_runtime(session, alst=True)
     env = _env(ZERO3_SP_BACKEND=backend)
     if version:
         env["DEEPSPEED_VERSION"] = version
@@ -76,9 +78,7 @@ def matrix(session: nox.Session, version: str, backend: str) -> None:
 @nox.session
 @nox.parametrize("version", TEST_VERSIONS)
 def tests(session: nox.Session, version: str) -> None:
-    _install_runtime(session)
-    if version == VERSIONS[-1]:  # the ALST reproducer's tests (DeepSpeed >= 0.17.2), as in tox.ini
-        session.install("-r", "requirements/alst.txt")
+    _install_runtime(session, alst=version == VERSIONS[-1])  # the ALST tests need DeepSpeed >= 0.17.2
     session.run("python", "-m", "patch_and_test.selftest", *session.posargs, env=_env(DEEPSPEED_VERSION=version))
 
 
@@ -86,3 +86,14 @@ def tests(session: nox.Session, version: str) -> None:
 def upstream_lint(session: nox.Session) -> None:
     session.install("yapf==0.40.0", "flake8==5.0.4", "codespell==2.1.0")
     session.run("python", "-m", "patch_and_test.lint", *session.posargs, env=_env())
+
+
+@nox.session
+def bundle(session: nox.Session) -> None:
+    _install_runtime(session, alst=True)
+    session.run("python", "-m", "patch_and_test.bundle", "build", *session.posargs, env=_env())
+
+
+@nox.session(name="verify-bundle")
+def verify_bundle(session: nox.Session) -> None:
+    session.run("python", "-m", "patch_and_test.bundle", "verify", *session.posargs, env=_env())
