@@ -179,7 +179,7 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
     for name in sorted(set(listed) & set(present)):
         if inputs.sha256_file(present[name]) != listed[name]:
             problems.append(f"{name}: sha256 differs from {MANIFEST}")
-    if sorted(l for l in manifest.read_text().splitlines() if "  input:" in l) != manifest_inputs(bundle):
+    if sorted(line for line in manifest.read_text().splitlines() if "  input:" in line) != manifest_inputs(bundle):
         problems.append(f"{MANIFEST}: its input lines do not match the bundle's verdicts")
     pr = bundle / "PR.md"
     if pr.exists():
@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"MISMATCH: {p}", file=sys.stderr)
             print(f"{bundle}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
             return int(Exit.OK if not problems else Exit.NOT_FIXED)
-        cells = [c for c in matrix() if (not args.versions or c.version in args.versions) and c.backend in args.backends]
+        cells = [c for c in matrix()
+                 if (not args.versions or c.version in args.versions) and c.backend in args.backends]
         bundle = build(args.results, args.dist, cells, args.timeout, audit=not args.no_audit)
         bad = {env: v["outcome"] for env, v in _verdicts(bundle).items() if v["outcome"] not in GOOD_OUTCOMES}
         if bad:

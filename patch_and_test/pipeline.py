@@ -116,8 +116,9 @@ def _run_steps(r: _Run) -> None:
     t = time.monotonic()
     before = install.install_tree(tree.path, cfg.results / "install-before.log", rev=base)
     r.verdict.deepspeed_before = before.version
-    r.step("install unpatched", "ok", f"deepspeed {before.version} ({'cached wheel' if before.cached_wheel else 'built'}"
-           f", {before.installer})", t, cfg.results / "install-before.log")
+    how = "cached wheel" if before.cached_wheel else "built"
+    r.step("install unpatched", "ok", f"deepspeed {before.version} ({how}, {before.installer})", t,
+           cfg.results / "install-before.log")
 
     suite_before = None
     if not r.verdict.already_fixed:

@@ -377,7 +377,8 @@ def _environment(verdicts: dict[str, dict[str, Any]]) -> str:
         envs.setdefault(key, set()).add(v.get("backend"))
     if not envs:
         return ""
-    lines = ["## Environment", "", "| OS | Python | torch | CPU | cores | GPUs | backends |", "|---|---|---|---|---|---|---|"]
+    lines = ["## Environment", "", "| OS | Python | torch | CPU | cores | GPUs | backends |",
+             "|---|---|---|---|---|---|---|"]
     for (os_, py, torch, machine, cpus, gpus), backends in sorted(envs.items(), key=str):
         lines.append(f"| {os_} | {py} | {torch} | {machine} | {cpus} | {gpus} | {', '.join(sorted(backends))} |")
     return "\n".join(lines) + "\n"

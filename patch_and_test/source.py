@@ -36,6 +36,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from patch_and_test import errors
+from patch_and_test.inputs import sha256_file
 from repro.env import cache_root
 from patch_and_test.series import (PACKAGE_ROOT, STAGE3, ensure_clean, format_version, git, parse_version,
                                    series_for_version, work_tree_root)
@@ -111,12 +112,7 @@ def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
     }
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+sha256_of = sha256_file  # one implementation: patch_and_test.inputs
 
 
 def _pip() -> list[str]:

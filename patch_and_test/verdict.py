@@ -105,8 +105,8 @@ def decide(v: Verdict) -> tuple[str, Exit]:
     checks = [*v.before, *v.after]
     if any(c.exit_code == 77 for c in checks):
         return "skipped", Exit.SKIPPED
-    if any(c.exit_code not in (0, 1) for c in checks) or any(t.exit_code not in (0, 1) or not t.outcomes
-                                                            for t in v.tests):
+    tests_broken = any(t.exit_code not in (0, 1) or not t.outcomes for t in v.tests)
+    if any(c.exit_code not in (0, 1) for c in checks) or tests_broken:
         return "error", Exit.ERROR
     if not v.already_fixed and (not v.before or not all(c.holds for c in v.before)):
         return "bug-not-reproduced", Exit.BUG_NOT_REPRODUCED

@@ -35,12 +35,13 @@ world instead of world/sp before the fix.)
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import platform
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+from repro.report import JsonReport
 
 RECIPES = ("allgather", "own_share")
 STAGES = (2, 3)
@@ -161,7 +162,7 @@ class AlstRow:
 
 
 @dataclasses.dataclass
-class AlstReport:
+class AlstReport(JsonReport):
     """JSON schema ``zero3-sp-gradfix/alst-recipe-report/v1`` (one object):
 
     schema, script                    str
@@ -213,30 +214,11 @@ class AlstReport:
     def exit_code(self) -> int:
         return 0 if self.holds else 1
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data.update(holds=self.holds, pattern=self.pattern, exit_code=self.exit_code)
-        return data
+    SCHEMA = SCHEMA
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AlstReport:
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"not a {SCHEMA} report: schema={data.get('schema')!r}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in names}
-        kwargs["rows"] = [AlstRow(**r) for r in data["rows"]]
-        return cls(**kwargs)
-
-    @classmethod
-    def load(cls, path: Path) -> AlstReport:
-        return cls.from_dict(json.loads(Path(path).read_text()))
-
-    def write(self, path: Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        tmp.replace(path)
+    def _nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {**kwargs, "rows": [AlstRow(**r) for r in kwargs["rows"]]}
 
 
 TOLERANCES = {

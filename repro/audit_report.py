@@ -46,12 +46,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import platform
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from repro.report import JsonReport
 from repro.audit_expect import (AVG_SCATTER, CATEGORIES, TOLERANCES, KnownDiscrepancy, error_at, judge_row,
                                 point_category, point_holds, ratio_label)
 
@@ -166,7 +165,7 @@ def _by_message(points: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @dataclasses.dataclass
-class AuditReport:
+class AuditReport(JsonReport):
     script: str
     deepspeed_version: str
     torch_version: str
@@ -213,28 +212,9 @@ class AuditReport:
             return 2
         return 0 if self.holds else 1
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data.update(holds=self.holds, exit_code=self.exit_code)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AuditReport:
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"not a {SCHEMA} report: schema={data.get('schema')!r}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    @classmethod
-    def load(cls, path: Path) -> AuditReport:
-        return cls.from_dict(json.loads(Path(path).read_text()))
-
-    def write(self, path: Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        tmp.replace(path)
+    SCHEMA = SCHEMA
+    DERIVED = ("holds", "exit_code")
+    JSON_INDENT = 1
 
 
 def _known_entry(k: KnownDiscrepancy) -> dict[str, Any]:

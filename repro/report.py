@@ -68,8 +68,48 @@ class Row:
     fixed_ok: bool
 
 
+class JsonReport:
+    """What every report of the package shares: its schema check, and JSON in and out.
+
+    A subclass is a dataclass with a ``schema`` field; it sets ``SCHEMA``, names its derived
+    properties in ``DERIVED`` and rebuilds its nested rows in ``_nested``.
+    """
+
+    SCHEMA = ""
+    DERIVED: tuple[str, ...] = ("holds", "pattern", "exit_code")
+    JSON_INDENT = 2
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.update({name: getattr(self, name) for name in self.DERIVED})
+        return data
+
+    @classmethod
+    def _nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return kwargs
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        if data.get("schema") != cls.SCHEMA:
+            raise ValueError(f"not a {cls.SCHEMA} report: schema={data.get('schema')!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**cls._nested({k: v for k, v in data.items() if k in names}))
+
+    @classmethod
+    def load(cls, path: Path):
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def write(self, path: Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=self.JSON_INDENT) + "\n")
+        tmp.replace(path)
+
+
 @dataclasses.dataclass
-class Report:
+class Report(JsonReport):
+
     script: str
     deepspeed_version: str
     torch_version: str
@@ -102,30 +142,11 @@ class Report:
     def exit_code(self) -> int:
         return 0 if self.holds else 1
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data.update(holds=self.holds, pattern=self.pattern, exit_code=self.exit_code)
-        return data
+    SCHEMA = SCHEMA
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Report:
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"not a {SCHEMA} report: schema={data.get('schema')!r}")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in fields}
-        kwargs["rows"] = [Row(**r) for r in data["rows"]]
-        return cls(**kwargs)
-
-    @classmethod
-    def load(cls, path: Path) -> Report:
-        return cls.from_dict(json.loads(Path(path).read_text()))
-
-    def write(self, path: Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        tmp.replace(path)
+    def _nested(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {**kwargs, "rows": [Row(**r) for r in kwargs["rows"]]}
 
 
 def render_table(report: Report) -> str:
