@@ -150,9 +150,41 @@ def _numerics(bundle: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _pytest_summary(text: str) -> tuple[str, list[str]]:
+    """The counts of a pytest log's final line, and the tests it lists as FAILED."""
+    lines = [_ANSI.sub("", line) for line in text.splitlines()]
+    summary = next((m.group(1) for line in reversed(lines)
+                    for m in [re.match(r"^=+ (.* in [\d.]+s.*?) =+$", line.strip())] if m), "no summary line")
+    counts = re.sub(r"\s*in [\d.]+s.*$", "", summary)
+    counts = ", ".join(part for part in counts.split(", ") if "warning" not in part and "deselected" not in part)
+    failed = sorted({m.group(1) for line in lines for m in [re.match(r"^FAILED (\S+)", line.strip())] if m})
+    return counts, failed
+
+
+def _upstream_logs(bundle: Path) -> str:
+    """DeepSpeed's own tests, run by hand on real checkouts of the mirror (their logs are in the bundle)."""
+    logs = sorted((bundle / "results" / "upstream").glob("*.log"))
+    if not logs:
+        return ""
+    lines = ["## DeepSpeed's own tests on real checkouts", "",
+             "`PYTHONPATH=.:$PWD/tests DS_ACCELERATOR=cpu LOCAL_SIZE=2 pytest ...` on checkouts of the mirror "
+             "(tag or master) with: the whole series (`fixed`, `fix-plus-companion`), patch 1 only (`fix-only`), the "
+             "test patch only (`testonly`), nothing (`unfixed`), or the alternative fix. Each log starts with the "
+             "branch and commits it ran on.", "", "| log | result | failed |", "|---|---|---|"]
+    for log in logs:
+        counts, failed = _pytest_summary(log.read_text(errors="replace"))
+        shown = "<br>".join(f"`{t.split('::', 1)[-1]}`" for t in failed) or "-"
+        rel = _rel(bundle, log)
+        lines.append(f"| [{log.stem}]({rel}) | {counts} | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
 # The checks beyond the reproducers, each a function of the bundle path returning markdown, or ""
 # when its results are absent.
-EXTRA_SECTIONS: list[Callable[[Path], str]] = [_alst, _audit, _numerics]
+EXTRA_SECTIONS: list[Callable[[Path], str]] = [_upstream_logs, _alst, _audit, _numerics]
 
 
 def _load_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
