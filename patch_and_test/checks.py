@@ -20,6 +20,9 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
 AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
+# In the job, the audit's quick mode at the job's world size: sp 1 x dp 2 and sp 2 x dp 1, every
+# reduce path, dtype and scaling knob (the 4-rank layouts run in its tests and on demand).
+SCRIPT_ARGS = {AUDIT: ("--world-size", "2")}
 ALST = "alst_recipe"  # the ALST loss recipe's scale; needs transformers and DeepSpeed >= 0.17.2
 ALST_MIN_VERSION = "0.17.2"  # UlyssesSPAttentionHF appears
 
@@ -76,7 +79,7 @@ def run_reproducer(script: str, expect: str, out_dir: Path, phase: str, *, backe
     log = out_dir / f"{script}.log"
     report.unlink(missing_ok=True)
     cmd = [sys.executable, str(PACKAGE_ROOT / "repro" / f"{script}.py"), "--expect", expect, "--backend", backend,
-           "--json", str(report), "--timeout", str(timeout)]
+           "--json", str(report), "--timeout", str(timeout), *SCRIPT_ARGS.get(script, ())]
     code, duration = _run_logged(cmd, log, timeout=timeout + 60, cwd=PACKAGE_ROOT)
     pattern = _pattern(json.loads(report.read_text())) if report.exists() else None
     return ReproCheck(f"{phase}/{script}", script, expect, code, pattern, str(report) if report.exists() else None,
