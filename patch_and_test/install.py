@@ -21,6 +21,8 @@ from pathlib import Path
 from patch_and_test.errors import PipelineError
 from repro.env import cache_root
 
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
 
 class InstallFailed(PipelineError):
     pass
@@ -55,7 +57,32 @@ def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
         # PYTHONDONTWRITEBYTECODE is common in CI images and uv does not compile: without
         # bytecode every rank re-parses DeepSpeed (seconds per launch).
         _run([sys.executable, "-m", "compileall", "-q", "-j0", str(_site_packages() / "deepspeed")], out)
+        prebuild_comm_op(out)
     return Installed(importlib.metadata.version("deepspeed"), wheels[0], tid, cached, installer.kind)
+
+
+# The ranks' CPU comm op, built here once, where the ranks will look for it. A reinstall gives the
+# op's sources new mtimes, so ninja rebuilds it at the next init; in a rank that build runs inside
+# the launch's deadline, and two ranks' compilers beside the ranks themselves can exhaust memory.
+_PREBUILD = """
+import os
+from repro.env import torch_extensions_dir
+folder = torch_extensions_dir()
+# torch's build lock of a build that was killed stays forever and every later build waits on it;
+# nothing else builds into this install's folder while the job installs.
+(folder / "deepspeed_shm_comm" / "lock").unlink(missing_ok=True)
+os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)
+os.environ["DS_ACCELERATOR"] = "cpu"
+from deepspeed.comm.torch import build_shm_op
+build_shm_op()
+"""
+
+
+def prebuild_comm_op(out) -> None:
+    """JIT-build DeepSpeed's CPU shared-memory comm op for the ranks, one compiler at a time."""
+    env = {**os.environ, "MAX_JOBS": "1", "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get(
+        "PYTHONPATH", "")])}
+    _run([sys.executable, "-c", _PREBUILD], out, env=env, cwd=PACKAGE_ROOT)
 
 
 def _build_wheel(tree: Path, rev: str, wheel_dir: Path, installer: Installer, out) -> Path:
