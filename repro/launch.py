@@ -157,9 +157,26 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink) -> int:
         return code
     finally:
         _kill_all(children)
+        remove_shm_buffers("127.0.0.1", store.port)
         del store
         if not args.keep_logs:
             _remove_tree(workdir)
+
+
+def remove_shm_buffers(addr: str, port: int | str, rank: int | None = None) -> None:
+    """Remove the shared-memory segments DeepSpeed's CPU comm op left for one launch.
+
+    ``deepspeed_shm_comm`` creates ``/dev/shm/deepspeed_*_<MASTER_ADDR>_<MASTER_PORT>_<rank>``
+    (about 64 MB a rank) at init and never unlinks them: RAM-backed, they add up over a test
+    session until the machine runs out of memory. Called when the launch is over (or, under
+    torchrun, by each rank as it leaves: a mapping stays valid after the unlink).
+    """
+    pattern = f"deepspeed_*_{addr}_{port}_{'*' if rank is None else rank}"
+    for path in Path("/dev/shm").glob(pattern):
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
 
 def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArgs) -> int:
@@ -284,6 +301,8 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
             print(f"SKIP: {status.message}", flush=True)
         sys.stdout.flush()
         sys.stderr.flush()
+        if status_dir is None and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+            remove_shm_buffers(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], rank)
         os._exit(status.exit_code)
 
     try:
