@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.src is not None and args.version is not None:
         print("error: give DEEPSPEED_SRC or DEEPSPEED_VERSION, not both", file=sys.stderr)
         return int(Exit.ERROR)
-    results = args.results or Path("results") / args.env_name
+    # Absolute: DeepSpeed's own tests run with the source tree as working directory.
+    results = (args.results or Path("results") / args.env_name).resolve()
     verdict = run(PipelineConfig(env_name=args.env_name, results=results, version=args.version, src=args.src,
                                  backend=args.backend, timeout=args.timeout,
                                  upstream_suites=not args.no_upstream_suites, audit=not args.no_audit))
