@@ -23,9 +23,10 @@ from _common import ROOT, environment, write_result  # noqa: E402
 TARGET = 0.10
 
 
-def build(dist: Path) -> tuple[float, str]:
+def build(dist: Path, versions: list[str]) -> tuple[float, str]:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "patch_and_test.bundle", "build", "--dist", str(dist)], cwd=ROOT,
+    only = ["--versions", *versions] if versions else []
+    proc = subprocess.run([sys.executable, "-m", "patch_and_test.bundle", "build", "--dist", str(dist), *only], cwd=ROOT,
                           capture_output=True, text=True)
     wall = round(time.monotonic() - start, 3)
     if proc.returncode != 0:
@@ -38,10 +39,11 @@ def main() -> int:
     parser.add_argument("--dist", type=Path, default=ROOT / "dist")
     parser.add_argument("--first-run-s", type=float, default=None,
                         help="wall time of the run that produced the current results, when the first build reuses")
+    parser.add_argument("--versions", nargs="*", default=[], help="restrict the matrix, as bundle build does")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    first, first_line = build(args.dist)
-    second, second_line = build(args.dist)
+    first, first_line = build(args.dist, args.versions)
+    second, second_line = build(args.dist, args.versions)
     reference = max(first, args.first_run_s or 0.0)
     ratio = round(second / reference, 4)
     payload = {"benchmark": "bundle_reuse", "environment": environment(sys.executable), "first_build_s": first,
