@@ -109,12 +109,13 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
     for env in [c.env for c in cells] + sorted(p.name for p in results.glob("patch-and-test-src*") if p.is_dir()):
         if (results / env).is_dir():
             shutil.copytree(results / env, bundle / "results" / env, ignore=shutil.ignore_patterns("*.tmp"))
+    if COMMITTED_BENCHMARKS.is_dir():
+        # The benchmark runs kept in the repository (timing needs a quiet machine); newer local runs win.
+        shutil.copytree(COMMITTED_BENCHMARKS, bundle / "results" / "benchmarks")
     for name in EVIDENCE_DIRS:
         if (results / name).is_dir():
-            shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"))
-    if not (bundle / "results" / "benchmarks").is_dir() and COMMITTED_BENCHMARKS.is_dir():
-        # The benchmark runs kept in the repository (timing needs a quiet machine; see benchmarks/README.md).
-        shutil.copytree(COMMITTED_BENCHMARKS, bundle / "results" / "benchmarks")
+            shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"),
+                            dirs_exist_ok=True)
     notice = PACKAGE_ROOT / "docs" / "downstream-notice.md"
     if notice.exists():
         shutil.copy2(notice, bundle / notice.name)
