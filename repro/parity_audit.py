@@ -329,7 +329,9 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
                 points_out.append(raw_point(p.id, p.fields(), outcome.status, outcome.message, outcome.optimizer,
                                             outcome.seconds, rows))
             topos_out.append(dict(world_size=ctx.world_size, sp=sp, dp=ctx.world_size // sp, points=len(points)))
-        _unlink_shm_buffers(ctx.rank)
+        # Unlinked after the last collective: the mapping stays valid for the rest of the run.
+        if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+            launch.remove_shm_buffers(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], ctx.rank)
         meta = dict(deepspeed_version=deepspeed_version(), torch_version=torch.__version__, backend=ctx.backend,
                     device=ctx.device.split(":")[0])
         partial = dict(topologies=topos_out, points=points_out, meta=meta)
@@ -342,23 +344,6 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         return launch.RankResult(code, partial if ctx.rank == 0 else None)
 
     return program
-
-
-def _unlink_shm_buffers(rank: int) -> None:
-    """Remove this rank's shared-memory segment of DeepSpeed's CPU comm op.
-
-    ``deepspeed_shm_comm`` creates ``/dev/shm/deepspeed_*_<MASTER_ADDR>_<MASTER_PORT>_<rank>``
-    (69 MB) at init and never unlinks it, so every launch leaks one per rank into RAM-backed
-    tmpfs. Unlinking after the last collective keeps the mapping valid for the rest of the run.
-    """
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if not addr or not port:
-        return
-    for path in Path("/dev/shm").glob(f"deepspeed_*_{addr}_{port}_{rank}"):
-        try:
-            path.unlink()
-        except OSError:
-            pass
 
 
 def _max_rel_dev(observed, expected, ratio: float) -> float:
