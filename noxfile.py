@@ -10,6 +10,7 @@ Versions come from deepspeed-sdists.lock, so a release added there is in the mat
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ import nox
 
 ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT))
+from patch_and_test.__main__ import build_parser, results_dir  # noqa: E402
+from patch_and_test.errors import Exit  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
@@ -58,7 +61,13 @@ def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None
     env = _env(ZERO3_SP_BACKEND=backend)
     if version:
         env["DEEPSPEED_VERSION"] = version
-    session.run("python", "-m", "patch_and_test", "--env-name", env_name, *session.posargs, env=env)
+    argv = ["--env-name", env_name, *session.posargs]
+    session.run("python", "-m", "patch_and_test", *argv, env=env, success_codes=[0, Exit.SKIPPED])
+    # Exit 77 (e.g. nccl with fewer GPUs than ranks) is a skip, shown as one in nox's summary.
+    verdict = results_dir(build_parser().parse_args(argv)) / "verdict.json"
+    outcome = json.loads(verdict.read_text())
+    if outcome["outcome"] == "skipped":
+        session.skip(outcome["error"])
 
 
 @nox.session(name="patch-and-test")

@@ -36,7 +36,7 @@ environment:
 """
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m patch_and_test", description=__doc__, epilog=EXIT_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
@@ -52,17 +52,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="with a checkout: skip DeepSpeed's TestGradientAllreduceOp before/after")
     parser.add_argument("--no-audit", action="store_true",
                         help="skip the parity audit (repro/parity_audit.py, quick mode) before and after")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def results_dir(args: argparse.Namespace) -> Path:
+    # Absolute: DeepSpeed's own tests run with the source tree as working directory.
+    return (args.results or Path("results") / args.env_name).resolve()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.src is not None and args.version is not None:
         print("error: give DEEPSPEED_SRC or DEEPSPEED_VERSION, not both", file=sys.stderr)
         return int(Exit.ERROR)
-    # Absolute: DeepSpeed's own tests run with the source tree as working directory.
-    results = (args.results or Path("results") / args.env_name).resolve()
+    results = results_dir(args)
     verdict = run(PipelineConfig(env_name=args.env_name, results=results, version=args.version, src=args.src,
                                  backend=args.backend, timeout=args.timeout,
                                  upstream_suites=not args.no_upstream_suites, audit=not args.no_audit))
     if verdict.error:
-        print(f"error: {verdict.error}", file=sys.stderr)
+        # "skipped: " for exit 77, as the reproducers print it; tox's toxfile.py shows it as SKIP.
+        label = "skipped" if verdict.exit_code == Exit.SKIPPED else "error"
+        print(f"{label}: {verdict.error}", file=sys.stderr)
     print(f"verdict: {results / 'verdict.json'}")
     return verdict.exit_code
 

@@ -36,7 +36,8 @@ def pipeline(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subpr
 def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == code, proc.stdout + proc.stderr
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    prefix = "skipped: " if code == Exit.SKIPPED else "error: "
+    assert len(lines) == 1 and lines[0].startswith(prefix), proc.stderr
     for word in words:
         assert word in lines[0]
 
