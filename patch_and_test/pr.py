@@ -67,7 +67,7 @@ def _ratio_span(values: list[float]) -> str:
 
 def _audit(bundle: Path) -> str:
     """The parity audit's counts per cell, before and after, and the known upstream discrepancies."""
-    rows, known = [], {}
+    rows, known, writeups = [], {}, {}
     for env, v in sorted(_load_verdicts(bundle).items(), key=lambda kv: _version_key(kv[1])):
         for phase in ("before", "after"):
             for check in v.get(phase, []):
@@ -77,26 +77,30 @@ def _audit(bundle: Path) -> str:
                 if report is None:
                     continue
                 c = report["summary"]["counts"]
-                rows.append(f"| [{_cell_label(v)} {phase}]({_rel(bundle, check['report'])}) | {check['expect']} | "
+                layouts = ", ".join(f"{t['sp']}x{t['dp']}" for t in report.get("topologies", []))
+                rows.append(f"| [{_cell_label(v)} {phase}]({_rel(bundle, check['report'])}) | {report.get('mode', '?')} | "
+                            f"{layouts} | {check['expect']} | "
                             f"{'holds' if check['exit_code'] == 0 else 'DOES NOT HOLD'} | {c['points']} | "
                             f"{c['rejected']} | {c['match']} | {c['sp_bug']} | {c['known']} | {c['unexplained']} |")
                 for kid, n in (report["summary"].get("known_points") or {}).items():
                     if n:
                         known.setdefault(kid, set()).add(_cell_label(v).split()[0])
+                writeups.update({k["id"]: k.get("writeup", "") for k in report.get("known", [])})
     if not rows:
         return ""
     lines = ["## Parity audit", "",
-             "`repro/parity_audit.py` (quick mode): every ZeRO stage, reduce path, bucket size, sp x dp layout up "
-             "to 4 ranks, fp32/bf16, gradient accumulation 1/2 and the predivide/prescale knobs, each point's full "
-             "gradient against one plain-torch oracle. `at 1/sp`: points whose gradients went through "
-             "`__avg_scatter_grads` with sp > 1 at 1/sp (this bug); `known`: documented upstream discrepancies "
-             "(write-ups in `upstream-candidates/`).", "",
-             "| run | expect | | points | rejected | match | at 1/sp | known | unexplained |",
-             "|---|---|---|---|---|---|---|---|---|", *rows]
+             "`repro/parity_audit.py`: every ZeRO stage, reduce path, bucket size, fp32/bf16, gradient accumulation "
+             "1/2 and the predivide/prescale knobs, on the sp x dp layouts listed per run, each point's full gradient "
+             "against one plain-torch oracle. `at 1/sp`: points whose gradients went through `__avg_scatter_grads` "
+             "with sp > 1 at 1/sp (this bug); `known`: documented upstream discrepancies (write-ups in "
+             "`upstream-candidates/`).", "",
+             "| run | mode | sp x dp | expect | | points | rejected | match | at 1/sp | known | unexplained |",
+             "|---|---|---|---|---|---|---|---|---|---|---|", *rows]
     if known:
         lines += ["", "Known upstream discrepancies the audit hit (not this bug; candidate upstream issues):", ""]
         for kid in sorted(known):
-            doc = f"upstream-candidates/{kid}.md"
+            # The write-up the audit's known list names for this entry (docs/upstream-candidates/ in the repo).
+            doc = f"upstream-candidates/{Path(writeups.get(kid) or kid + '.md').name}"
             link = f"[`{kid}`]({doc})" if (bundle / doc).exists() else f"`{kid}`"
             lines.append(f"* {link}: DeepSpeed {', '.join(sorted(known[kid], key=_num_key))}")
     return "\n".join(lines) + "\n"
@@ -268,7 +272,17 @@ def _downstream(bundle: Path) -> str:
         return ""
     body = notice.read_text().strip()
     body = re.sub(r"^#+ .*\n+", "", body, count=1)  # the file's own title
-    return "## Downstream impact\n\n" + body + "\n"
+    return "## Downstream impact\n\n" + _demote_headings(body) + "\n"
+
+
+def _demote_headings(markdown: str) -> str:
+    """One level down, so an included document's sections nest under ours (code blocks untouched)."""
+    out, fenced = [], False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        out.append("#" + line if not fenced and re.match(r"#+ ", line) else line)
+    return "\n".join(out)
 
 
 def _reproduce() -> str:
