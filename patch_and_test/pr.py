@@ -78,8 +78,8 @@ def _audit(bundle: Path) -> str:
                     continue
                 c = report["summary"]["counts"]
                 layouts = ", ".join(f"{t['sp']}x{t['dp']}" for t in report.get("topologies", []))
-                rows.append(f"| [{_cell_label(v)} {phase}]({_rel(bundle, check['report'])}) | {report.get('mode', '?')} | "
-                            f"{layouts} | {check['expect']} | "
+                rows.append(f"| [{_cell_label(v)} {phase}]({_rel(bundle, check['report'])}) | "
+                            f"{report.get('mode', '?')} | {layouts} | {check['expect']} | "
                             f"{'holds' if check['exit_code'] == 0 else 'DOES NOT HOLD'} | {c['points']} | "
                             f"{c['rejected']} | {c['match']} | {c['sp_bug']} | {c['known']} | {c['unexplained']} |")
                 for kid, n in (report["summary"].get("known_points") or {}).items():
