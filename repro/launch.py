@@ -71,6 +71,9 @@ class RankStatus:
     exit_code: int
     message: str = ""
     traceback: str = ""
+    # Wall time of the report. The ranks share one clock, so among failed ranks the earliest is
+    # the cause: a peer's "connection closed" comes after the failing rank wrote its status and left.
+    at: float = dataclasses.field(default_factory=time.time)
 
     def write(self, folder: Path) -> None:
         tmp = folder / f".rank{self.rank}.tmp"
@@ -193,7 +196,7 @@ def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArg
                 print(f"SKIP: {status.message}", flush=True)
                 return EXIT_SKIP
             if status is None or status.status == "error":
-                return _report_failure(child, code, status, args)
+                return _report_failure(children, workdir)
             if code != status.exit_code:
                 # Reported, then died in teardown (the known abort at exit): the work is done.
                 print(f"note: rank {rank} reported exit {status.exit_code} and then exited with "
@@ -214,14 +217,34 @@ def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArg
     return codes.pop()
 
 
-def _report_failure(child: _Child, code: int, status: RankStatus | None, args: ReproArgs) -> int:
+def _report_failure(children: list[_Child], workdir: Path) -> int:
+    """Print the rank that failed first, and one line for each rank that failed because of it.
+
+    The parent notices exits in polling order, which is not the order they happened in: by the
+    time it sees rank 0's "connection closed", the rank that closed it has long reported.
+    A rank that died without reporting (a signal, an abort in C++) is taken as the cause; among
+    the ranks that reported an error, the earliest one is.
+    """
+    failures: list[tuple[tuple[int, float], _Child, int | None, RankStatus | None]] = []
+    for child in children:
+        code = child.proc.poll()
+        status = RankStatus.read(workdir, child.rank)
+        if status is not None and status.status == "error":
+            failures.append(((1, status.at), child, code, status))
+        elif status is None and code is not None:
+            failures.append(((0, 0.0), child, code, None))
+    failures.sort(key=lambda f: (f[0], f[1].rank))
+    (_, first, code, status), others = failures[0], failures[1:]
     if status is not None:
-        print(f"error: rank {child.rank} failed: {status.message}", file=sys.stderr)
-        print(_indent(status.traceback, f"[rank {child.rank}] "), file=sys.stderr)
+        print(f"error: rank {first.rank} failed: {status.message}", file=sys.stderr)
+        print(_indent(status.traceback, f"[rank {first.rank}] "), file=sys.stderr)
     else:
-        print(f"error: rank {child.rank} exited with {_describe_exit(code)} before reporting; "
+        print(f"error: rank {first.rank} exited with {_describe_exit(code)} before reporting; "
               f"last lines of its log:", file=sys.stderr)
-        _print_log_tail(child, lines=25)
+        _print_log_tail(first, lines=25)
+    for _, child, code, status in others:
+        why = status.message if status is not None else f"exited with {_describe_exit(code)} before reporting"
+        print(f"note: rank {child.rank} failed after rank {first.rank}: {why}", file=sys.stderr)
     return EXIT_ERROR
 
 
