@@ -48,6 +48,7 @@ class _Run:
         self.verdict = Verdict(env=cfg.env_name, source={}, series=None, deepspeed_before=None, deepspeed_after=None,
                                backend=cfg.backend, steps=[], before=[], after=[], tests=[], suites=[],
                                environment=_environment(cfg.backend))
+        self.tree: source_mod.SourceTree | None = None  # held (locked) until the run ends
 
     def step(self, name: str, status: str, detail: str, started: float, log: Path | None = None) -> None:
         self.verdict.steps.append(Step(name, status, detail, round(time.monotonic() - started, 3),
@@ -66,6 +67,9 @@ def run(cfg: PipelineConfig) -> Verdict:
         r.verdict.error = str(err)
         r.verdict.error_exit = int(err.exit_code)
         r.verdict.steps.append(Step("error", "skipped" if err.exit_code == Exit.SKIPPED else "error", str(err)))
+    finally:
+        if r.tree is not None:
+            r.tree.release()  # the working copy is free for the next job
     r.verdict.wall_time_s = round(time.monotonic() - started, 3)
     r.verdict.write(cfg.results / "verdict.json")
     if r.verdict.before or r.verdict.after or r.verdict.tests:
@@ -85,7 +89,7 @@ def _run_steps(r: _Run) -> None:
         raise Skipped(f"nccl needs one GPU per rank: {WORLD_SIZE} ranks, {gpu_count()} GPU(s) visible")
 
     t = time.monotonic()
-    tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(version)
+    tree = r.tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(version)
     r.verdict.source = {"origin": tree.origin, "path": str(tree.path), "version": tree.version,
                         "upstream_commit": tree.upstream_commit, "base": tree.base, "branch": tree.branch,
                         "has_tests": tree.has_tests, "dropped_paths": list(tree.dropped_paths)}

@@ -4,10 +4,16 @@ Two origins:
 
 * ``from_pypi(version)``: the version's sdist, downloaded with pip, checked against the sha256 in
   ``deepspeed-sdists.lock``, unpacked and committed to a fresh git repo with a fixed author and
-  date (so the commit id is the same everywhere); cached, a second call reuses it.
+  date (so the commit id is the same everywhere); cached, a second call reuses it. That repo is
+  never patched: each caller gets a working copy of it, like a user's checkout.
 * ``from_checkout(path)``: a separate working copy of the user's DeepSpeed checkout, made with
   ``git clone --shared`` into the cache (their objects are read, nothing is written into their
   repo) and checked out at their HEAD onto a branch ``zero3-sp-fix/<series>``.
+
+A working copy belongs to one caller at a time: it holds an exclusive lock on it (``flock``,
+released by ``SourceTree.release()``, when the tree is garbage-collected, or when the process
+dies), and a second job at once (``tox -p``, two clones sharing the cache) gets the next free
+copy instead of applying its series onto the same work tree as the first.
 
 A repo whose history lacks some blobs (the snapshot mirror lacks images under ``blogs/``) cannot be
 checked out or committed on as is; the working copy then leaves the missing paths out (sparse
@@ -19,6 +25,7 @@ The cache is ``$ZERO3_SP_CACHE``, else ``$XDG_CACHE_HOME/zero3-sp-gradfix``, els
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -27,8 +34,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 try:
     import tomllib
@@ -70,6 +78,12 @@ class SourceTree:
     branch: str
     has_tests: bool
     dropped_paths: tuple[str, ...] = ()  # left out because their blobs are missing
+    # The open lock file that makes ``path`` this caller's alone (closing it frees the copy).
+    claim: IO | None = field(default=None, compare=False, repr=False)
+
+    def release(self) -> None:
+        if self.claim is not None:
+            self.claim.close()
 
 
 def cache_dir() -> Path:
@@ -210,18 +224,17 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    # Reused: back to the pristine sdist commit, whatever an earlier run applied to it.
-    git(repo, "am", "--abort", check=False)
-    _git_ok(repo, "checkout", "-q", "-f", "-B", "main", "sdist")
-    _git_ok(repo, "clean", "-q", "-fd")
-    tree_version = (repo / "version.txt").read_text().strip()
-    return SourceTree(path=repo,
-                      version=tree_version,
+    # The cached repo is only read (older versions of this package patched it in place: its tag
+    # still names the pristine commit); the series goes onto a working copy of it.
+    dest, base, _, claim = _working_copy(repo, "sdist", f"pypi-{version}", "main", cache)
+    return SourceTree(path=dest,
+                      version=(dest / "version.txt").read_text().strip(),
                       origin="pypi-sdist",
                       upstream_commit=None,
-                      base=_git_ok(repo, "rev-parse", "HEAD").strip(),
+                      base=base,
                       branch="main",
-                      has_tests=(repo / "tests").is_dir())
+                      has_tests=(dest / "tests").is_dir(),
+                      claim=claim)
 
 
 def _git_stdin(repo: Path, text: str, *args: str) -> str:
@@ -306,20 +319,38 @@ def clone_shared(source: Path, dest: Path) -> None:
         raise errors.BadInput(f"git clone --shared {source} failed: {result.stderr.strip()}")
 
 
-def _working_copy(source: Path, commit: str, name: str, branch: str, cache: Path | None) -> tuple[Path, str, tuple]:
+def _claim(first: Path) -> tuple[Path, IO]:
+    """The first of ``first``, ``first-2``, ``first-3``... that no live process holds, and its lock."""
+    for slot in range(1, 65):
+        dest = first if slot == 1 else first.with_name(f"{first.name}-{slot}")
+        lock = open(_mkdir(dest.parent) / f".{dest.name}.lock", "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return dest, lock
+    raise errors.BadInput(f"64 jobs hold working copies of {first.name}; is something stuck?")
+
+
+def _working_copy(source: Path, commit: str, name: str, branch: str,
+                  cache: Path | None) -> tuple[Path, str, tuple, IO]:
     cache = cache or cache_dir()
     key = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
-    dest = cache / "checkouts" / f"{name}-{key}"
-    if not (dest / ".git").is_dir():
-        if dest.exists():
-            shutil.rmtree(dest)
-        _mkdir(dest.parent)
-        clone_shared(source, dest)
-    else:
-        git(dest, "am", "--abort", check=False)
-    base, dropped = prepare_working_copy(dest, commit, branch)
-    _git_ok(dest, "clean", "-q", "-fd")
-    return dest, base, dropped
+    dest, claim = _claim(cache / "checkouts" / f"{name}-{key}")
+    try:
+        if not (dest / ".git").is_dir():
+            if dest.exists():
+                shutil.rmtree(dest)
+            clone_shared(source, dest)
+        else:
+            git(dest, "am", "--abort", check=False)
+        base, dropped = prepare_working_copy(dest, commit, branch)
+        _git_ok(dest, "clean", "-q", "-fd")
+    except BaseException:
+        claim.close()
+        raise
+    return dest, base, dropped, claim
 
 
 def from_checkout(path: Path | str, series_name: str | None = None, cache: Path | None = None) -> SourceTree:
@@ -335,7 +366,7 @@ def from_checkout(path: Path | str, series_name: str | None = None, cache: Path 
     version = _git_ok(root, "show", f"{head}:version.txt").strip()
     if series_name is None:
         series_name = series_for_version(version).name
-    dest, base, dropped = _working_copy(root, head, "checkout", f"zero3-sp-fix/{series_name}", cache)
+    dest, base, dropped, claim = _working_copy(root, head, "checkout", f"zero3-sp-fix/{series_name}", cache)
     return SourceTree(path=dest,
                       version=version,
                       origin="checkout",
@@ -343,7 +374,8 @@ def from_checkout(path: Path | str, series_name: str | None = None, cache: Path 
                       base=base,
                       branch=f"zero3-sp-fix/{series_name}",
                       has_tests=(dest / "tests").is_dir(),
-                      dropped_paths=dropped)
+                      dropped_paths=dropped,
+                      claim=claim)
 
 
 def from_mirror(commit: str,
@@ -359,7 +391,7 @@ def from_mirror(commit: str,
         raise errors.BadInput(f"{commit!r} is not a commit of {mirror}")
     sha = resolved.stdout.strip()
     branch = branch or f"zero3-sp-fix/{sha[:12]}"
-    dest, base, dropped = _working_copy(mirror, sha, f"mirror-{sha[:12]}", branch, cache)
+    dest, base, dropped, claim = _working_copy(mirror, sha, f"mirror-{sha[:12]}", branch, cache)
     version = (dest / "version.txt").read_text().strip()
     return SourceTree(path=dest,
                       version=version,
@@ -368,4 +400,5 @@ def from_mirror(commit: str,
                       base=base,
                       branch=branch,
                       has_tests=(dest / "tests").is_dir(),
-                      dropped_paths=dropped)
+                      dropped_paths=dropped,
+                      claim=claim)

@@ -266,6 +266,31 @@ def test_user_checkout_is_untouched_by_success_and_failure(upstream, tmp_path):
     assert repo_state(user) == before
 
 
+def test_two_jobs_at_once_get_their_own_working_copies(upstream, tmp_path):
+    """A held copy is never handed out again: the second job patches a copy of its own."""
+    repo, commit = upstream
+    dev = make_branch(repo, commit, tmp_path / "dev")
+    series = _series(tmp_path / "good", format_patches(dev, "work~2..work", tmp_path / "good"), ["fix", "test"])
+    user = tmp_path / "user"
+    source.clone_shared(repo, user)
+    source.prepare_working_copy(user, commit, "mine")
+    cache = tmp_path / "cache"
+
+    first = source.from_checkout(user, "demo", cache=cache)
+    second = source.from_checkout(user, "demo", cache=cache)
+    assert second.path != first.path and second.base == first.base
+    apply_series(first.path, series)
+    assert tree_has_fix(first.path) and not tree_has_fix(second.path)
+    assert run(second.path, "rev-parse", "HEAD").strip() == second.base
+
+    # Released (the job ended): the next job gets the first copy back, reset to the user's HEAD.
+    first.release()
+    third = source.from_checkout(user, "demo", cache=cache)
+    assert third.path == first.path and not tree_has_fix(third.path)
+    second.release()
+    third.release()
+
+
 def test_checkout_with_missing_blobs_gets_a_sparse_copy(upstream, tmp_path):
     repo, commit = upstream
     user = tmp_path / "user"

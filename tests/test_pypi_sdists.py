@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from patch_and_test import errors, source
-from patch_and_test.series import Patch, apply_series, parse_version, series_for_tree, tree_has_fix
+from patch_and_test.series import Patch, apply_series, git, parse_version, series_for_tree, tree_has_fix
 
 from tests.conftest import SUPPORTED_PYPI, repo_state
 
@@ -42,15 +42,31 @@ def test_fix_applies_to_the_sdist_and_twice_is_already_fixed(version):
 def test_sdist_repo_is_cached_pristine_and_reproducible(tmp_path):
     version = "0.19.8"
     first = source.from_pypi(version)
-    apply_series(first.path, series_for_tree(first.path))  # dirty the cache on purpose
+    apply_series(first.path, series_for_tree(first.path))  # dirty the working copy on purpose
+    first.release()
     again = source.from_pypi(version)
     assert again.path == first.path and again.base == first.base and not tree_has_fix(again.path)
+    again.release()
     # Rebuilt from the same archive elsewhere: the same commit (fixed author, date, message).
     archive = source.fetch_sdist(version)
     (tmp_path / "sdists").mkdir()
     shutil.copy(archive, tmp_path / "sdists" / archive.name)
     rebuilt = source.from_pypi(version, cache=tmp_path)
     assert rebuilt.base == first.base and rebuilt.path != first.path
+
+
+def test_two_jobs_at_once_patch_separate_copies():
+    """CI ran the tests and a bundle at once: one job's series landed under the other's install."""
+    first = source.from_pypi("0.19.8")
+    second = source.from_pypi("0.19.8")  # while the first is still held
+    try:
+        assert second.path != first.path and second.base == first.base
+        apply_series(first.path, series_for_tree(first.path))
+        assert tree_has_fix(first.path) and not tree_has_fix(second.path)
+        assert git(second.path, "rev-parse", "HEAD").stdout.strip() == second.base
+    finally:
+        first.release()
+        second.release()
 
 
 def test_lock_mismatch_is_refused(tmp_path):
