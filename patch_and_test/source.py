@@ -319,9 +319,12 @@ def clone_shared(source: Path, dest: Path) -> None:
         raise errors.BadInput(f"git clone --shared {source} failed: {result.stderr.strip()}")
 
 
+_MAX_COPIES = 64  # working copies of one source held at once; more means jobs that never ended
+
+
 def _claim(first: Path) -> tuple[Path, IO]:
     """The first of ``first``, ``first-2``, ``first-3``... that no live process holds, and its lock."""
-    for slot in range(1, 65):
+    for slot in range(1, _MAX_COPIES + 1):
         dest = first if slot == 1 else first.with_name(f"{first.name}-{slot}")
         lock = open(_mkdir(dest.parent) / f".{dest.name}.lock", "w")
         try:
@@ -330,7 +333,7 @@ def _claim(first: Path) -> tuple[Path, IO]:
             lock.close()
             continue
         return dest, lock
-    raise errors.BadInput(f"64 jobs hold working copies of {first.name}; is something stuck?")
+    raise errors.BadInput(f"{_MAX_COPIES} jobs hold working copies of {first.name}; is something stuck?")
 
 
 def _working_copy(source: Path, commit: str, name: str, branch: str,

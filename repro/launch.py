@@ -225,16 +225,15 @@ def _report_failure(children: list[_Child], workdir: Path) -> int:
     A rank that died without reporting (a signal, an abort in C++) is taken as the cause; among
     the ranks that reported an error, the earliest one is.
     """
-    failures: list[tuple[tuple[int, float], _Child, int | None, RankStatus | None]] = []
+    failures: list[tuple[_Child, int | None, RankStatus | None]] = []
     for child in children:
         code = child.proc.poll()
         status = RankStatus.read(workdir, child.rank)
-        if status is not None and status.status == "error":
-            failures.append(((1, status.at), child, code, status))
-        elif status is None and code is not None:
-            failures.append(((0, 0.0), child, code, None))
-    failures.sort(key=lambda f: (f[0], f[1].rank))
-    (_, first, code, status), others = failures[0], failures[1:]
+        if (status is not None and status.status == "error") or (status is None and code is not None):
+            failures.append((child, code, status))
+    # Unreported deaths first, then reported errors by time; the rank number breaks ties.
+    failures.sort(key=lambda f: (f[2] is not None, f[2].at if f[2] is not None else 0.0, f[0].rank))
+    (first, code, status), others = failures[0], failures[1:]
     if status is not None:
         print(f"error: rank {first.rank} failed: {status.message}", file=sys.stderr)
         print(_indent(status.traceback, f"[rank {first.rank}] "), file=sys.stderr)
@@ -242,7 +241,7 @@ def _report_failure(children: list[_Child], workdir: Path) -> int:
         print(f"error: rank {first.rank} exited with {_describe_exit(code)} before reporting; "
               f"last lines of its log:", file=sys.stderr)
         _print_log_tail(first, lines=25)
-    for _, child, code, status in others:
+    for child, code, status in others:
         why = status.message if status is not None else f"exited with {_describe_exit(code)} before reporting"
         print(f"note: rank {child.rank} failed after rank {first.rank}: {why}", file=sys.stderr)
     return EXIT_ERROR
