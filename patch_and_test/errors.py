@@ -16,6 +16,7 @@ class Exit(enum.IntEnum):
     BUG_NOT_REPRODUCED = 3  # the unpatched DeepSpeed did not show the bug
     SERIES_DOES_NOT_APPLY = 4  # git am failed; the tree was rolled back
     ALREADY_FIXED = 5  # the tree already carries the fix: nothing to apply
+    REGRESSION = 6  # a DeepSpeed test the series can reach passed before it and fails after (on every rerun)
     SKIPPED = 77  # could not run here (e.g. nccl with too few GPUs); the reason is printed
 
 

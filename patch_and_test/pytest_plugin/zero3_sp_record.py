@@ -1,0 +1,105 @@
+"""A pytest plugin for DeepSpeed's own test suite: picks a tier and records every result as JSON lines.
+
+Loaded into DeepSpeed's pytest with ``-p zero3_sp_record`` (its folder on PYTHONPATH, so that no
+other module of this package lands on DeepSpeed's import path). It imports nothing of ours.
+
+* ``--zero3-sp-tier quick`` keeps the tests that start no ranks (their class does not derive from
+  DeepSpeed's ``DistributedExec``) and the classes named with ``--zero3-sp-keep``; ``full`` keeps all.
+* ``--zero3-sp-record PATH`` appends one JSON object a line: ``collect-error`` / ``collect-skip`` (a
+  file that cannot be collected, with the one-line reason), ``collected`` (every test kept, and
+  whether it starts ranks), ``deselected`` (dropped by the tier), ``report`` (each setup / call /
+  teardown outcome, with a one-line message). Lines are appended and flushed one at a time, so a
+  run killed at its deadline still leaves what it did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("zero3-sp-gradfix")
+    group.addoption("--zero3-sp-record", default=None, help="append results here as JSON lines")
+    group.addoption("--zero3-sp-tier", default="full", choices=("quick", "full"))
+    group.addoption("--zero3-sp-keep", action="append", default=[], help="a test class the quick tier keeps")
+
+
+def _write(config, **entry) -> None:
+    path = config.getoption("--zero3-sp-record")
+    if not path:
+        return
+    entry["pid"] = os.getpid()
+    with open(path, "a") as out:
+        out.write(json.dumps(entry) + "\n")
+
+
+def _one_line(longrepr) -> str:
+    if longrepr is None:
+        return ""
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (file, line, reason)
+        return str(longrepr[2]).strip().splitlines()[0] if str(longrepr[2]).strip() else ""
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None and getattr(crash, "message", None):
+        text = crash.message
+    else:
+        text = str(longrepr)
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    # The error line of a traceback ("E   ModuleNotFoundError: ...") says the most.
+    errors = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
+    line = errors[0] if errors else (lines[0] if lines else "")
+    return line[:300]
+
+
+def needs_ranks(item) -> bool:
+    cls = getattr(item, "cls", None)
+    return cls is not None and any(base.__name__ == "DistributedExec" for base in cls.__mro__)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_Recorder(config), "zero3_sp_recorder")
+
+
+class _Recorder:
+    """The hooks that need the config (a collect or test report does not carry it)."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def pytest_collectreport(self, report):
+        if not report.nodeid.endswith(".py"):
+            return
+        if report.failed:
+            _write(self.config, kind="collect-error", path=report.nodeid, message=_one_line(report.longrepr))
+        elif report.skipped:
+            _write(self.config, kind="collect-skip", path=report.nodeid, message=_one_line(report.longrepr))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        keep_classes = set(config.getoption("--zero3-sp-keep"))
+        quick = config.getoption("--zero3-sp-tier") == "quick"
+        kept, dropped = [], []
+        for item in items:
+            ranks = needs_ranks(item)
+            cls = getattr(item, "cls", None)
+            if quick and ranks and not (cls is not None and cls.__name__ in keep_classes):
+                dropped.append(item)
+                _write(config, kind="deselected", nodeid=item.nodeid, ranks=ranks)
+            else:
+                kept.append(item)
+                _write(config, kind="collected", nodeid=item.nodeid, ranks=ranks)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+
+    def pytest_runtest_logreport(self, report):
+        if hasattr(self.config, "workerinput"):
+            return  # an xdist worker: the controller records it
+        outcome = report.outcome
+        if getattr(report, "wasxfail", None) is not None:
+            outcome = "skipped" if report.skipped else "failed"  # xfail / strict xpass
+        _write(self.config, kind="report", nodeid=report.nodeid, when=report.when, outcome=outcome,
+               message=_one_line(report.longrepr) if outcome != "passed" else "",
+               duration=round(getattr(report, "duration", 0.0), 3))

@@ -1,0 +1,108 @@
+"""Classifying DeepSpeed's tests before and after a series: pure logic on synthetic runs and records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from patch_and_test import upstream_suite as us
+from patch_and_test.errors import Exit
+
+
+def run(name: str, outcomes: dict[str, str], *, exit_code: int | None = None, timed_out: bool = False,
+        messages: dict[str, str] | None = None, broken: dict[str, str] | None = None) -> us.SuiteRun:
+    if exit_code is None:
+        exit_code = 1 if any(o in ("failed", "error") for o in outcomes.values()) else 0
+    return us.SuiteRun(name, "quick", ["tests/unit/test_a.py"], exit_code, timed_out, 12.0, outcomes, messages or {},
+                       broken or {}, {t: False for t in outcomes}, 3, f"{name}.log", f"{name}.jsonl")
+
+
+def categories(c: us.SuiteComparison) -> dict[str, str]:
+    return {r.test: r.category for r in c.results}
+
+
+def test_every_category():
+    before = run("before", {"a": "passed", "b": "failed", "c": "passed", "d": "failed", "e": "passed", "f": "skipped",
+                            "g": "passed"}, messages={"b": "E1 before"})
+    after = run("after", {"a": "passed", "b": "failed", "c": "failed", "d": "passed", "e": "error", "f": "skipped",
+                          "g": "failed", "n": "passed", "m": "failed"},
+                messages={"b": "AssertionError: x", "c": "AttributeError: no sequence_parallel_size", "m": "boom"})
+    c = us.compare("s", before, after, reruns={"c": ["failed", "failed"], "e": ["error", "error"],
+                                              "g": ["failed", "passed"]})
+    assert categories(c) == {"a": "passed", "b": "pre-existing", "c": "regression", "d": "fixed", "e": "regression",
+                             "f": "skipped", "g": "flaky", "n": "new", "m": "new-failed"}
+    assert c.status == "regression" and c.errors == []
+    assert c.regressions == ["c", "e", "m"] and c.flaky == ["g"] and c.fixed == ["d"] and c.pre_existing == ["b"]
+    reasons = {r.test: r.reason for r in c.results}
+    assert reasons["b"] == "AssertionError: x" and reasons["c"].startswith("AttributeError")
+    assert {r.test: r.reruns for r in c.results}["g"] == ("failed", "passed")
+    assert any("regression: c: AttributeError" in line for line in c.describe())
+
+
+def test_no_regressions_is_ok():
+    c = us.compare("s", run("before", {"a": "passed", "b": "failed"}), run("after", {"a": "passed", "b": "failed"}))
+    assert c.status == "ok" and c.pre_existing == ["b"] and c.collected_before == c.collected_after == 2
+
+
+@pytest.mark.parametrize("after_kwargs,why", [
+    (dict(outcomes={}, exit_code=2), "pytest exit 2"),
+    (dict(outcomes={"a": "passed"}, exit_code=2, timed_out=True), "deadline"),
+    (dict(outcomes={}, exit_code=5), "no tests collected"),
+    (dict(outcomes={"a": "passed"}), "fewer tests after"),
+    (dict(outcomes={"a": "passed"}, exit_code=3), "pytest exit 3"),
+])
+def test_a_broken_after_run_is_an_error_never_no_regressions(after_kwargs, why):
+    before = run("before", {"a": "passed", "b": "passed"})
+    c = us.compare("s", before, run("after", **after_kwargs))
+    assert c.status == "error" and any(why in e for e in c.errors), c.errors
+
+
+def test_a_crashed_before_run_is_an_error_too():
+    c = us.compare("s", run("before", {"a": "passed"}, exit_code=2, timed_out=True), run("after", {"a": "passed"}))
+    assert c.status == "error"
+
+
+def test_same_count_but_a_test_missing_is_an_error():
+    c = us.compare("s", run("before", {"a": "passed"}), run("after", {"renamed": "passed"}))
+    assert c.status == "error" and categories(c) == {"a": "missing", "renamed": "new"}
+
+
+def test_not_collectable_files_are_listed_and_a_newly_broken_file_is_an_error():
+    broken = {"unit/test_hf.py": "ModuleNotFoundError: No module named 'transformers'"}
+    c = us.compare("s", run("before", {"a": "passed"}, broken=broken), run("after", {"a": "passed"}, broken=broken))
+    assert c.status == "ok" and c.not_collectable == broken
+    c = us.compare("s", run("before", {"a": "passed"}), run("after", {"a": "passed"}, broken=broken))
+    assert c.status == "error" and "cannot be collected after" in c.errors[0]
+
+
+def test_rerun_candidates():
+    assert us.rerun_candidates(run("b", {"a": "passed", "b": "failed", "c": "passed"}),
+                               run("a", {"a": "failed", "b": "failed", "c": "passed"})) == ["a"]
+
+
+def test_read_record_merges_phases_and_survives_a_cut_line(tmp_path):
+    lines = [
+        {"kind": "collect-error", "path": "unit/test_hf.py", "message": "ModuleNotFoundError: No module named 'x'"},
+        {"kind": "collect-skip", "path": "unit/test_gpu.py", "message": "needs a GPU"},
+        {"kind": "collected", "nodeid": "unit/t.py::T::a", "ranks": True},
+        {"kind": "collected", "nodeid": "unit/t.py::b", "ranks": False},
+        {"kind": "deselected", "nodeid": "unit/t.py::T::c", "ranks": True},
+        {"kind": "report", "nodeid": "unit/t.py::T::a", "when": "setup", "outcome": "passed", "message": ""},
+        {"kind": "report", "nodeid": "unit/t.py::T::a", "when": "call", "outcome": "failed", "message": "E: x"},
+        {"kind": "report", "nodeid": "unit/t.py::b", "when": "setup", "outcome": "passed", "message": ""},
+        {"kind": "report", "nodeid": "unit/t.py::b", "when": "call", "outcome": "passed", "message": ""},
+        {"kind": "report", "nodeid": "unit/t.py::b", "when": "teardown", "outcome": "failed", "message": "E: td"},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + '\n{"kind": "rep')
+    outcomes, messages, broken, ranks, deselected = us.read_record(path)
+    assert outcomes == {"unit/t.py::T::a": "failed", "unit/t.py::b": "error"}
+    assert messages == {"unit/t.py::T::a": "E: x", "unit/t.py::b": "E: td"}
+    assert broken == {"unit/test_hf.py": "ModuleNotFoundError: No module named 'x'",
+                      "unit/test_gpu.py": "skipped at collection: needs a GPU"}
+    assert ranks == {"unit/t.py::T::a": True, "unit/t.py::b": False} and deselected == 1
+
+
+def test_regression_has_its_own_exit_code():
+    assert int(Exit.REGRESSION) == 6
