@@ -27,12 +27,14 @@ exit codes:
   3   bug not reproduced: the unpatched DeepSpeed did not show the known pattern
   4   the series does not apply (the tree was rolled back; your checkout is untouched)
   5   already fixed: the source already carries the fix
+  6   regression: a DeepSpeed test the series can reach passed before it and fails after (every rerun)
   77  skipped (e.g. nccl with fewer GPUs than ranks), with the reason
 environment:
   DEEPSPEED_SRC       a DeepSpeed git checkout to use instead of PyPI (it is cloned, not modified)
   DEEPSPEED_VERSION   the PyPI release to use (default: the newest supported)
   ZERO3_SP_BACKEND    gloo (default) or nccl
   ZERO3_SP_CACHE      where sdists, source trees, wheels and built ops are cached
+  ZERO3_SP_UPSTREAM_TIER  quick (default) or full: which of the affected DeepSpeed tests run
 """
 
 
@@ -49,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--results", type=Path, default=None, help="default: results/<env-name>")
     parser.add_argument("--timeout", type=float, default=600.0, help="deadline per reproducer launch, s")
     parser.add_argument("--no-upstream-suites", action="store_true",
-                        help="with a checkout: skip DeepSpeed's TestGradientAllreduceOp before/after")
+                        help="with a checkout: skip DeepSpeed's own tests that the series can reach, before/after")
+    parser.add_argument("--upstream-tier", choices=["quick", "full"],
+                        default=os.environ.get("ZERO3_SP_UPSTREAM_TIER") or "quick",
+                        help="quick: the affected tests that start no ranks, the regression test and the ALST test; "
+                        "full: every affected test (hours on 2 cores); env ZERO3_SP_UPSTREAM_TIER")
+    parser.add_argument("--upstream-workers", type=int, default=0,
+                        help="run the affected DeepSpeed tests with pytest-xdist -n N --forked (default: one process)")
     parser.add_argument("--no-audit", action="store_true",
                         help="skip the parity audit (repro/parity_audit.py, quick mode) before and after")
     return parser
@@ -68,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     results = results_dir(args)
     verdict = run(PipelineConfig(env_name=args.env_name, results=results, version=args.version, src=args.src,
                                  backend=args.backend, timeout=args.timeout,
-                                 upstream_suites=not args.no_upstream_suites, audit=not args.no_audit))
+                                 upstream_suites=not args.no_upstream_suites, upstream_tier=args.upstream_tier,
+                                 upstream_workers=args.upstream_workers, audit=not args.no_audit))
     if verdict.error:
         # "skipped: " for exit 77, as the reproducers print it; tox's toxfile.py shows it as SKIP.
         label = "skipped" if verdict.exit_code == Exit.SKIPPED else "error"

@@ -15,15 +15,20 @@ import platform
 import time
 from pathlib import Path
 
-from patch_and_test import checks, inputs, install, series as series_mod, source as source_mod
+from patch_and_test import affected, checks, inputs, install, series as series_mod, source as source_mod
+from patch_and_test import upstream_suite
 from patch_and_test.errors import Exit, PipelineError, Skipped
-from patch_and_test.verdict import Step, Verdict, compare_suites, summary_table
+from patch_and_test.verdict import Step, Verdict, summary_table
 from repro.cli import gpu_count
 
 WORLD_SIZE = 2  # the reproducers' default launch: sp=2, dp=1
 AUDIT_TIMEOUT_FACTOR = 3  # the job's audit is two launches of many engines each: minutes on shared cores
 UPSTREAM_REGRESSION_TEST = "TestZero3SequenceParallelGradientScale"
-UPSTREAM_SUITE = "TestGradientAllreduceOp and not Training"
+# The quick tier of the affected tests: those that start no ranks, plus these classes (the
+# regression test, the ALST recipe's test). The full tier runs every affected test (docs/affected-tests.md).
+QUICK_TIER_CLASSES = (UPSTREAM_REGRESSION_TEST, "TestUlyssesSPHF")
+AFFECTED_TIMEOUT = {"quick": 1800.0, "full": 4 * 3600.0}  # per run of the selection, on 2 shared cores
+AFFECTED_SUITE = "upstream affected tests"
 TWIN_TEST = "tests/multiprocess/test_zero3_sp_gradient_scale.py"
 
 
@@ -36,6 +41,8 @@ class PipelineConfig:
     backend: str = "gloo"
     timeout: float = 600.0  # per reproducer launch
     upstream_suites: bool = True  # where the source has tests/: run DeepSpeed's own tests too
+    upstream_tier: str = "quick"  # "quick" | "full": which of the affected tests run before and after
+    upstream_workers: int = 0  # pytest-xdist workers for them (0: one process, as measured on 2 cores)
     audit: bool = True  # the parity audit (quick mode) before and after, beside the two reproducers
 
 
@@ -124,14 +131,15 @@ def _run_steps(r: _Run) -> None:
     r.step("install unpatched", "ok", f"deepspeed {before.version} ({how}, {before.installer})", t,
            cfg.results / "install-before.log")
 
-    suite_before = None
+    suite_before = selection = None
     if not r.verdict.already_fixed:
         for script in _reproducers(r, tree.version):
             _reproducer(r, script, "buggy", "before")
         if tree.has_tests and cfg.upstream_suites:
             # DeepSpeed's tests import deepspeed from the tree itself: run them on the base commit.
             with _checked_out(tree.path, base):
-                suite_before = _upstream_suite(r, tree.path, "before")
+                selection = _affected_selection(r, tree.path, chosen.directory)
+                suite_before = _affected_run(r, tree.path, selection, "before")
 
     t = time.monotonic()
     after = install.install_tree(tree.path, cfg.results / "install-after.log")
@@ -144,9 +152,8 @@ def _run_steps(r: _Run) -> None:
     _twin(r)
     if tree.has_tests:
         _upstream_regression_test(r, tree.path)
-        if suite_before is not None:
-            suite_after = _upstream_suite(r, tree.path, "after")
-            r.verdict.suites.append(compare_suites(f"upstream {UPSTREAM_SUITE}", suite_before, suite_after))
+        if suite_before is not None and selection is not None:
+            _affected_compare(r, tree.path, selection, suite_before)
 
 
 def _reproducers(r: _Run, version: str) -> tuple[str, ...]:
@@ -215,13 +222,49 @@ def _upstream_regression_test(r: _Run, tree: Path) -> None:
            Path(test.log))
 
 
-def _upstream_suite(r: _Run, tree: Path, phase: str) -> checks.PytestCheck:
+def _affected_selection(r: _Run, tree: Path, series_dir: Path) -> affected.Selection:
     t = time.monotonic()
-    suite = checks.run_pytest(f"{phase}/upstream TestGradientAllreduceOp", [str(_zero_test_file(tree)), "-k",
-                                                                            UPSTREAM_SUITE], r.out / phase, cwd=tree,
-                              env=_upstream_env(tree))
-    r.step(f"{phase}: upstream {UPSTREAM_SUITE}", "ok", _counts(suite), t, Path(suite.log))
-    return suite
+    selection = affected.select_for_series(series_dir, tree)
+    r.verdict.affected = selection
+    log = r.out / "affected-tests.txt"
+    log.write_text(selection.describe() + "\n")
+    print(selection.describe(), flush=True)
+    r.step("affected tests", "ok", f"{len(selection.files)} of {selection.test_files_scanned} test files", t, log)
+    return selection
+
+
+def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str) -> upstream_suite.SuiteRun:
+    t = time.monotonic()
+    cfg = r.cfg
+    run = upstream_suite.run_suite(phase, tree, selection.paths, r.out / phase / "affected", tier=cfg.upstream_tier,
+                                   keep=QUICK_TIER_CLASSES, timeout=AFFECTED_TIMEOUT[cfg.upstream_tier],
+                                   workers=cfg.upstream_workers)
+    status = "error" if run.crashed else "ok"
+    r.step(f"{phase}: {AFFECTED_SUITE} [{cfg.upstream_tier}]", status,
+           f"{run.collected} tests ({_fmt(run.counts)}; {run.deselected} left to the full tier), "
+           f"{len(run.not_collectable)} files not collectable, pytest exit {run.exit_code}"
+           f"{', deadline hit' if run.timed_out else ''}", t, Path(run.log))
+    return run
+
+
+def _affected_compare(r: _Run, tree: Path, selection: affected.Selection, before: upstream_suite.SuiteRun) -> None:
+    after = _affected_run(r, tree, selection, "after")
+    t = time.monotonic()
+    candidates = upstream_suite.rerun_candidates(before, after)
+    reruns = upstream_suite.rerun(tree, candidates, r.out / "after" / "affected", workers=r.cfg.upstream_workers)
+    if candidates:
+        r.step("after: rerun passed-before/failed-after tests", "ok",
+               f"{len(candidates)} tests, {upstream_suite.RERUNS} times each", t)
+    comparison = upstream_suite.compare(f"{AFFECTED_SUITE}", before, after, reruns)
+    r.verdict.suites.append(comparison)
+    detail = "; ".join(comparison.describe()[:1] + comparison.errors + [f"regression {x}" for x in
+                                                                         comparison.regressions])
+    r.step(f"after: {AFFECTED_SUITE} before/after", {"ok": "ok", "regression": "failed"}.get(comparison.status,
+                                                                                              "error"), detail, t)
+
+
+def _fmt(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "none ran"
 
 
 def _counts(test: checks.PytestCheck) -> str:

@@ -5,11 +5,15 @@ Outcome rules (exit code in brackets, see errors.Exit):
 * ``error`` [2]: a check could not run (crash, deadline).
 * ``bug-not-reproduced`` [3]: unpatched, a reproducer did not show exactly the known pattern.
 * ``already-fixed`` [5]: the tree carried the fix before we touched it; the "after" checks ran.
+* ``regression`` [6]: a DeepSpeed test the series can reach (``affected``) passed before the
+  series and fails after, on every rerun, or a test the series adds fails.
 * ``not-fixed`` [1]: patched, a reproducer, the twin test or the upstream regression test
-  still fails, or an upstream suite has a test that passed before the series and fails after.
+  still fails.
 * ``fixed`` [0]: the bug was seen before and is gone after, on every check.
-Tests of an upstream suite that fail both before and after are pre-existing: they are
-reported, and they do not change the outcome.
+An upstream suite whose run crashed, hit its deadline, or collected fewer tests after than
+before is an ``error`` [2], never "no regressions". Its tests that fail both before and after
+are pre-existing, and a test that failed once and passed on a rerun is flaky: both are
+reported, and neither changes the outcome.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from patch_and_test.checks import PytestCheck, ReproCheck
+from patch_and_test.affected import Selection
 from patch_and_test.errors import Exit
+from patch_and_test.upstream_suite import SuiteComparison, compare as compare_suites  # noqa: F401 (re-exported)
 
 SCHEMA = "zero3-sp-gradfix/verdict/v1"
 
@@ -35,28 +41,6 @@ class Step:
 
 
 @dataclasses.dataclass
-class SuiteComparison:
-    """An upstream suite run before and after the series: what changed, test by test."""
-
-    name: str
-    before: dict[str, int]
-    after: dict[str, int]
-    regressions: list[str]  # passed before, failed after
-    fixed: list[str]  # failed before, passed after
-    pre_existing: list[str]  # failed before and after
-
-
-def compare_suites(name: str, before: PytestCheck, after: PytestCheck) -> SuiteComparison:
-    bad = ("failed", "error")
-    b, a = before.outcomes, after.outcomes
-    return SuiteComparison(
-        name=name, before=before.counts, after=after.counts,
-        regressions=sorted(t for t, o in a.items() if o in bad and b.get(t) == "passed"),
-        fixed=sorted(t for t, o in a.items() if o == "passed" and b.get(t) in bad),
-        pre_existing=sorted(t for t, o in a.items() if o in bad and b.get(t) in bad))
-
-
-@dataclasses.dataclass
 class Verdict:
     env: str
     source: dict[str, Any]
@@ -68,8 +52,9 @@ class Verdict:
     before: list[ReproCheck]
     after: list[ReproCheck]
     tests: list[PytestCheck]  # run once, after the series (twin, upstream regression test)
-    suites: list[SuiteComparison]  # upstream suites run before and after
+    suites: list[SuiteComparison]  # DeepSpeed's tests the series can reach, run before and after
     already_fixed: bool = False
+    affected: Selection | None = None  # the DeepSpeed test files the series can reach, and why
     inputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # content hashes (patch_and_test.inputs)
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     wall_time_s: float | None = None
@@ -106,13 +91,14 @@ def decide(v: Verdict) -> tuple[str, Exit]:
     if any(c.exit_code == 77 for c in checks):
         return "skipped", Exit.SKIPPED
     tests_broken = any(t.exit_code not in (0, 1) or not t.outcomes for t in v.tests)
-    if any(c.exit_code not in (0, 1) for c in checks) or tests_broken:
+    if any(c.exit_code not in (0, 1) for c in checks) or tests_broken or any(s.status == "error" for s in v.suites):
         return "error", Exit.ERROR
     if not v.already_fixed and (not v.before or not all(c.holds for c in v.before)):
         return "bug-not-reproduced", Exit.BUG_NOT_REPRODUCED
+    if any(s.status == "regression" for s in v.suites):
+        return "regression", Exit.REGRESSION
     after_ok = (bool(v.after) and all(c.holds for c in v.after)
-                and all(t.count("failed") == 0 and t.count("error") == 0 and t.count("passed") > 0 for t in v.tests)
-                and not any(s.regressions for s in v.suites))
+                and all(t.count("failed") == 0 and t.count("error") == 0 and t.count("passed") > 0 for t in v.tests))
     if not after_ok:
         return "not-fixed", Exit.NOT_FIXED
     if v.already_fixed:
@@ -128,14 +114,17 @@ def summary_table(v: Verdict) -> str:
         counts = ", ".join(f"{n} {k}" for k, n in t.counts.items() if n)
         rows.append((t.name, "all pass", f"{'ok' if t.exit_code == 0 else 'FAIL'} ({counts or 'nothing ran'})"))
     for s in v.suites:
-        rows.append((s.name, "no regression", f"{'ok' if not s.regressions else 'FAIL'} (before {_c(s.before)}; "
-                     f"after {_c(s.after)}; pre-existing failures {len(s.pre_existing)})"))
+        rows.append((f"{s.name} [{s.tier}]", "no regression",
+                     f"{'ok' if s.status == 'ok' else s.status.upper()} ({len(s.files)} files; before {_c(s.before)}; "
+                     f"after {_c(s.after)}; regressions {len(s.regressions)}, pre-existing {len(s.pre_existing)}, "
+                     f"flaky {len(s.flaky)}, fixed {len(s.fixed)}, not collectable {len(s.not_collectable)})"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [line for s in v.suites for line in s.describe()[1:]]
     head = f"{v.env}: DeepSpeed {v.deepspeed_before or '?'} -> {v.deepspeed_after or '?'} ({v.backend})"
     tail = f"outcome: {v.outcome} (exit {v.exit_code})" + (f": {v.error}" if v.error else "")
-    return "\n".join([head, *lines, tail])
+    return "\n".join([head, *lines, *notes, tail])
 
 
 def _c(counts: dict[str, int]) -> str:

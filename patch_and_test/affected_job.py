@@ -1,0 +1,125 @@
+"""``python -m patch_and_test.affected_job``: DeepSpeed's own tests that a series can reach, before and after it.
+
+The landing-safety part of patch-and-test on its own, for a DeepSpeed checkout and any series
+folder: no install, no reproducers (DeepSpeed's tests import deepspeed from the tree through
+PYTHONPATH). It clones the checkout (never modifies it), selects the affected test files
+(``affected``), runs them on the base commit, applies the series with ``git am``, runs them again,
+reruns every passed-before/failed-after test, and writes ``affected.json`` (the selection and
+the ``upstream_suite.SuiteComparison``).
+
+exit codes: 0 no regression; 6 regression (errors.Exit.REGRESSION); 2 error (bad input, a run
+that crashed, hit its deadline or collected fewer tests after); 4 the series does not apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from patch_and_test import affected, series as series_mod, source as source_mod, upstream_suite
+from patch_and_test.errors import Exit, PipelineError
+
+QUICK_TIER_CLASSES = ("TestZero3SequenceParallelGradientScale", "TestUlyssesSPHF")
+TIMEOUT = {"quick": 1800.0, "full": 4 * 3600.0}
+
+
+@dataclasses.dataclass
+class AffectedVerdict:
+    source: str
+    series: str
+    base: str | None = None
+    head: str | None = None
+    selection: affected.Selection | None = None
+    only: list[str] = dataclasses.field(default_factory=list)  # the selection was narrowed to these files
+    suite: upstream_suite.SuiteComparison | None = None
+    error: str | None = None
+    error_exit: int | None = None
+
+    @property
+    def outcome(self) -> tuple[str, Exit]:
+        if self.error is not None:
+            code = Exit(self.error_exit if self.error_exit is not None else Exit.ERROR)
+            return ("series-does-not-apply" if code == Exit.SERIES_DOES_NOT_APPLY else "error"), code
+        if self.suite is None or self.suite.status == "error":
+            return "error", Exit.ERROR
+        if self.suite.status == "regression":
+            return "regression", Exit.REGRESSION
+        return "no-regression", Exit.OK
+
+    def write(self, path: Path) -> None:
+        data = dataclasses.asdict(self)
+        name, code = self.outcome
+        data.update(outcome=name, exit_code=int(code))
+        path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def series_from_dir(directory: Path) -> series_mod.Series:
+    """Any folder of ``git format-patch`` files, applied whole (every patch as a fix: no folder checks)."""
+    patches = tuple(
+        series_mod.Patch(p.name, p, "fix") for p in sorted(directory.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+        if not p.name.startswith("0000-"))
+    if not patches:
+        raise PipelineError(f"{directory} holds no numbered patches")
+    return series_mod.Series(name=directory.name, version=0, min_version=(0, 0, 0), below_version=(999, 0, 0),
+                             base_commit="", base_ref="", directory=directory, cover_letter=directory / "0000",
+                             patches=patches, verified=())
+
+
+def run(src: Path, series_dir: Path, results: Path, *, tier: str = "quick", only: list[str] | None = None,
+        workers: int = 0) -> AffectedVerdict:
+    results.mkdir(parents=True, exist_ok=True)
+    verdict = AffectedVerdict(source=str(src), series=str(series_dir), only=list(only or []))
+    tree = None
+    try:
+        chosen = series_from_dir(series_dir)
+        tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
+        verdict.base = series_mod.git(tree.path, "rev-parse", "HEAD").stdout.strip()
+        selection = affected.select(affected.series_changes(series_dir), tree.path)
+        verdict.selection = selection
+        print(selection.describe(), flush=True)
+        files = [f for f in selection.paths if not only or f in only]
+        kwargs = dict(tier=tier, keep=QUICK_TIER_CLASSES, timeout=TIMEOUT[tier], workers=workers)
+        before = upstream_suite.run_suite("before", tree.path, files, results / "before", **kwargs)
+        print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
+        applied = series_mod.apply_series(tree.path, chosen)
+        verdict.head = applied.head
+        after = upstream_suite.run_suite("after", tree.path, files, results / "after", **kwargs)
+        print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
+        reruns = upstream_suite.rerun(tree.path, upstream_suite.rerun_candidates(before, after), results / "after",
+                                      workers=workers)
+        verdict.suite = upstream_suite.compare("upstream affected tests", before, after, reruns)
+        print("\n".join(verdict.suite.describe()), flush=True)
+    except PipelineError as err:
+        verdict.error, verdict.error_exit = str(err), int(err.exit_code)
+    finally:
+        if tree is not None:
+            tree.release()
+    verdict.write(results / "affected.json")
+    return verdict
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.affected_job", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--src", type=Path, required=True, help="a clean DeepSpeed checkout (only read)")
+    parser.add_argument("--series", type=Path, required=True, help="a folder of git format-patch files")
+    parser.add_argument("--results", type=Path, default=Path("results/affected"))
+    parser.add_argument("--tier", choices=("quick", "full"), default="quick")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only this selected test file (tree-relative; repeatable), to check one file fast")
+    parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (with --forked)")
+    args = parser.parse_args(argv)
+    verdict = run(args.src, args.series.resolve(), args.results.resolve(), tier=args.tier, only=args.only,
+                  workers=args.workers)
+    name, code = verdict.outcome
+    if verdict.error:
+        print(f"error: {verdict.error}", file=sys.stderr)
+    print(f"outcome: {name} (exit {int(code)}); {args.results.resolve() / 'affected.json'}")
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
