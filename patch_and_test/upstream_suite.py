@@ -24,6 +24,7 @@ collected here (a missing optional dependency) is listed with its reason, not dr
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -220,9 +221,17 @@ def rerun_candidates(before: SuiteRun, after: SuiteRun) -> list[str]:
 
 
 def pytest_env(tree: Path) -> dict[str, str]:
-    """DeepSpeed's way to run its unit tests on CPU from a checkout, plus our recording plugin."""
+    """DeepSpeed's way to run its unit tests on CPU from a checkout, plus our recording plugin.
+
+    The CPU comm op that every DeepSpeed init JIT-builds goes to a folder of this tree's own (one
+    the caller set wins): built once, and never into a folder another job builds into at once.
+    """
+    from patch_and_test.source import cache_dir
+
+    ext = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
+        cache_dir() / "torch-ext" / f"tree-{hashlib.sha1(str(tree.resolve()).encode()).hexdigest()[:12]}")
     return {"PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), str(tree), str(tree / "tests")]), "DS_ACCELERATOR": "cpu",
-            "LOCAL_SIZE": "2"}
+            "LOCAL_SIZE": "2", "TORCH_EXTENSIONS_DIR": ext}
 
 
 def _in_tests(path: str) -> str:

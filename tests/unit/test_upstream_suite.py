@@ -106,3 +106,40 @@ def test_read_record_merges_phases_and_survives_a_cut_line(tmp_path):
 
 def test_regression_has_its_own_exit_code():
     assert int(Exit.REGRESSION) == 6
+
+
+def verdict_with(suite: us.SuiteComparison | None, *, bug_seen: bool = True):
+    from patch_and_test.checks import ReproCheck
+    from patch_and_test.verdict import Verdict
+
+    def check(phase: str, holds: bool) -> ReproCheck:
+        return ReproCheck(f"{phase}/zero3_sp_grad_scale", "zero3_sp_grad_scale", "x", 0 if holds else 1, "fixed", None,
+                          "log", 1.0)
+
+    return Verdict(env="e", source={}, series=None, deepspeed_before="0.19.6", deepspeed_after="0.19.6", backend="gloo",
+                   steps=[], before=[check("before", bug_seen)], after=[check("after", True)], tests=[],
+                   suites=[suite] if suite else [])
+
+
+@pytest.mark.parametrize("before,after,reruns,outcome", [
+    ({"a": "passed"}, {"a": "passed"}, {}, ("fixed", Exit.OK)),
+    ({"a": "passed"}, {"a": "failed"}, {"a": ["failed", "failed"]}, ("regression", Exit.REGRESSION)),
+    ({"a": "passed"}, {"a": "failed"}, {"a": ["passed", "failed"]}, ("fixed", Exit.OK)),  # flaky: reported only
+    ({"a": "failed"}, {"a": "failed"}, {}, ("fixed", Exit.OK)),  # pre-existing: reported only
+    ({"a": "passed", "b": "passed"}, {"a": "passed"}, {}, ("error", Exit.ERROR)),  # fewer after
+])
+def test_the_verdict_outcome_follows_the_suite(before, after, reruns, outcome):
+    from patch_and_test.verdict import decide, summary_table
+
+    v = verdict_with(us.compare("upstream affected tests", run("before", before), run("after", after), reruns))
+    assert decide(v) == outcome
+    text = summary_table(v)
+    assert "upstream affected tests [quick]" in text and f"outcome: {outcome[0]}" in text
+    assert v.to_dict()["suites"][0]["status"] in ("ok", "regression", "error")
+
+
+def test_bug_not_reproduced_still_comes_before_a_regression():
+    from patch_and_test.verdict import decide
+
+    suite = us.compare("s", run("before", {"a": "passed"}), run("after", {"a": "failed"}), {"a": ["failed"] * 2})
+    assert decide(verdict_with(suite, bug_seen=False))[1] == Exit.BUG_NOT_REPRODUCED
