@@ -390,9 +390,11 @@ def _tests(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> str:
             counts = ", ".join(f"{n} {k}" for k, n in _counts(t["outcomes"]).items() if n) or "nothing ran"
             rows.append(f"| {_cell_label(v)} | {t['name']} | {counts} | [junit]({_rel(bundle, t['junit'])}) |")
         for s in v.get("suites", []):
-            rows.append(f"| {_cell_label(v)} | {s['name']} (before → after) | {_fmt_counts(s['before'])} → "
+            tier = f" [{s['tier']} tier, {len(s['files'])} files]" if "tier" in s else ""
+            times = (f"; {s['wall_s_before']:.0f} s → {s['wall_s_after']:.0f} s" if "wall_s_before" in s else "")
+            rows.append(f"| {_cell_label(v)} | {s['name']}{tier} (before → after) | {_fmt_counts(s['before'])} → "
                         f"{_fmt_counts(s['after'])}; regressions {len(s['regressions'])}, "
-                        f"pre-existing failures {len(s['pre_existing'])} | "
+                        f"pre-existing failures {len(s['pre_existing'])}, flaky {len(s.get('flaky', []))}{times} | "
                         f"[after]({_rel(bundle, Path('results') / env / 'after')}) |")
     if not rows:
         return ""
