@@ -157,8 +157,8 @@ def series_changes(series_dir: Path) -> list[FileChange]:
 
 def is_test_file(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
-    return path.startswith("tests/") and name.endswith(".py") and (name.startswith("test_") or
-                                                                   name.endswith("_test.py"))
+    return path.startswith("tests/") and name.endswith(".py") and (name.startswith("test_")
+                                                                   or name.endswith("_test.py"))
 
 
 def _is_source(path: str) -> bool:
@@ -182,8 +182,8 @@ def _definitions(source: str) -> list[tuple[int, int, str, str]] | None:
     for node in ast.walk(tree):
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            defs.append((first, node.end_lineno or node.lineno, "class" if isinstance(node, ast.ClassDef) else "def",
-                         node.name))
+            defs.append((first, node.end_lineno
+                         or node.lineno, "class" if isinstance(node, ast.ClassDef) else "def", node.name))
     return sorted(defs, key=lambda d: (d[0], -d[1]))
 
 
@@ -303,8 +303,9 @@ def select_for_series(series_dir: Path, tree: Path) -> Selection:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.affected",
-                                     description="The DeepSpeed test files a series can reach, with the reason for each.")
+    parser = argparse.ArgumentParser(
+        prog="python -m patch_and_test.affected",
+        description="The DeepSpeed test files a series can reach, with the reason for each.")
     parser.add_argument("series", type=Path, help="a series folder (patches/<name>)")
     parser.add_argument("tree", type=Path, help="a DeepSpeed tree as it is before the series")
     parser.add_argument("--json", type=Path, help="also write the selection as JSON")

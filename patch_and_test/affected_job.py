@@ -63,12 +63,24 @@ def series_from_dir(directory: Path) -> series_mod.Series:
         if not p.name.startswith("0000-"))
     if not patches:
         raise PipelineError(f"{directory} holds no numbered patches")
-    return series_mod.Series(name=directory.name, version=0, min_version=(0, 0, 0), below_version=(999, 0, 0),
-                             base_commit="", base_ref="", directory=directory, cover_letter=directory / "0000",
-                             patches=patches, verified=())
+    return series_mod.Series(name=directory.name,
+                             version=0,
+                             min_version=(0, 0, 0),
+                             below_version=(999, 0, 0),
+                             base_commit="",
+                             base_ref="",
+                             directory=directory,
+                             cover_letter=directory / "0000",
+                             patches=patches,
+                             verified=())
 
 
-def run(src: Path, series_dir: Path, results: Path, *, tier: str = "quick", only: list[str] | None = None,
+def run(src: Path,
+        series_dir: Path,
+        results: Path,
+        *,
+        tier: str = "quick",
+        only: list[str] | None = None,
         workers: int = 0) -> AffectedVerdict:
     results.mkdir(parents=True, exist_ok=True)
     verdict = AffectedVerdict(source=str(src), series=str(series_dir), only=list(only or []))
@@ -88,7 +100,9 @@ def run(src: Path, series_dir: Path, results: Path, *, tier: str = "quick", only
         verdict.head = applied.head
         after = upstream_suite.run_suite("after", tree.path, files, results / "after", **kwargs)
         print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
-        reruns = upstream_suite.rerun(tree.path, upstream_suite.rerun_candidates(before, after), results / "after",
+        reruns = upstream_suite.rerun(tree.path,
+                                      upstream_suite.rerun_candidates(before, after),
+                                      results / "after",
                                       workers=workers)
         verdict.suite = upstream_suite.compare("upstream affected tests", before, after, reruns)
         print("\n".join(verdict.suite.describe()), flush=True)
@@ -102,17 +116,24 @@ def run(src: Path, series_dir: Path, results: Path, *, tier: str = "quick", only
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.affected_job", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.affected_job",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--src", type=Path, required=True, help="a clean DeepSpeed checkout (only read)")
     parser.add_argument("--series", type=Path, required=True, help="a folder of git format-patch files")
     parser.add_argument("--results", type=Path, default=Path("results/affected"))
     parser.add_argument("--tier", choices=("quick", "full"), default="quick")
-    parser.add_argument("--only", action="append", default=[],
+    parser.add_argument("--only",
+                        action="append",
+                        default=[],
                         help="run only this selected test file (tree-relative; repeatable), to check one file fast")
     parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (with --forked)")
     args = parser.parse_args(argv)
-    verdict = run(args.src, args.series.resolve(), args.results.resolve(), tier=args.tier, only=args.only,
+    verdict = run(args.src,
+                  args.series.resolve(),
+                  args.results.resolve(),
+                  tier=args.tier,
+                  only=args.only,
                   workers=args.workers)
     name, code = verdict.outcome
     if verdict.error:

@@ -105,13 +105,16 @@ class SuiteComparison:
     deselected_by_tier: int = 0
 
     def describe(self) -> list[str]:
-        lines = [f"{self.name} [{self.tier}]: {self.status}: {len(self.files)} files, {self.collected_before} tests "
-                 f"before / {self.collected_after} after ({self.wall_s_before:.0f} s / {self.wall_s_after:.0f} s); "
-                 f"{len(self.regressions)} regressions, {len(self.fixed)} fixed, {len(self.pre_existing)} "
-                 f"pre-existing, {len(self.flaky)} flaky"]
+        lines = [
+            f"{self.name} [{self.tier}]: {self.status}: {len(self.files)} files, {self.collected_before} tests "
+            f"before / {self.collected_after} after ({self.wall_s_before:.0f} s / {self.wall_s_after:.0f} s); "
+            f"{len(self.regressions)} regressions, {len(self.fixed)} fixed, {len(self.pre_existing)} "
+            f"pre-existing, {len(self.flaky)} flaky"
+        ]
         lines += [f"  error: {e}" for e in self.errors]
-        lines += [f"  regression: {r.test}: {r.reason}" for r in self.results if r.category in ("regression",
-                                                                                                  "new-failed")]
+        lines += [
+            f"  regression: {r.test}: {r.reason}" for r in self.results if r.category in ("regression", "new-failed")
+        ]
         lines += [f"  flaky: {r.test}: {r.reason}" for r in self.results if r.category == "flaky"]
         lines += [f"  pre-existing: {r.test}: {r.reason}" for r in self.results if r.category == "pre-existing"]
         lines += [f"  not collectable: {f}: {why}" for f, why in sorted(self.not_collectable.items())]
@@ -134,8 +137,8 @@ def read_record(path: Path) -> tuple[dict[str, str], dict[str, str], dict[str, s
             continue  # a line cut by a kill at the deadline
         kind = e.get("kind")
         if kind in ("collect-error", "collect-skip"):
-            broken[e["path"]] = ("skipped at collection: " if kind == "collect-skip" else "") + (e["message"] or
-                                                                                                  "no reason given")
+            broken[e["path"]] = ("skipped at collection: " if kind == "collect-skip" else "") + (e["message"]
+                                                                                                 or "no reason given")
         elif kind == "collected":
             ranks[e["nodeid"]] = e["ranks"]
         elif kind == "deselected":
@@ -161,7 +164,10 @@ def _merge(outcomes: dict[str, str], messages: dict[str, str], e: dict) -> None:
             messages[test] = e["message"]
 
 
-def compare(name: str, before: SuiteRun, after: SuiteRun, reruns: dict[str, list[str]] | None = None) -> SuiteComparison:
+def compare(name: str,
+            before: SuiteRun,
+            after: SuiteRun,
+            reruns: dict[str, list[str]] | None = None) -> SuiteComparison:
     """Every test id's category and the suite's status (see the module docstring). Pure."""
     reruns = reruns or {}
     results = []
@@ -206,12 +212,26 @@ def compare(name: str, before: SuiteRun, after: SuiteRun, reruns: dict[str, list
     regressions = [r.test for r in results if r.category in ("regression", "new-failed")]
     status = "error" if errors else ("regression" if regressions else "ok")
     by = lambda cat: [r.test for r in results if r.category == cat]  # noqa: E731
-    return SuiteComparison(name=name, tier=after.tier, files=after.files, before=before.counts, after=after.counts,
-                           status=status, errors=errors, results=results, regressions=regressions,
-                           fixed=by("fixed"), pre_existing=by("pre-existing"), flaky=by("flaky"),
-                           not_collectable={**before.not_collectable, **after.not_collectable},
-                           collected_before=before.collected, collected_after=after.collected,
-                           wall_s_before=before.wall_s, wall_s_after=after.wall_s,
+    return SuiteComparison(name=name,
+                           tier=after.tier,
+                           files=after.files,
+                           before=before.counts,
+                           after=after.counts,
+                           status=status,
+                           errors=errors,
+                           results=results,
+                           regressions=regressions,
+                           fixed=by("fixed"),
+                           pre_existing=by("pre-existing"),
+                           flaky=by("flaky"),
+                           not_collectable={
+                               **before.not_collectable,
+                               **after.not_collectable
+                           },
+                           collected_before=before.collected,
+                           collected_after=after.collected,
+                           wall_s_before=before.wall_s,
+                           wall_s_after=after.wall_s,
                            deselected_by_tier=after.deselected)
 
 
@@ -230,8 +250,12 @@ def pytest_env(tree: Path) -> dict[str, str]:
 
     ext = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
         cache_dir() / "torch-ext" / f"tree-{hashlib.sha1(str(tree.resolve()).encode()).hexdigest()[:12]}")
-    return {"PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), str(tree), str(tree / "tests")]), "DS_ACCELERATOR": "cpu",
-            "LOCAL_SIZE": "2", "TORCH_EXTENSIONS_DIR": ext}
+    return {
+        "PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), str(tree), str(tree / "tests")]),
+        "DS_ACCELERATOR": "cpu",
+        "LOCAL_SIZE": "2",
+        "TORCH_EXTENSIONS_DIR": ext
+    }
 
 
 def _in_tests(path: str) -> str:
@@ -239,8 +263,15 @@ def _in_tests(path: str) -> str:
     return path[len("tests/"):] if path.startswith("tests/") else path
 
 
-def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, tier: str = "full",
-              keep: tuple[str, ...] = (), timeout: float = 3600, workers: int = 0,
+def run_suite(name: str,
+              tree: Path,
+              files: list[str],
+              out_dir: Path,
+              *,
+              tier: str = "full",
+              keep: tuple[str, ...] = (),
+              timeout: float = 3600,
+              workers: int = 0,
               node_ids: list[str] | None = None) -> SuiteRun:
     """Run ``files`` (or just ``node_ids``) of DeepSpeed's tests in ``tree``; never raises on test failures."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -249,9 +280,11 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, tier: s
     record.unlink(missing_ok=True)
     present = [f for f in files if (tree / f).is_file()]
     targets = node_ids if node_ids is not None else [_in_tests(f) for f in present]
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN, f"--zero3-sp-record={record}",
-           f"--zero3-sp-tier={tier}", *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors",
-           "-rfE", *(["-n", str(workers), "--forked"] if workers else []), *targets]
+    cmd = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN, f"--zero3-sp-record={record}",
+        f"--zero3-sp-tier={tier}", *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors", "-rfE",
+        *(["-n", str(workers), "--forked"] if workers else []), *targets
+    ]
     if not targets:
         log.write_text("nothing to run\n")
         return SuiteRun(name, tier, files, 5, False, 0.0, {}, {}, {}, {}, 0, str(log), str(record), workers)
@@ -261,7 +294,12 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, tier: s
                     str(log), str(record), workers)
 
 
-def rerun(tree: Path, tests: list[str], out_dir: Path, *, times: int = RERUNS, timeout: float = 1800,
+def rerun(tree: Path,
+          tests: list[str],
+          out_dir: Path,
+          *,
+          times: int = RERUNS,
+          timeout: float = 1800,
           workers: int = 0) -> dict[str, list[str]]:
     """Each test's outcomes on ``times`` more runs (all of them in one pytest run per round)."""
     seen: dict[str, list[str]] = {t: [] for t in tests}

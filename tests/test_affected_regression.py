@@ -48,9 +48,16 @@ def test_the_selection_reaches_the_autoep_test(master_checkout):
 def test_the_job_ends_with_the_regression_naming_the_autoep_test(master_checkout, tmp_path):
     pytest.importorskip("deepspeed")  # DeepSpeed's tests need its dependencies (torch, ...) in this python
     results = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "patch_and_test.affected_job", "--src", str(master_checkout),
-                           "--series", str(FIXTURE), "--results", str(results), "--only", AUTOEP], cwd=ROOT,
-                          capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run([
+        sys.executable, "-m", "patch_and_test.affected_job", "--src",
+        str(master_checkout), "--series",
+        str(FIXTURE), "--results",
+        str(results), "--only", AUTOEP
+    ],
+                          cwd=ROOT,
+                          capture_output=True,
+                          text=True,
+                          timeout=3600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == Exit.REGRESSION, out[-4000:]
     assert "outcome: regression (exit 6)" in out

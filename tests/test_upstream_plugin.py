@@ -12,10 +12,14 @@ from patch_and_test import upstream_suite as us
 pytestmark = pytest.mark.slow
 
 FILES = {
-    "tests/pytest.ini": "[pytest]\n",
-    "tests/unit/__init__.py": "",
-    "tests/unit/common.py": "class DistributedExec:\n    world_size = 2\n",
-    "tests/unit/test_a.py": textwrap.dedent("""\
+    "tests/pytest.ini":
+    "[pytest]\n",
+    "tests/unit/__init__.py":
+    "",
+    "tests/unit/common.py":
+    "class DistributedExec:\n    world_size = 2\n",
+    "tests/unit/test_a.py":
+    textwrap.dedent("""\
         import time
         from unit.common import DistributedExec
 
@@ -37,9 +41,12 @@ FILES = {
         def test_fail():
             assert 1 == 2, "boom"
         """),
-    "tests/unit/test_broken.py": "import not_a_module_for_this_test\n",
-    "tests/unit/test_skipmod.py": "import pytest\npytest.skip('needs a GPU', allow_module_level=True)\n",
-    "tests/unit/test_slow.py": "import time\n\n\ndef test_sleeps():\n    time.sleep(60)\n",
+    "tests/unit/test_broken.py":
+    "import not_a_module_for_this_test\n",
+    "tests/unit/test_skipmod.py":
+    "import pytest\npytest.skip('needs a GPU', allow_module_level=True)\n",
+    "tests/unit/test_slow.py":
+    "import time\n\n\ndef test_sleeps():\n    time.sleep(60)\n",
 }
 FILE_LIST = ["tests/unit/test_a.py", "tests/unit/test_broken.py", "tests/unit/test_skipmod.py"]
 
@@ -53,11 +60,19 @@ def tree(tmp_path: Path) -> Path:
 
 
 def test_quick_tier_records_outcomes_reasons_and_uncollectable_files(tree, tmp_path):
-    run = us.run_suite("before", tree, FILE_LIST + ["tests/unit/test_added_later.py"], tmp_path / "out", tier="quick",
-                       keep=("TestKeep", ), timeout=300)
+    run = us.run_suite("before",
+                       tree,
+                       FILE_LIST + ["tests/unit/test_added_later.py"],
+                       tmp_path / "out",
+                       tier="quick",
+                       keep=("TestKeep", ),
+                       timeout=300)
     assert run.exit_code == 1 and not run.crashed
-    assert run.outcomes == {"unit/test_a.py::TestKeep::test_k": "passed", "unit/test_a.py::test_ok": "passed",
-                            "unit/test_a.py::test_fail": "failed"}
+    assert run.outcomes == {
+        "unit/test_a.py::TestKeep::test_k": "passed",
+        "unit/test_a.py::test_ok": "passed",
+        "unit/test_a.py::test_fail": "failed"
+    }
     assert "boom" in run.messages["unit/test_a.py::test_fail"]
     assert run.deselected == 1  # TestRanks: starts ranks, left to the full tier
     assert run.ranks["unit/test_a.py::TestKeep::test_k"] and not run.ranks["unit/test_a.py::test_ok"]
@@ -72,7 +87,9 @@ def test_full_tier_keeps_the_rank_tests(tree, tmp_path):
 
 def test_a_run_past_its_deadline_is_a_crash_and_the_comparison_an_error(tree, tmp_path):
     before = us.run_suite("before", tree, ["tests/unit/test_a.py"], tmp_path / "out", timeout=300)
-    after = us.run_suite("after", tree, ["tests/unit/test_slow.py", "tests/unit/test_a.py"], tmp_path / "out",
+    after = us.run_suite("after",
+                         tree, ["tests/unit/test_slow.py", "tests/unit/test_a.py"],
+                         tmp_path / "out",
                          timeout=8)
     assert after.timed_out and after.crashed
     c = us.compare("s", before, after)
@@ -80,6 +97,8 @@ def test_a_run_past_its_deadline_is_a_crash_and_the_comparison_an_error(tree, tm
 
 
 def test_rerun_runs_node_ids(tree, tmp_path):
-    seen = us.rerun(tree, ["unit/test_a.py::test_ok", "unit/test_a.py::test_fail"], tmp_path / "out", times=2,
+    seen = us.rerun(tree, ["unit/test_a.py::test_ok", "unit/test_a.py::test_fail"],
+                    tmp_path / "out",
+                    times=2,
                     timeout=300)
     assert seen == {"unit/test_a.py::test_ok": ["passed", "passed"], "unit/test_a.py::test_fail": ["failed", "failed"]}

@@ -117,11 +117,13 @@ def test_select_rule(tmp_path):
         -    pass
         +    assert True
         """)
-    sel = affected.select(affected.parse_patch(PATCH, "0001-fix.patch") + affected.parse_patch(edit, "0002-t.patch"),
-                          tree)
+    sel = affected.select(
+        affected.parse_patch(PATCH, "0001-fix.patch") + affected.parse_patch(edit, "0002-t.patch"), tree)
     reasons = {f.path: f.reasons for f in sel.files}
-    assert sorted(reasons) == ["tests/unit/test_attr.py", "tests/unit/test_class.py", "tests/unit/test_edited.py",
-                               "tests/unit/test_literal.py"]
+    assert sorted(reasons) == [
+        "tests/unit/test_attr.py", "tests/unit/test_class.py", "tests/unit/test_edited.py",
+        "tests/unit/test_literal.py"
+    ]
     assert reasons["tests/unit/test_edited.py"] == ("edited by the series (0002-t.patch)", )
     assert any("__avg_grads" in r and "changed" in r for r in reasons["tests/unit/test_literal.py"])
     assert any("seq_parallel_size" in r and "newly read" in r for r in reasons["tests/unit/test_attr.py"])

@@ -10,12 +10,18 @@ from patch_and_test import upstream_suite as us
 from patch_and_test.errors import Exit
 
 
-def run(name: str, outcomes: dict[str, str], *, exit_code: int | None = None, timed_out: bool = False,
-        messages: dict[str, str] | None = None, broken: dict[str, str] | None = None) -> us.SuiteRun:
+def run(name: str,
+        outcomes: dict[str, str],
+        *,
+        exit_code: int | None = None,
+        timed_out: bool = False,
+        messages: dict[str, str] | None = None,
+        broken: dict[str, str] | None = None) -> us.SuiteRun:
     if exit_code is None:
         exit_code = 1 if any(o in ("failed", "error") for o in outcomes.values()) else 0
     return us.SuiteRun(name, "quick", ["tests/unit/test_a.py"], exit_code, timed_out, 12.0, outcomes, messages or {},
-                       broken or {}, {t: False for t in outcomes}, 3, f"{name}.log", f"{name}.jsonl")
+                       broken or {}, {t: False
+                                      for t in outcomes}, 3, f"{name}.log", f"{name}.jsonl")
 
 
 def categories(c: us.SuiteComparison) -> dict[str, str]:
@@ -23,15 +29,51 @@ def categories(c: us.SuiteComparison) -> dict[str, str]:
 
 
 def test_every_category():
-    before = run("before", {"a": "passed", "b": "failed", "c": "passed", "d": "failed", "e": "passed", "f": "skipped",
-                            "g": "passed"}, messages={"b": "E1 before"})
-    after = run("after", {"a": "passed", "b": "failed", "c": "failed", "d": "passed", "e": "error", "f": "skipped",
-                          "g": "failed", "n": "passed", "m": "failed"},
-                messages={"b": "AssertionError: x", "c": "AttributeError: no sequence_parallel_size", "m": "boom"})
-    c = us.compare("s", before, after, reruns={"c": ["failed", "failed"], "e": ["error", "error"],
-                                              "g": ["failed", "passed"]})
-    assert categories(c) == {"a": "passed", "b": "pre-existing", "c": "regression", "d": "fixed", "e": "regression",
-                             "f": "skipped", "g": "flaky", "n": "new", "m": "new-failed"}
+    before = run("before", {
+        "a": "passed",
+        "b": "failed",
+        "c": "passed",
+        "d": "failed",
+        "e": "passed",
+        "f": "skipped",
+        "g": "passed"
+    },
+                 messages={"b": "E1 before"})
+    after = run("after", {
+        "a": "passed",
+        "b": "failed",
+        "c": "failed",
+        "d": "passed",
+        "e": "error",
+        "f": "skipped",
+        "g": "failed",
+        "n": "passed",
+        "m": "failed"
+    },
+                messages={
+                    "b": "AssertionError: x",
+                    "c": "AttributeError: no sequence_parallel_size",
+                    "m": "boom"
+                })
+    c = us.compare("s",
+                   before,
+                   after,
+                   reruns={
+                       "c": ["failed", "failed"],
+                       "e": ["error", "error"],
+                       "g": ["failed", "passed"]
+                   })
+    assert categories(c) == {
+        "a": "passed",
+        "b": "pre-existing",
+        "c": "regression",
+        "d": "fixed",
+        "e": "regression",
+        "f": "skipped",
+        "g": "flaky",
+        "n": "new",
+        "m": "new-failed"
+    }
     assert c.status == "regression" and c.errors == []
     assert c.regressions == ["c", "e", "m"] and c.flaky == ["g"] and c.fixed == ["d"] and c.pre_existing == ["b"]
     reasons = {r.test: r.reason for r in c.results}
@@ -77,30 +119,89 @@ def test_not_collectable_files_are_listed_and_a_newly_broken_file_is_an_error():
 
 
 def test_rerun_candidates():
-    assert us.rerun_candidates(run("b", {"a": "passed", "b": "failed", "c": "passed"}),
-                               run("a", {"a": "failed", "b": "failed", "c": "passed"})) == ["a"]
+    assert us.rerun_candidates(run("b", {
+        "a": "passed",
+        "b": "failed",
+        "c": "passed"
+    }), run("a", {
+        "a": "failed",
+        "b": "failed",
+        "c": "passed"
+    })) == ["a"]
 
 
 def test_read_record_merges_phases_and_survives_a_cut_line(tmp_path):
     lines = [
-        {"kind": "collect-error", "path": "unit/test_hf.py", "message": "ModuleNotFoundError: No module named 'x'"},
-        {"kind": "collect-skip", "path": "unit/test_gpu.py", "message": "needs a GPU"},
-        {"kind": "collected", "nodeid": "unit/t.py::T::a", "ranks": True},
-        {"kind": "collected", "nodeid": "unit/t.py::b", "ranks": False},
-        {"kind": "deselected", "nodeid": "unit/t.py::T::c", "ranks": True},
-        {"kind": "report", "nodeid": "unit/t.py::T::a", "when": "setup", "outcome": "passed", "message": ""},
-        {"kind": "report", "nodeid": "unit/t.py::T::a", "when": "call", "outcome": "failed", "message": "E: x"},
-        {"kind": "report", "nodeid": "unit/t.py::b", "when": "setup", "outcome": "passed", "message": ""},
-        {"kind": "report", "nodeid": "unit/t.py::b", "when": "call", "outcome": "passed", "message": ""},
-        {"kind": "report", "nodeid": "unit/t.py::b", "when": "teardown", "outcome": "failed", "message": "E: td"},
+        {
+            "kind": "collect-error",
+            "path": "unit/test_hf.py",
+            "message": "ModuleNotFoundError: No module named 'x'"
+        },
+        {
+            "kind": "collect-skip",
+            "path": "unit/test_gpu.py",
+            "message": "needs a GPU"
+        },
+        {
+            "kind": "collected",
+            "nodeid": "unit/t.py::T::a",
+            "ranks": True
+        },
+        {
+            "kind": "collected",
+            "nodeid": "unit/t.py::b",
+            "ranks": False
+        },
+        {
+            "kind": "deselected",
+            "nodeid": "unit/t.py::T::c",
+            "ranks": True
+        },
+        {
+            "kind": "report",
+            "nodeid": "unit/t.py::T::a",
+            "when": "setup",
+            "outcome": "passed",
+            "message": ""
+        },
+        {
+            "kind": "report",
+            "nodeid": "unit/t.py::T::a",
+            "when": "call",
+            "outcome": "failed",
+            "message": "E: x"
+        },
+        {
+            "kind": "report",
+            "nodeid": "unit/t.py::b",
+            "when": "setup",
+            "outcome": "passed",
+            "message": ""
+        },
+        {
+            "kind": "report",
+            "nodeid": "unit/t.py::b",
+            "when": "call",
+            "outcome": "passed",
+            "message": ""
+        },
+        {
+            "kind": "report",
+            "nodeid": "unit/t.py::b",
+            "when": "teardown",
+            "outcome": "failed",
+            "message": "E: td"
+        },
     ]
     path = tmp_path / "r.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + '\n{"kind": "rep')
     outcomes, messages, broken, ranks, deselected = us.read_record(path)
     assert outcomes == {"unit/t.py::T::a": "failed", "unit/t.py::b": "error"}
     assert messages == {"unit/t.py::T::a": "E: x", "unit/t.py::b": "E: td"}
-    assert broken == {"unit/test_hf.py": "ModuleNotFoundError: No module named 'x'",
-                      "unit/test_gpu.py": "skipped at collection: needs a GPU"}
+    assert broken == {
+        "unit/test_hf.py": "ModuleNotFoundError: No module named 'x'",
+        "unit/test_gpu.py": "skipped at collection: needs a GPU"
+    }
     assert ranks == {"unit/t.py::T::a": True, "unit/t.py::b": False} and deselected == 1
 
 
@@ -116,18 +217,53 @@ def verdict_with(suite: us.SuiteComparison | None, *, bug_seen: bool = True):
         return ReproCheck(f"{phase}/zero3_sp_grad_scale", "zero3_sp_grad_scale", "x", 0 if holds else 1, "fixed", None,
                           "log", 1.0)
 
-    return Verdict(env="e", source={}, series=None, deepspeed_before="0.19.6", deepspeed_after="0.19.6", backend="gloo",
-                   steps=[], before=[check("before", bug_seen)], after=[check("after", True)], tests=[],
+    return Verdict(env="e",
+                   source={},
+                   series=None,
+                   deepspeed_before="0.19.6",
+                   deepspeed_after="0.19.6",
+                   backend="gloo",
+                   steps=[],
+                   before=[check("before", bug_seen)],
+                   after=[check("after", True)],
+                   tests=[],
                    suites=[suite] if suite else [])
 
 
-@pytest.mark.parametrize("before,after,reruns,outcome", [
-    ({"a": "passed"}, {"a": "passed"}, {}, ("fixed", Exit.OK)),
-    ({"a": "passed"}, {"a": "failed"}, {"a": ["failed", "failed"]}, ("regression", Exit.REGRESSION)),
-    ({"a": "passed"}, {"a": "failed"}, {"a": ["passed", "failed"]}, ("fixed", Exit.OK)),  # flaky: reported only
-    ({"a": "failed"}, {"a": "failed"}, {}, ("fixed", Exit.OK)),  # pre-existing: reported only
-    ({"a": "passed", "b": "passed"}, {"a": "passed"}, {}, ("error", Exit.ERROR)),  # fewer after
-])
+@pytest.mark.parametrize(
+    "before,after,reruns,outcome",
+    [
+        ({
+            "a": "passed"
+        }, {
+            "a": "passed"
+        }, {}, ("fixed", Exit.OK)),
+        ({
+            "a": "passed"
+        }, {
+            "a": "failed"
+        }, {
+            "a": ["failed", "failed"]
+        }, ("regression", Exit.REGRESSION)),
+        ({
+            "a": "passed"
+        }, {
+            "a": "failed"
+        }, {
+            "a": ["passed", "failed"]
+        }, ("fixed", Exit.OK)),  # flaky: reported only
+        ({
+            "a": "failed"
+        }, {
+            "a": "failed"
+        }, {}, ("fixed", Exit.OK)),  # pre-existing: reported only
+        ({
+            "a": "passed",
+            "b": "passed"
+        }, {
+            "a": "passed"
+        }, {}, ("error", Exit.ERROR)),  # fewer after
+    ])
 def test_the_verdict_outcome_follows_the_suite(before, after, reruns, outcome):
     from patch_and_test.verdict import decide, summary_table
 
