@@ -257,7 +257,8 @@ def _affected_compare(r: _Run, tree: Path, selection: affected.Selection, before
                f"{len(candidates)} tests, {upstream_suite.RERUNS} times each", t)
     comparison = upstream_suite.compare(f"{AFFECTED_SUITE}", before, after, reruns)
     r.verdict.suites.append(comparison)
-    detail = "; ".join(comparison.describe()[:1] + comparison.errors + [f"regression {x}" for x in comparison.regressions])
+    regressions = [f"regression {x}" for x in comparison.regressions]
+    detail = "; ".join(comparison.describe()[:1] + comparison.errors + regressions)
     status = {"ok": "ok", "regression": "failed"}.get(comparison.status, "error")
     r.step(f"after: {AFFECTED_SUITE} before/after", status, detail, t)
 
