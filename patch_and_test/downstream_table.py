@@ -1,0 +1,117 @@
+"""The downstream clients table, rendered from the reports of ``tox -e downstream`` only.
+
+``results/downstream/<env>/{unpatched,patched}/downstream_clients.json`` (schema
+``zero3-sp-gradfix/downstream-clients-report/v1``) -> one Markdown table; the documents that
+show it hold it between two marker lines, and ``python -m patch_and_test.downstream_table``
+rewrites that block (``--check`` fails when a document's block differs from the results).
+The bundle carries the reports and ``verify-bundle`` re-renders the block from its copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from repro.downstream_rule import DownstreamReport, deepspeed_label
+
+BEGIN = "<!-- downstream-table:begin (rendered by python -m patch_and_test.downstream_table; do not edit) -->"
+END = "<!-- downstream-table:end -->"
+PHASES = ("unpatched", "patched")
+REPORT = "downstream_clients.json"
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+KEPT_RESULTS = PACKAGE_ROOT / "docs" / "downstream-results"  # the runs the committed docs show
+DOCUMENTS = ("docs/downstream-notice.md", "docs/backport-clients.md", "README.md")
+
+
+def reports(root: Path) -> list[tuple[str, str, DownstreamReport]]:
+    """(env, phase, report) for every report under ``root``, envs sorted by name, unpatched first."""
+    found = []
+    for env_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        for phase in PHASES:
+            path = env_dir / phase / REPORT
+            if path.is_file():
+                found.append((env_dir.name, phase, DownstreamReport.load(path)))
+    return found
+
+
+def _cell(report: DownstreamReport, client: str, version: str, stage: int) -> str:
+    for r in report.rows:
+        if r.client == client and r.client_version == version and r.stage == stage and r.status == "measured":
+            mark = "" if r.matches_rule else " MISMATCH"
+            return f"{r.ratio:.3f} (rule {r.expected:.1f}){mark}"
+    return "-"
+
+
+def render(root: Path, shown_root: str = "results/downstream") -> str:
+    """The Markdown table (no markers): one line per env x DeepSpeed x client."""
+    lines = ["| env | client | DeepSpeed | ZeRO-2 | ZeRO-3 | verdict | report |",
+             "|---|---|---|---|---|---|---|"]
+    for env, phase, rep in reports(root):
+        ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
+        path = f"`{shown_root}/{env}/{phase}/{REPORT}`"
+        seen = []
+        for r in rep.rows:
+            key = (r.client, r.client_version)
+            if key in seen:
+                continue
+            seen.append(key)
+            client = f"{r.client} {r.client_version}"
+            if r.status != "measured":
+                lines.append(f"| {env} | {client} | {ds} | - | - | {r.verdict} | {path} |")
+                continue
+            rows = [x for x in rep.rows if (x.client, x.client_version) == key and x.status == "measured"]
+            verdicts = "; ".join(f"zero{x.stage}: {x.verdict}" for x in rows)
+            lines.append(f"| {env} | {client} | {ds} | {_cell(rep, *key, 2)} | {_cell(rep, *key, 3)} | {verdicts} "
+                         f"| {path} |")
+    if len(lines) == 2:
+        lines.append("| (no results) | | | | | | |")
+    return "\n".join(lines)
+
+
+def replace_block(document: str, table: str) -> str:
+    """The document with the text between BEGIN and END replaced by ``table``. Pure."""
+    start, end = document.find(BEGIN), document.find(END)
+    if start < 0 or end < start:
+        raise ValueError("the document has no downstream-table block (BEGIN/END marker lines)")
+    return document[:start + len(BEGIN)] + "\n" + table + "\n" + document[end:]
+
+
+def block_of(document: str) -> str:
+    start, end = document.find(BEGIN), document.find(END)
+    if start < 0 or end < start:
+        raise ValueError("the document has no downstream-table block (BEGIN/END marker lines)")
+    return document[start + len(BEGIN):end].strip("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"default: {KEPT_RESULTS}")
+    parser.add_argument("--shown-as", default="docs/downstream-results", help="the results path the table names")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a document's block differs")
+    parser.add_argument("documents", nargs="*", type=Path, default=[PACKAGE_ROOT / d for d in DOCUMENTS])
+    args = parser.parse_args(argv)
+    table = render(args.results, args.shown_as)
+    stale = []
+    for doc in args.documents:
+        text = doc.read_text()
+        try:
+            new = replace_block(text, table)
+        except ValueError as err:
+            print(f"error: {doc}: {err}", file=sys.stderr)
+            return 2
+        if new != text:
+            stale.append(doc)
+            if not args.check:
+                doc.write_text(new)
+    for doc in stale:
+        print(f"{'stale' if args.check else 'updated'}: {doc}")
+    if not stale:
+        print(json.dumps({"documents": [str(d) for d in args.documents], "status": "current"}))
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
