@@ -85,6 +85,22 @@ def block_of(document: str) -> str:
     return document[start + len(BEGIN):end].strip("\n")
 
 
+def gather(local: Path, dest: Path) -> None:
+    """The reports a bundle carries: the kept runs (docs/downstream-results), then newer local runs over them."""
+    import shutil
+
+    for src in (KEPT_RESULTS, local):
+        if src.is_dir():
+            shutil.copytree(src, dest, ignore=shutil.ignore_patterns("*.tmp"), dirs_exist_ok=True)
+
+
+def render_into(document: str, bundle: Path) -> str:
+    """A bundle's copy of a document, its block rendered from the bundle's results (unchanged without a block)."""
+    if BEGIN not in document:
+        return document
+    return replace_block(document, render(bundle / "results" / "downstream", "results/downstream"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
