@@ -211,8 +211,11 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
             step(f"install {phase}", f"deepspeed {done.version}", t)
             t = time.monotonic()
             check = checks.run_reproducer(SCRIPT, expect, results / phase, phase, backend=backend, timeout=timeout)
-            record.checks.append(dataclasses.asdict(check))
-            step(f"{phase}: {SCRIPT} --expect {expect}", f"exit {check.exit_code} (report {check.report})", t)
+            # Paths relative to the results folder: the record stays valid where it is copied (bundle, docs).
+            record.checks.append({**dataclasses.asdict(check), "report": _relative(check.report, results),
+                                  "log": _relative(check.log, results)})
+            step(f"{phase}: {SCRIPT} --expect {expect}", f"exit {check.exit_code} (report {record.checks[-1]['report']})",
+                 t)
         codes = [c["exit_code"] for c in record.checks]
         record.exit_code = (2 if any(c not in (0, 1, 77) for c in codes) else 77 if all(c == 77 for c in codes)
                             else 1 if any(c == 1 for c in codes) else 0)
@@ -224,6 +227,15 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
         record.wall_time_s = round(time.monotonic() - started, 3)
         record.write(results / "run.json")
     return record
+
+
+def _relative(path: str | None, root: Path) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -94,6 +95,42 @@ def gather(local: Path, dest: Path) -> None:
             shutil.copytree(src, dest, ignore=shutil.ignore_patterns("*.tmp"), dirs_exist_ok=True)
 
 
+def keep(src: Path, dest: Path) -> list[Path]:
+    """Copy the reports and run records of ``src`` (results/downstream) to ``dest`` (docs/downstream-results).
+
+    Only the JSON: logs hold machine paths and stay in results/ (the bundle carries them). A run
+    record's report and log paths are made relative to its env folder.
+    """
+    written = []
+    for env_dir in sorted(p for p in src.iterdir() if p.is_dir()):
+        for phase in PHASES:
+            report = env_dir / phase / REPORT
+            if report.is_file():
+                out = dest / env_dir.name / phase / REPORT
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(report.read_bytes())
+                written.append(out)
+        run = env_dir / "run.json"
+        if run.is_file():
+            data = json.loads(run.read_text())
+            for check in data.get("checks", []):
+                for key in ("report", "log"):
+                    if check.get(key) and Path(check[key]).is_absolute():
+                        check[key] = _under(Path(check[key]), env_dir)
+            out = dest / env_dir.name / "run.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(data, indent=2) + "\n"
+            out.write_text(re.sub(r"(?<![\w.-])/[^\s\"']*/" + re.escape(env_dir.name) + "/", "", text))
+            written.append(out)
+    return written
+
+
+def _under(path: Path, root: Path) -> str:
+    parts = path.parts
+    name = root.name
+    return Path(*parts[parts.index(name) + 1:]).as_posix() if name in parts else path.name
+
+
 def render_into(document: str, bundle: Path) -> str:
     """A bundle's copy of a document, its block rendered from the bundle's results (unchanged without a block)."""
     if BEGIN not in document:
@@ -107,8 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"default: {KEPT_RESULTS}")
     parser.add_argument("--shown-as", default="docs/downstream-results", help="the results path the table names")
     parser.add_argument("--check", action="store_true", help="exit 1 when a document's block differs")
+    parser.add_argument("--keep", type=Path, default=None, metavar="RESULTS",
+                        help="first copy the reports under RESULTS (results/downstream) into --results")
     parser.add_argument("documents", nargs="*", type=Path, default=[PACKAGE_ROOT / d for d in DOCUMENTS])
     args = parser.parse_args(argv)
+    if args.keep is not None:
+        for path in keep(args.keep, args.results):
+            print(f"kept: {path}")
     table = render(args.results, args.shown_as)
     stale = []
     for doc in args.documents:
