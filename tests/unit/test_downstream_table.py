@@ -37,3 +37,22 @@ def test_render_from_reports(tmp_path):
         in table
     assert "not applicable: why" in table and "`R/downstream-tf5.25/patched/downstream_clients.json`" in table
     assert "(no results)" in render(tmp_path / "none")
+
+
+def test_keep_copies_json_only_without_machine_paths(tmp_path):
+    import json
+
+    from patch_and_test.downstream_table import keep
+
+    env = tmp_path / "src" / "downstream-tf5.25"
+    _report([_row()]).write(env / "patched" / "downstream_clients.json")
+    (env / "patched" / "downstream_clients.log").write_text("log")
+    run = {"checks": [{"report": str(env / "patched" / "downstream_clients.json"), "log": "patched/x.log"}],
+           "steps": [{"detail": f"exit 0 (report /some/where/downstream-tf5.25/patched/downstream_clients.json)"}]}
+    (env / "run.json").write_text(json.dumps(run))
+    written = keep(tmp_path / "src", tmp_path / "kept")
+    assert sorted(p.relative_to(tmp_path / "kept").as_posix() for p in written) == [
+        "downstream-tf5.25/patched/downstream_clients.json", "downstream-tf5.25/run.json"]
+    kept = json.loads((tmp_path / "kept" / "downstream-tf5.25" / "run.json").read_text())
+    assert kept["checks"][0]["report"] == "patched/downstream_clients.json"
+    assert kept["steps"][0]["detail"] == "exit 0 (report patched/downstream_clients.json)"
