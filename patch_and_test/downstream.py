@@ -25,7 +25,6 @@ import ast
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -214,8 +213,8 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
             # Paths relative to the results folder: the record stays valid where it is copied (bundle, docs).
             record.checks.append({**dataclasses.asdict(check), "report": _relative(check.report, results),
                                   "log": _relative(check.log, results)})
-            step(f"{phase}: {SCRIPT} --expect {expect}", f"exit {check.exit_code} (report {record.checks[-1]['report']})",
-                 t)
+            shown = record.checks[-1]["report"]
+            step(f"{phase}: {SCRIPT} --expect {expect}", f"exit {check.exit_code} (report {shown})", t)
         codes = [c["exit_code"] for c in record.checks]
         record.exit_code = (2 if any(c not in (0, 1, 77) for c in codes) else 77 if all(c == 77 for c in codes)
                             else 1 if any(c == 1 for c in codes) else 0)

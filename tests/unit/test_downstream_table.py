@@ -33,8 +33,8 @@ def test_render_from_reports(tmp_path):
                         stage=None)])
     rep.write(tmp_path / "downstream-tf5.25" / "patched" / "downstream_clients.json")
     table = render(tmp_path, "R")
-    assert "| downstream-tf5.25 | transformers 5.25.0 | 0.19.8 patched, marker | 1.000 (rule 1.0) | 2.000 (rule 2.0) |" \
-        in table
+    assert ("| downstream-tf5.25 | transformers 5.25.0 | 0.19.8 patched, marker | 1.000 (rule 1.0) "
+            "| 2.000 (rule 2.0) |") in table
     assert "not applicable: why" in table and "`R/downstream-tf5.25/patched/downstream_clients.json`" in table
     assert "(no results)" in render(tmp_path / "none")
 
@@ -48,7 +48,7 @@ def test_keep_copies_json_only_without_machine_paths(tmp_path):
     _report([_row()]).write(env / "patched" / "downstream_clients.json")
     (env / "patched" / "downstream_clients.log").write_text("log")
     run = {"checks": [{"report": str(env / "patched" / "downstream_clients.json"), "log": "patched/x.log"}],
-           "steps": [{"detail": f"exit 0 (report /some/where/downstream-tf5.25/patched/downstream_clients.json)"}]}
+           "steps": [{"detail": "exit 0 (report /some/where/downstream-tf5.25/patched/downstream_clients.json)"}]}
     (env / "run.json").write_text(json.dumps(run))
     written = keep(tmp_path / "src", tmp_path / "kept")
     assert sorted(p.relative_to(tmp_path / "kept").as_posix() for p in written) == [
