@@ -188,7 +188,8 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
     notice = bundle / "downstream-notice.md"
     if notice.exists():
         text = notice.read_text()
-        problems += [f"downstream-notice.md: {p}" for p in _diff_lines(text, downstream_table.render_into(text, bundle))]
+        rendered = downstream_table.render_into(text, bundle)
+        problems += [f"downstream-notice.md: {p}" for p in _diff_lines(text, rendered)]
     pr = bundle / "PR.md"
     if pr.exists():
         problems += [f"PR.md: {p}" for p in _diff_lines(pr.read_text(), render_pr(bundle))]
