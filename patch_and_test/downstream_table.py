@@ -45,10 +45,22 @@ def _cell(report: DownstreamReport, client: str, version: str, stage: int) -> st
     return "-"
 
 
+def _summary(rows) -> str:
+    """'true gradient', 'ZeRO-3 mis-scaled x2.0', or 'MISMATCH ...' when a row left the rule."""
+    bad = [r for r in rows if not r.matches_rule]
+    if bad:
+        return "; ".join(f"ZeRO-{r.stage} MISMATCH: rule {r.expected:.1f}, measured {r.ratio:.3f}" for r in bad)
+    off = [r for r in rows if abs(r.expected - 1.0) > 1e-9]
+    if not off:
+        return "true gradient (as the rule predicts)"
+    return ", ".join(f"ZeRO-{r.stage} mis-scaled x{r.expected:.1f}" for r in off) + " (as the rule predicts)"
+
+
 def render(root: Path, shown_root: str = "results/downstream") -> str:
-    """The Markdown table (no markers): one line per env x DeepSpeed x client."""
+    """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once."""
     lines = ["| env | client | DeepSpeed | ZeRO-2 | ZeRO-3 | verdict | report |",
              "|---|---|---|---|---|---|---|"]
+    shown_na = set()
     for env, phase, rep in reports(root):
         ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
         path = f"`{shown_root}/{env}/{phase}/{REPORT}`"
@@ -60,12 +72,13 @@ def render(root: Path, shown_root: str = "results/downstream") -> str:
             seen.append(key)
             client = f"{r.client} {r.client_version}"
             if r.status != "measured":
-                lines.append(f"| {env} | {client} | {ds} | - | - | {r.verdict} | {path} |")
+                if (key, r.verdict) not in shown_na:
+                    shown_na.add((key, r.verdict))
+                    lines.append(f"| {env} | {client} | {ds} | - | - | {r.verdict} | {path} |")
                 continue
             rows = [x for x in rep.rows if (x.client, x.client_version) == key and x.status == "measured"]
-            verdicts = "; ".join(f"zero{x.stage}: {x.verdict}" for x in rows)
-            lines.append(f"| {env} | {client} | {ds} | {_cell(rep, *key, 2)} | {_cell(rep, *key, 3)} | {verdicts} "
-                         f"| {path} |")
+            lines.append(f"| {env} | {client} | {ds} | {_cell(rep, *key, 2)} | {_cell(rep, *key, 3)} | "
+                         f"{_summary(rows)} | {path} |")
     if len(lines) == 2:
         lines.append("| (no results) | | | | | | |")
     return "\n".join(lines)
