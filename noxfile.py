@@ -126,6 +126,7 @@ DOWNSTREAM = {
 def downstream(session: nox.Session, client: str) -> None:
     # Same results folder as the tox env, so the table and the bundle read either.
     requirements, args = DOWNSTREAM[client]
-    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "uv", "-r", requirements)
+    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/test.txt", "uv", "-r",
+                    requirements)
     session.run("python", "-m", "patch_and_test.downstream", "--env-name", f"downstream-{client}", *args,
                 *session.posargs, env=_env())
