@@ -56,3 +56,20 @@ def test_keep_copies_json_only_without_machine_paths(tmp_path):
     kept = json.loads((tmp_path / "kept" / "downstream-tf5.25" / "run.json").read_text())
     assert kept["checks"][0]["report"] == "patched/downstream_clients.json"
     assert kept["steps"][0]["detail"] == "exit 0 (report patched/downstream_clients.json)"
+
+
+def test_verify_bundle_re_renders_the_notice_table(tmp_path):
+    from patch_and_test import bundle as bundle_mod
+    from patch_and_test.downstream_table import render_into
+
+    b = tmp_path / "bundle"
+    _report([_row(stage=2, ratio=1.0, expected=1.0), _row(stage=3)]).write(
+        b / "results" / "downstream" / "downstream-tf5.25" / "patched" / "downstream_clients.json")
+    notice = b / "downstream-notice.md"
+    notice.write_text(render_into(f"# notice\n{BEGIN}\n{END}\n", b))
+    assert "2.000 (rule 2.0)" in notice.read_text()
+    bundle_mod.write_manifest(b)
+    assert bundle_mod.verify(b) == []
+    notice.write_text(notice.read_text().replace("2.000 (rule 2.0)", "1.000 (rule 2.0)"))
+    bundle_mod.write_manifest(b)  # even with matching hashes, the number must come from the results
+    assert any(p.startswith("downstream-notice.md: line") for p in bundle_mod.verify(b))
