@@ -49,6 +49,11 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     clients = downstream_run.find_clients()
     sp, dp = ctx.topology.sp, ctx.topology.dp
     dp_index = ctx.rank // sp
+    # Rank 0 saves the model first: two ranks saving a new transformers version's copy at once were seen to
+    # make the other rank read a config.json without model_type (transformers 5.24, first run).
+    if ctx.rank == 0:
+        tiny_llama.build(tiny_llama.default_model_dir())
+    torch.distributed.barrier()
     model_dir = tiny_llama.build(tiny_llama.default_model_dir())
     # The baseline first: registering Ulysses replaces the sdpa attention function process-wide.
     _, expected = alst_recipe.baseline(model_dir, dp, ctx.device)
