@@ -56,10 +56,18 @@ def _summary(rows) -> str:
     return ", ".join(f"ZeRO-{r.stage} mis-scaled x{r.expected:.1f}" for r in off) + " (as the rule predicts)"
 
 
+def _recipe(row) -> str:
+    if row.kind == "allgather":
+        return "differentiable all_gather"
+    gate = {"none": "", "version": f", x sp on ZeRO-3 if deepspeed < {row.gate_version}",
+            "marker-or-version": f", x sp on ZeRO-3 unless the marker or deepspeed >= {row.gate_version}"}
+    return "own share" + gate.get(row.gate or "none", f", gate {row.gate}")
+
+
 def render(root: Path, shown_root: str = "results/downstream") -> str:
     """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once."""
-    lines = ["| env | client | DeepSpeed | ZeRO-2 | ZeRO-3 | verdict | report |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| env | client | recipe (read from its code) | DeepSpeed | ZeRO-2 | ZeRO-3 | verdict | report |",
+             "|---|---|---|---|---|---|---|---|"]
     shown_na = set()
     for env, phase, rep in reports(root):
         ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
@@ -74,13 +82,13 @@ def render(root: Path, shown_root: str = "results/downstream") -> str:
             if r.status != "measured":
                 if (key, r.verdict) not in shown_na:
                     shown_na.add((key, r.verdict))
-                    lines.append(f"| {env} | {client} | {ds} | - | - | {r.verdict} | {path} |")
+                    lines.append(f"| {env} | {client} | - | {ds} | - | - | {r.verdict} | {path} |")
                 continue
             rows = [x for x in rep.rows if (x.client, x.client_version) == key and x.status == "measured"]
-            lines.append(f"| {env} | {client} | {ds} | {_cell(rep, *key, 2)} | {_cell(rep, *key, 3)} | "
-                         f"{_summary(rows)} | {path} |")
+            lines.append(f"| {env} | {client} | {_recipe(rows[0])} | {ds} | {_cell(rep, *key, 2)} | "
+                         f"{_cell(rep, *key, 3)} | {_summary(rows)} | {path} |")
     if len(lines) == 2:
-        lines.append("| (no results) | | | | | | |")
+        lines.append("| (no results) | | | | | | | |")
     return "\n".join(lines)
 
 

@@ -33,8 +33,8 @@ def test_render_from_reports(tmp_path):
                         stage=None)])
     rep.write(tmp_path / "downstream-tf5.25" / "patched" / "downstream_clients.json")
     table = render(tmp_path, "R")
-    assert ("| downstream-tf5.25 | transformers 5.25.0 | 0.19.8 patched, marker | 1.000 (rule 1.0) "
-            "| 2.000 (rule 2.0) |") in table
+    assert ("| downstream-tf5.25 | transformers 5.25.0 | own share, x sp on ZeRO-3 if deepspeed < 0.20.2 "
+            "| 0.19.8 patched, marker | 1.000 (rule 1.0) | 2.000 (rule 2.0) |") in table
     assert "not applicable: why" in table and "`R/downstream-tf5.25/patched/downstream_clients.json`" in table
     assert "(no results)" in render(tmp_path / "none")
 
