@@ -13,8 +13,9 @@ whatever the client's function returns, imported from the installed client, neve
   ``is_deepspeed_zero3_enabled()`` is made true the way accelerate does it, with a real
   ``HfDeepSpeedConfig`` of the engine's config held while the step runs.
 * ArcticTraining: ``SFTTrainer.loss`` called on a stand-in trainer holding the engine, its
-  module, the device, the sp group and a config with ``sequence_parallel_size`` and a non-liger
-  model type (the tiled-logits path, DeepSpeed's ``TiledFusedLogitsLoss``).
+  module, the device, the sp group, a config with ``sequence_parallel_size`` and a non-liger
+  model type (the tiled-logits path, DeepSpeed's ``TiledFusedLogitsLoss``), and no callbacks
+  (the method is wrapped by ArcticTraining's callback mixin).
 * accelerate: its ALST example ``test_utils/scripts/external_deps/test_ds_alst_ulysses_sp.py``
   is checked for a loss function to import; it has none (module-level script), which the row says.
 
@@ -151,7 +152,9 @@ def find_arctic_training() -> Client | None:
     def call(engine, batch, sp_group, sp, ds_config):
         trainer = types.SimpleNamespace(
             device=engine.device, model=engine, model_unwrapped=engine.module, sp_group=sp_group, sp_world_size=sp,
-            config=types.SimpleNamespace(sequence_parallel_size=sp, model=types.SimpleNamespace(type="causal")))
+            config=types.SimpleNamespace(sequence_parallel_size=sp, model=types.SimpleNamespace(type="causal")),
+            # SFTTrainer.loss is wrapped by ArcticTraining's callback mixin: a trainer with no callbacks registered.
+            _run_callbacks=lambda name, args, kwargs: (args, kwargs))
         return fn(trainer, {k: v for k, v in batch.items() if k != "labels"})
 
     return Client("arctic_training", version, fn_name, call, classify(client_source(fn)))
