@@ -51,9 +51,19 @@ def _summary(rows) -> str:
     if bad:
         return "; ".join(f"ZeRO-{r.stage} MISMATCH: rule {r.expected:.1f}, measured {r.ratio:.3f}" for r in bad)
     off = [r for r in rows if abs(r.expected - 1.0) > 1e-9]
-    if not off:
-        return "true gradient (as the rule predicts)"
-    return ", ".join(f"ZeRO-{r.stage} mis-scaled x{r.expected:.1f}" for r in off) + " (as the rule predicts)"
+    text = ("true gradient (as the rule predicts)" if not off else
+            ", ".join(f"ZeRO-{r.stage} mis-scaled x{r.expected:.1f}" for r in off) + " (as the rule predicts)")
+    return text + _left_out(rows)
+
+
+def _left_out(rows) -> str:
+    """Parameters a row's fit left out (the report's note says why), with their own measured ratios."""
+    names = [p for p in rows[0].param_ratios if p in rows[0].note]
+    if not names:
+        return ""
+    parts = [f"{p} left out of the fit, its ratio " + " / ".join(f"{r.param_ratios[p]:.3g}" for r in rows)
+             for p in names]
+    return "; " + "; ".join(parts) + " (why: the report's note)"
 
 
 def _recipe(row) -> str:
