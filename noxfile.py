@@ -4,6 +4,7 @@
   nox -s "matrix(version='0.14.5', backend='gloo')"   one cell; `nox -s matrix` for all
   nox -s tests                             the package's tests, newest and oldest DeepSpeed
   nox -s upstream-lint | bundle | verify-bundle
+  nox -s downstream                        the real clients' sp loss code, one session per client version
 
 Versions come from deepspeed-sdists.lock, so a release added there is in the matrix at once.
 """
@@ -106,3 +107,26 @@ def bundle(session: nox.Session) -> None:
 @nox.session(name="verify-bundle")
 def verify_bundle(session: nox.Session) -> None:
     session.run("python", "-m", "patch_and_test.bundle", "verify", *session.posargs, env=_env())
+
+
+# The clients of `tox -m downstream`: env name suffix -> (requirements, arguments of patch_and_test.downstream).
+DOWNSTREAM = {
+    "tf5.25": ("requirements/downstream.txt", ["--install", "transformers==5.25.0"]),
+    "tf5.24": ("requirements/downstream.txt", ["--install", "transformers==5.24.0"]),
+    "tf5.13": ("requirements/downstream-tf5.0.txt", ["--install", "transformers==5.13.0"]),
+    "tf5.0": ("requirements/downstream-tf5.0.txt", ["--install", "transformers==5.0.0"]),
+    "tf5.25-patched": ("requirements/downstream.txt", ["--transformers-patches", "patches/downstream/transformers",
+                                                       "--transformers-version", "5.25.0"]),
+    "arctic": ("requirements/downstream-arctic.txt", ["--install", "arctic-training==0.8.0"]),
+}
+
+
+@nox.session
+@nox.parametrize("client", list(DOWNSTREAM))
+def downstream(session: nox.Session, client: str) -> None:
+    # Same results folder as the tox env, so the table and the bundle read either.
+    requirements, args = DOWNSTREAM[client]
+    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/test.txt", "uv", "-r",
+                    requirements)
+    session.run("python", "-m", "patch_and_test.downstream", "--env-name", f"downstream-{client}", *args,
+                *session.posargs, env=_env())

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from patch_and_test import inputs
+from patch_and_test import downstream_table, inputs
 from patch_and_test.errors import Exit, PipelineError
 from patch_and_test.pr import render_pr
 
@@ -35,6 +35,7 @@ MANIFEST = "MANIFEST.sha256"
 # Evidence written by other checks, copied when present (they carry their own JSON).
 EVIDENCE_DIRS = ("alst", "audit", "benchmarks", "upstream")
 COMMITTED_BENCHMARKS = PACKAGE_ROOT / "benchmarks" / "results"
+DOWNSTREAM = "downstream"  # results/downstream: tox -m downstream (the real clients' sp loss code)
 GOOD_OUTCOMES = ("fixed", "skipped")
 
 
@@ -116,9 +117,11 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
         if (results / name).is_dir():
             shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"),
                             dirs_exist_ok=True)
+    downstream_table.gather(results / DOWNSTREAM, bundle / "results" / DOWNSTREAM)
     notice = PACKAGE_ROOT / "docs" / "downstream-notice.md"
     if notice.exists():
-        shutil.copy2(notice, bundle / notice.name)
+        # Its clients table is rendered from the bundle's own copies, as PR.md is.
+        (bundle / notice.name).write_text(downstream_table.render_into(notice.read_text(), bundle))
     # The parity audit's write-ups of the other upstream discrepancies it found.
     shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
     (bundle / "PR.md").write_text(render_pr(bundle))
@@ -182,6 +185,11 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
             problems.append(f"{name}: sha256 differs from {MANIFEST}")
     if sorted(line for line in manifest.read_text().splitlines() if "  input:" in line) != manifest_inputs(bundle):
         problems.append(f"{MANIFEST}: its input lines do not match the bundle's verdicts")
+    notice = bundle / "downstream-notice.md"
+    if notice.exists():
+        text = notice.read_text()
+        rendered = downstream_table.render_into(text, bundle)
+        problems += [f"downstream-notice.md: {p}" for p in _diff_lines(text, rendered)]
     pr = bundle / "PR.md"
     if pr.exists():
         problems += [f"PR.md: {p}" for p in _diff_lines(pr.read_text(), render_pr(bundle))]

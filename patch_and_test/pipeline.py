@@ -15,7 +15,7 @@ import platform
 import time
 from pathlib import Path
 
-from patch_and_test import affected, checks, inputs, install, series as series_mod, source as source_mod
+from patch_and_test import affected, checks, client_check, inputs, install, series as series_mod, source as source_mod
 from patch_and_test import upstream_suite
 from patch_and_test.errors import Exit, PipelineError, Skipped
 from patch_and_test.verdict import Step, Verdict, summary_table
@@ -149,6 +149,7 @@ def _run_steps(r: _Run) -> None:
 
     for script in _reproducers(r, tree.version):
         _reproducer(r, script, "fixed", "after")
+    _clients(r)
     _twin(r)
     if tree.has_tests:
         _upstream_regression_test(r, tree.path)
@@ -189,6 +190,17 @@ def _reproducer(r: _Run, script: str, expect: str, phase: str) -> None:
     status = "ok" if check.holds else ("skipped" if check.exit_code == 77 else "failed")
     r.step(f"{phase}: {script} --expect {expect}", status, f"exit {check.exit_code}, pattern {check.pattern}", t,
            Path(check.log))
+
+
+def _clients(r: _Run) -> None:
+    """The clients installed beside the patched build that the downstream rule says mis-scale: warned, recorded."""
+    t = time.monotonic()
+    warnings, error, log = client_check.run_check(r.out / "after")
+    r.verdict.client_warnings = warnings
+    for w in warnings:
+        print(f"[{r.cfg.env_name}] WARNING: {w['message']}", flush=True)
+    detail = error or (f"{len(warnings)} mis-scaled client combination(s)" if warnings else "none known to mis-scale")
+    r.step("after: downstream clients", "error" if error else "warning" if warnings else "ok", detail, t, log)
 
 
 def _twin(r: _Run) -> None:

@@ -34,7 +34,7 @@ SCHEMA = "zero3-sp-gradfix/verdict/v1"
 @dataclasses.dataclass
 class Step:
     name: str
-    status: str  # "ok" | "failed" | "skipped" | "error"
+    status: str  # "ok" | "failed" | "skipped" | "error" | "warning" (a check that warns, never fails the job)
     detail: str
     duration_s: float = 0.0
     log: str | None = None
@@ -58,6 +58,9 @@ class Verdict:
     inputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # content hashes (patch_and_test.inputs)
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     wall_time_s: float | None = None
+    # Installed clients (transformers, ...) whose sp gradients the downstream rule says are mis-scaled with the
+    # patched build (patch_and_test.client_check): warnings, not failures of the fix.
+    client_warnings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     error: str | None = None  # a PipelineError's one-line message, when one ended the run
     error_exit: int | None = None
     schema: str = SCHEMA
@@ -124,7 +127,8 @@ def summary_table(v: Verdict) -> str:
     notes = [line for s in v.suites for line in s.describe()[1:]]
     head = f"{v.env}: DeepSpeed {v.deepspeed_before or '?'} -> {v.deepspeed_after or '?'} ({v.backend})"
     tail = f"outcome: {v.outcome} (exit {v.exit_code})" + (f": {v.error}" if v.error else "")
-    return "\n".join([head, *lines, *notes, tail])
+    warnings = [f"WARNING: {w['message']}" for w in v.client_warnings]
+    return "\n".join([head, *lines, *notes, tail, *warnings])
 
 
 def _c(counts: dict[str, int]) -> str:

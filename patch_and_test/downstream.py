@@ -1,0 +1,275 @@
+"""``python -m patch_and_test.downstream``: the real clients' sp loss on unpatched and patched DeepSpeed.
+
+One run = one client environment (one tox/nox env): the clients it names are installed into
+this interpreter (``--install SPEC``, without their dependencies, which the env provides;
+``--transformers-patches DIR`` builds transformers from its PyPI sdist with the proposed
+patch applied), then DeepSpeed (the newest supported release by default) is installed from its
+verified sdist unpatched and ``repro/downstream_clients.py --expect buggy`` runs; the series'
+fix (patch 0001, as ``patch-and-test`` applies it to an sdist) goes on, the patched build is
+installed and the reproducer runs again with ``--expect fixed``. Results:
+``results/downstream/<env>/{unpatched,patched}/downstream_clients.{json,log}`` and ``run.json``.
+
+Capability marker: the series' 0001 defines ``ZERO3_SP_GRADIENTS_SUMMED``. While a series'
+0001 does not yet carry it, the run adds that one line as an extra local commit on the patched
+tree and says so in ``run.json`` (``marker_source``); the reproducer reads the marker from the
+installed DeepSpeed either way.
+
+Exit codes: 0 both runs hold; 1 one does not; 2 a step or a run could not run; 77 nothing to
+measure (no client installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from patch_and_test import checks, install, series as series_mod, source as source_mod
+from patch_and_test.errors import BadInput, PipelineError
+from repro.downstream_rule import MARKER_NAME
+
+SCRIPT = "downstream_clients"
+RESULTS_ROOT = Path("results") / "downstream"
+MARKER_LINES = (
+    "# ZeRO-3 sums gradients over the sequence-parallel ranks on every reduction path (#8692). Client code\n"
+    "# that scales its sp loss for older releases can test this instead of comparing version numbers.\n"
+    f"{MARKER_NAME} = True\n")
+STAGE3 = Path("deepspeed") / "runtime" / "zero" / "stage3.py"
+
+
+@dataclasses.dataclass
+class DownstreamRun:
+    """``results/downstream/<env>/run.json``: what ran, on what, and where each report is."""
+
+    env: str
+    deepspeed_version: str
+    series: str
+    applied: list[str]
+    marker_source: str  # "series 0001" | "local line (series 0001 does not define it yet)"
+    clients: dict[str, str]  # distribution -> version, as installed here
+    transformers_patches: list[str]
+    steps: list[dict]
+    checks: list[dict]
+    exit_code: int = 2
+    wall_time_s: float | None = None
+    error: str | None = None
+    schema: str = "zero3-sp-gradfix/downstream-run/v1"
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+        tmp.replace(path)
+
+
+# ----------------------------------------------------------------------------- the marker
+
+
+def marker_insert_line(stage3_source: str) -> int:
+    """0-based line index after the last module-level import: where the marker goes. Pure."""
+    tree = ast.parse(stage3_source)
+    last = 0
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            last = node.end_lineno or node.lineno
+    return last
+
+
+def with_marker(stage3_source: str) -> str:
+    """stage3.py with the marker block after its imports (unchanged when it already defines it). Pure."""
+    if f"\n{MARKER_NAME} =" in stage3_source:
+        return stage3_source
+    lines = stage3_source.splitlines(keepends=True)
+    at = marker_insert_line(stage3_source)
+    return "".join(lines[:at] + ["\n"] + [MARKER_LINES] + lines[at:])
+
+
+def ensure_marker(tree: Path) -> str:
+    """Commit the marker onto the patched tree if the applied series did not define it."""
+    path = tree / STAGE3
+    text = path.read_text()
+    if f"\n{MARKER_NAME} =" in text:
+        return "series 0001"
+    path.write_text(with_marker(text))
+    env = {**os.environ, **source_mod.FIXED_IDENTITY}
+    series_mod.git(tree, "add", str(STAGE3))
+    series_mod.git(tree, "commit", "-q", "-m", f"local: add {MARKER_NAME} (pending in series 0001)", env=env)
+    return "local line (series 0001 does not define it yet)"
+
+
+# ----------------------------------------------------------------------------- clients
+
+
+def install_clients(specs: list[str], log: Path) -> None:
+    """``SPEC``s into this interpreter, without dependencies (the env provides them)."""
+    if specs:
+        _run(_installer_cmd("--no-deps", *specs), log)
+
+
+def transformers_sdist(version: str, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [*source_mod._pip(), "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest),
+           f"transformers=={version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(dest.glob(f"transformers-{version}.tar.gz"))
+    if proc.returncode != 0 or not found:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise BadInput(f"pip download transformers=={version} (sdist) failed: {tail[0]}")
+    return found[0]
+
+
+def apply_patches(tree: Path, patches: list[Path], log: Path) -> None:
+    """``patch -p1`` each patch onto an unpacked sdist; any failure is an error (nothing installed)."""
+    for patch in patches:
+        _run(["patch", "-p1", "--batch", "--forward", "-d", str(tree), "-i", str(patch.resolve())], log)
+
+
+def install_patched_transformers(version: str, patches_dir: Path, log: Path, cache: Path) -> list[str]:
+    patches = sorted(patches_dir.glob("*.patch"))
+    if not patches:
+        raise BadInput(f"no *.patch in {patches_dir}")
+    archive = transformers_sdist(version, cache / "sdists")
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(tmp)
+        tree = Path(tmp) / f"transformers-{version}"
+        apply_patches(tree, patches, log)
+        _run(_installer_cmd("--no-deps", "--reinstall", str(tree)), log)
+    return [p.name for p in patches]
+
+
+def installed_clients() -> dict[str, str]:
+    from repro.downstream_run import dist_version
+
+    found = {d: dist_version(d) for d in ("transformers", "accelerate", "arctic-training")}
+    return {d: v for d, v in found.items() if v}
+
+
+def _installer_cmd(*args: str) -> list[str]:
+    inst = install.Installer.find()
+    if inst.kind == "uv":
+        return [*inst.argv, "pip", "install", "--python", sys.executable, *args]
+    return [*inst.argv, "install", *[a.replace("--reinstall", "--force-reinstall") for a in args]]
+
+
+def _run(cmd: list[str], log: Path) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise PipelineError(f"'{' '.join(cmd[:4])} ...' failed with exit {proc.returncode} (log: {log})")
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run(env: str, results: Path, version: str | None, specs: list[str], tf_patches: Path | None,
+        tf_version: str | None, backend: str, timeout: float) -> DownstreamRun:
+    started = time.monotonic()
+    results.mkdir(parents=True, exist_ok=True)
+    version = version or max(source_mod.load_lock(), key=series_mod.parse_version)
+    record = DownstreamRun(env=env, deepspeed_version=version, series="", applied=[], marker_source="", clients={},
+                           transformers_patches=[], steps=[], checks=[])
+
+    def step(name: str, detail: str, t: float) -> None:
+        record.steps.append({"name": name, "detail": detail, "duration_s": round(time.monotonic() - t, 3)})
+        print(f"[{env}] {name}: {detail}", flush=True)
+
+    tree = None
+    try:
+        t = time.monotonic()
+        install_clients(specs, results / "install-clients.log")
+        if tf_patches is not None:
+            record.transformers_patches = install_patched_transformers(
+                tf_version or "5.25.0", tf_patches, results / "install-clients.log", source_mod.cache_dir())
+        record.clients = installed_clients()
+        step("clients", ", ".join(f"{d} {v}" for d, v in record.clients.items()) or "none", t)
+
+        t = time.monotonic()
+        tree = source_mod.from_pypi(version)
+        chosen = series_mod.series_for_tree(tree.path)
+        applied = series_mod.apply_series(tree.path, chosen)
+        record.series, record.applied = chosen.name, list(applied.applied)
+        record.marker_source = ensure_marker(tree.path)
+        step("source", f"DeepSpeed {tree.version} sdist; {applied.summary().splitlines()[0]}; marker: "
+             f"{record.marker_source}", t)
+
+        for phase, rev, expect in (("unpatched", applied.base, "buggy"), ("patched", "HEAD", "fixed")):
+            t = time.monotonic()
+            done = install.install_tree(tree.path, results / f"install-{phase}.log", rev=rev)
+            step(f"install {phase}", f"deepspeed {done.version}", t)
+            t = time.monotonic()
+            check = checks.run_reproducer(SCRIPT, expect, results / phase, phase, backend=backend, timeout=timeout)
+            # Paths relative to the results folder: the record stays valid where it is copied (bundle, docs).
+            record.checks.append({**dataclasses.asdict(check), "report": _relative(check.report, results),
+                                  "log": _relative(check.log, results)})
+            shown = record.checks[-1]["report"]
+            step(f"{phase}: {SCRIPT} --expect {expect}", f"exit {check.exit_code} (report {shown})", t)
+        codes = [c["exit_code"] for c in record.checks]
+        record.exit_code = (2 if any(c not in (0, 1, 77) for c in codes) else 77 if all(c == 77 for c in codes)
+                            else 1 if any(c == 1 for c in codes) else 0)
+    except PipelineError as err:
+        record.error, record.exit_code = str(err), int(err.exit_code)
+    finally:
+        if tree is not None:
+            tree.release()
+        record.wall_time_s = round(time.monotonic() - started, 3)
+        record.write(results / "run.json")
+    return record
+
+
+def _relative(path: str | None, root: Path) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env-name", default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
+                        or "downstream", help="names the results folder (default: the tox/nox env)")
+    parser.add_argument("--results", type=Path, default=None, help="default: results/downstream/<env-name>")
+    parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
+                        help="DeepSpeed release (default: the newest in deepspeed-sdists.lock)")
+    parser.add_argument("--install", action="append", default=[], metavar="SPEC",
+                        help="a client to install here without its dependencies, e.g. transformers==5.24.0")
+    parser.add_argument("--transformers-patches", type=Path, default=None, metavar="DIR",
+                        help="build transformers from its PyPI sdist with DIR/*.patch applied (patch -p1)")
+    parser.add_argument("--transformers-version", default="5.25.0", help="the sdist --transformers-patches is for")
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"))
+    parser.add_argument("--timeout", type=float, default=1200.0, help="deadline per reproducer launch, s")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    results = (args.results or RESULTS_ROOT / args.env_name).resolve()
+    if args.transformers_patches is not None and not args.transformers_patches.is_dir():
+        print(f"error: --transformers-patches {args.transformers_patches}: not a folder", file=sys.stderr)
+        return 2
+    record = run(args.env_name, results, args.version, args.install, args.transformers_patches,
+                 args.transformers_version, args.backend, args.timeout)
+    if record.error:
+        print(f"error: {record.error}", file=sys.stderr)
+    for c in record.checks:
+        print(f"[{args.env_name}] {c['name']} --expect {c['expect']}: exit {c['exit_code']}")
+    print(f"run: {results / 'run.json'}")
+    return record.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The downstream clients table, rendered from the reports of ``tox -e downstream`` only.
+
+``results/downstream/<env>/{unpatched,patched}/downstream_clients.json`` (schema
+``zero3-sp-gradfix/downstream-clients-report/v1``) -> one Markdown table; the documents that
+show it hold it between two marker lines, and ``python -m patch_and_test.downstream_table``
+rewrites that block (``--check`` fails when a document's block differs from the results).
+The bundle carries the reports and ``verify-bundle`` re-renders the block from its copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from repro.downstream_rule import DownstreamReport, deepspeed_label
+
+BEGIN = "<!-- downstream-table:begin (rendered by python -m patch_and_test.downstream_table; do not edit) -->"
+END = "<!-- downstream-table:end -->"
+PHASES = ("unpatched", "patched")
+REPORT = "downstream_clients.json"
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+KEPT_RESULTS = PACKAGE_ROOT / "docs" / "downstream-results"  # the runs the committed docs show
+DOCUMENTS = ("docs/downstream-notice.md", "docs/backport-clients.md", "README.md")
+
+
+def reports(root: Path) -> list[tuple[str, str, DownstreamReport]]:
+    """(env, phase, report) for every report under ``root``, envs sorted by name, unpatched first."""
+    found = []
+    for env_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        for phase in PHASES:
+            path = env_dir / phase / REPORT
+            if path.is_file():
+                found.append((env_dir.name, phase, DownstreamReport.load(path)))
+    return found
+
+
+def _cell(report: DownstreamReport, client: str, version: str, stage: int) -> str:
+    for r in report.rows:
+        if r.client == client and r.client_version == version and r.stage == stage and r.status == "measured":
+            mark = "" if r.matches_rule else " MISMATCH"
+            return f"{r.ratio:.3f} (rule {r.expected:.1f}){mark}"
+    return "-"
+
+
+def _summary(rows) -> str:
+    """'true gradient', 'ZeRO-3 mis-scaled x2.0', or 'MISMATCH ...' when a row left the rule."""
+    bad = [r for r in rows if not r.matches_rule]
+    if bad:
+        return "; ".join(f"ZeRO-{r.stage} MISMATCH: rule {r.expected:.1f}, measured {r.ratio:.3f}" for r in bad)
+    off = [r for r in rows if abs(r.expected - 1.0) > 1e-9]
+    text = ("true gradient (as the rule predicts)" if not off else
+            ", ".join(f"ZeRO-{r.stage} mis-scaled x{r.expected:.1f}" for r in off) + " (as the rule predicts)")
+    return text + _left_out(rows)
+
+
+def _left_out(rows) -> str:
+    """Parameters a row's fit left out (the report's note says why), with their own measured ratios."""
+    names = [p for p in rows[0].param_ratios if p in rows[0].note]
+    if not names:
+        return ""
+    parts = [f"{p} left out of the fit, its ratio " + " / ".join(f"{r.param_ratios[p]:.3g}" for r in rows)
+             for p in names]
+    return "; " + "; ".join(parts) + " (why: the report's note)"
+
+
+def _recipe(row) -> str:
+    if row.kind == "allgather":
+        return "differentiable all_gather"
+    gate = {"none": "", "version": f", x sp on ZeRO-3 if deepspeed < {row.gate_version}",
+            "marker-or-version": f", x sp on ZeRO-3 unless the marker or deepspeed >= {row.gate_version}"}
+    return "own share" + gate.get(row.gate or "none", f", gate {row.gate}")
+
+
+def render(root: Path, shown_root: str = "results/downstream") -> str:
+    """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once."""
+    lines = ["| env | client | recipe (read from its code) | DeepSpeed | ZeRO-2 | ZeRO-3 | verdict | report |",
+             "|---|---|---|---|---|---|---|---|"]
+    shown_na = set()
+    for env, phase, rep in reports(root):
+        ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
+        path = f"`{shown_root}/{env}/{phase}/{REPORT}`"
+        seen = []
+        for r in rep.rows:
+            key = (r.client, r.client_version)
+            if key in seen:
+                continue
+            seen.append(key)
+            client = f"{r.client} {r.client_version}"
+            if r.status != "measured":
+                if (key, r.verdict) not in shown_na:
+                    shown_na.add((key, r.verdict))
+                    lines.append(f"| {env} | {client} | - | {ds} | - | - | {r.verdict} | {path} |")
+                continue
+            rows = [x for x in rep.rows if (x.client, x.client_version) == key and x.status == "measured"]
+            lines.append(f"| {env} | {client} | {_recipe(rows[0])} | {ds} | {_cell(rep, *key, 2)} | "
+                         f"{_cell(rep, *key, 3)} | {_summary(rows)} | {path} |")
+    if len(lines) == 2:
+        lines.append("| (no results) | | | | | | | |")
+    return "\n".join(lines)
+
+
+def replace_block(document: str, table: str) -> str:
+    """The document with the text between BEGIN and END replaced by ``table``. Pure."""
+    start, end = document.find(BEGIN), document.find(END)
+    if start < 0 or end < start:
+        raise ValueError("the document has no downstream-table block (BEGIN/END marker lines)")
+    return document[:start + len(BEGIN)] + "\n" + table + "\n" + document[end:]
+
+
+def block_of(document: str) -> str:
+    start, end = document.find(BEGIN), document.find(END)
+    if start < 0 or end < start:
+        raise ValueError("the document has no downstream-table block (BEGIN/END marker lines)")
+    return document[start + len(BEGIN):end].strip("\n")
+
+
+def gather(local: Path, dest: Path) -> None:
+    """The reports a bundle carries: the kept runs (docs/downstream-results), then newer local runs over them."""
+    import shutil
+
+    for src in (KEPT_RESULTS, local):
+        if src.is_dir():
+            shutil.copytree(src, dest, ignore=shutil.ignore_patterns("*.tmp"), dirs_exist_ok=True)
+
+
+def keep(src: Path, dest: Path) -> list[Path]:
+    """Copy the reports and run records of ``src`` (results/downstream) to ``dest`` (docs/downstream-results).
+
+    Only the JSON: logs hold machine paths and stay in results/ (the bundle carries them). A run
+    record's report and log paths are made relative to its env folder.
+    """
+    written = []
+    for env_dir in sorted(p for p in src.iterdir() if p.is_dir()):
+        for phase in PHASES:
+            report = env_dir / phase / REPORT
+            if report.is_file():
+                out = dest / env_dir.name / phase / REPORT
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(report.read_bytes())
+                written.append(out)
+        run = env_dir / "run.json"
+        if run.is_file():
+            data = json.loads(run.read_text())
+            for check in data.get("checks", []):
+                for key in ("report", "log"):
+                    if check.get(key) and Path(check[key]).is_absolute():
+                        check[key] = _under(Path(check[key]), env_dir)
+            out = dest / env_dir.name / "run.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(data, indent=2) + "\n"
+            out.write_text(re.sub(r"(?<![\w.-])/[^\s\"']*/" + re.escape(env_dir.name) + "/", "", text))
+            written.append(out)
+    return written
+
+
+def _under(path: Path, root: Path) -> str:
+    parts = path.parts
+    name = root.name
+    return Path(*parts[parts.index(name) + 1:]).as_posix() if name in parts else path.name
+
+
+def render_into(document: str, bundle: Path) -> str:
+    """A bundle's copy of a document, its block rendered from the bundle's results (unchanged without a block)."""
+    if BEGIN not in document:
+        return document
+    return replace_block(document, render(bundle / "results" / "downstream", "results/downstream"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"default: {KEPT_RESULTS}")
+    parser.add_argument("--shown-as", default="docs/downstream-results", help="the results path the table names")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a document's block differs")
+    parser.add_argument("--keep", type=Path, default=None, metavar="RESULTS",
+                        help="first copy the reports under RESULTS (results/downstream) into --results")
+    parser.add_argument("documents", nargs="*", type=Path, default=[PACKAGE_ROOT / d for d in DOCUMENTS])
+    args = parser.parse_args(argv)
+    if args.keep is not None:
+        for path in keep(args.keep, args.results):
+            print(f"kept: {path}")
+    table = render(args.results, args.shown_as)
+    stale = []
+    for doc in args.documents:
+        text = doc.read_text()
+        try:
+            new = replace_block(text, table)
+        except ValueError as err:
+            print(f"error: {doc}: {err}", file=sys.stderr)
+            return 2
+        if new != text:
+            stale.append(doc)
+            if not args.check:
+                doc.write_text(new)
+    for doc in stale:
+        print(f"{'stale' if args.check else 'updated'}: {doc}")
+    if not stale:
+        print(json.dumps({"documents": [str(d) for d in args.documents], "status": "current"}))
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

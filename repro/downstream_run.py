@@ -1,0 +1,302 @@
+"""Drive the installed clients' own sp loss functions on real DeepSpeed engines (rank side).
+
+For each client found in this interpreter and each ZeRO stage (2, 3 with DeepSpeed's defaults),
+one engine trains the tiny Llama (``repro/tiny_llama.py``) one step under Ulysses sp with
+DeepSpeed's ``UlyssesSPAttentionHF`` and its data-loader sharding; the tensor backpropagated is
+whatever the client's function returns, imported from the installed client, never copied:
+
+* transformers 5.x: ``transformers.integrations.deepspeed.deepspeed_sp_compute_loss`` (5.5 on),
+  or ``Trainer._deepspeed_sp_compute_loss`` (5.0 to 5.4). They take the caller's accelerator and
+  parallelism config; those two are stood in for by plain objects carrying what the function
+  reads (``torch_device_mesh["sp"].get_group()`` -> DeepSpeed's sp group; ``sp_backend``,
+  ``sp_size``; for 5.0 a trainer whose ``accelerator`` is that object). transformers'
+  ``is_deepspeed_zero3_enabled()`` is made true the way accelerate does it, with a real
+  ``HfDeepSpeedConfig`` of the engine's config held while the step runs.
+* ArcticTraining: ``SFTTrainer.loss`` called on a stand-in trainer holding the engine, its
+  module, the device, the sp group, a config with ``sequence_parallel_size`` and a non-liger
+  model type (the tiled-logits path, DeepSpeed's ``TiledFusedLogitsLoss``), and no callbacks
+  (the method is wrapped by ArcticTraining's callback mixin).
+* accelerate: its ALST example ``test_utils/scripts/external_deps/test_ds_alst_ulysses_sp.py``
+  is checked for a loss function to import; it has none (module-level script), which the row says.
+
+DeepSpeed, the engines and the collectives are real; the measured gradient is DeepSpeed's full
+gradient (``safe_get_full_grad``, a collective under ZeRO-3) against the non-sp baseline of the
+same sample (``repro.alst_recipe.baseline``).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import gc
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import types
+from pathlib import Path
+from typing import Callable
+
+from repro import alst_recipe
+from repro.alst_verdict import fit, row_ok
+from repro.downstream_rule import (MARKER_MODULE, MARKER_NAME, STAGES, ClientKind, ClientRow, classify,
+                                   compensates, expected_ratio)
+
+PARAMS = alst_recipe.PARAMS
+ACCELERATE_SCRIPT = "accelerate.test_utils.scripts.external_deps.test_ds_alst_ulysses_sp"
+
+
+def dist_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def deepspeed_state() -> tuple[bool, bool]:
+    """(the installed stage3.py carries the fix, the capability marker is True), read from DeepSpeed."""
+    from patch_and_test.series import source_has_fix
+
+    module = importlib.import_module(MARKER_MODULE)
+    fixed = source_has_fix(Path(module.__file__).read_text())
+    return fixed, bool(getattr(module, MARKER_NAME, False))
+
+
+def client_source(fn) -> str:
+    """The function's source and that of the same-module functions it calls by name (one level).
+
+    A client may move its gate into a helper (the proposed transformers patch does); classify()
+    must see it.
+    """
+    fn = getattr(fn, "__func__", fn)
+    parts = [inspect.getsource(fn)]
+    for name in fn.__code__.co_names:
+        callee = fn.__globals__.get(name)
+        if inspect.isfunction(callee) and callee.__module__ == fn.__module__ and callee is not fn:
+            parts.append(inspect.getsource(callee))
+    return "\n".join(parts)
+
+
+def last_line(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}".strip().splitlines()
+    return text[-1] if text else type(err).__name__
+
+
+# ----------------------------------------------------------------------------- clients
+
+
+@dataclasses.dataclass(frozen=True)
+class Client:
+    """A loss function found in an installed client, or why there is none to call."""
+
+    name: str
+    version: str
+    function: str  # dotted name of what is called
+    call: Callable | None  # (engine, batch, sp_group, sp, ds_config) -> the tensor to backprop
+    kind: ClientKind | None
+    why_not: str = ""  # not applicable
+    error: str = ""  # installed, but importing it failed
+    # Parameters left out of the row's fit, with why: their gradient is not the sp recipe's to scale.
+    exclude: dict = dataclasses.field(default_factory=dict)
+
+
+def find_transformers() -> Client | None:
+    version = dist_version("transformers")
+    if version is None:
+        return None
+    fn_name = "transformers.integrations.deepspeed.deepspeed_sp_compute_loss"
+    try:
+        integ = importlib.import_module("transformers.integrations.deepspeed")
+        fn = getattr(integ, "deepspeed_sp_compute_loss", None)
+        trainer_cls = None
+        if fn is None:
+            trainer_cls = importlib.import_module("transformers.trainer").Trainer
+            fn = getattr(trainer_cls, "_deepspeed_sp_compute_loss", None)
+            fn_name = "transformers.trainer.Trainer._deepspeed_sp_compute_loss"
+    except Exception as err:  # noqa: BLE001 - any import failure is the row's content
+        return Client("transformers", version, fn_name, None, None, error=last_line(err))
+    if fn is None:
+        return Client("transformers", version, "-", None, None,
+                      why_not=f"transformers {version} has no sequence-parallel loss function "
+                      "(neither integrations.deepspeed.deepspeed_sp_compute_loss nor "
+                      "Trainer._deepspeed_sp_compute_loss; added in 5.0)")
+
+    def call(engine, batch, sp_group, sp, ds_config):
+        from transformers.integrations.deepspeed import HfDeepSpeedConfig, unset_hf_deepspeed_config
+
+        pc = types.SimpleNamespace(sp_backend="deepspeed", sp_size=sp)
+        accelerator = types.SimpleNamespace(torch_device_mesh={"sp": types.SimpleNamespace(get_group=lambda: sp_group)})
+        # What accelerate sets up for a DeepSpeed run: transformers' is_deepspeed_zero3_enabled() reads it.
+        hf_config = HfDeepSpeedConfig(dict(ds_config))
+        try:
+            inputs = dict(batch)
+            if trainer_cls is None:
+                return fn(accelerator, engine, inputs, False, pc)
+            return fn(types.SimpleNamespace(accelerator=accelerator), engine, inputs, False, pc)
+        finally:
+            del hf_config
+            unset_hf_deepspeed_config()
+
+    return Client("transformers", version, fn_name, call, classify(client_source(fn)))
+
+
+def find_arctic_training() -> Client | None:
+    version = dist_version("arctic-training") or dist_version("arctic_training")
+    if version is None:
+        return None
+    fn_name = "arctic_training.trainer.sft_trainer.SFTTrainer.loss"
+    try:
+        sft = importlib.import_module("arctic_training.trainer.sft_trainer")
+        fn = sft.SFTTrainer.loss
+    except Exception as err:  # noqa: BLE001
+        return Client("arctic_training", version, fn_name, None, None, error=last_line(err))
+
+    def call(engine, batch, sp_group, sp, ds_config):
+        trainer = types.SimpleNamespace(
+            device=engine.device, model=engine, model_unwrapped=engine.module, sp_group=sp_group, sp_world_size=sp,
+            config=types.SimpleNamespace(sequence_parallel_size=sp, model=types.SimpleNamespace(type="causal")),
+            # SFTTrainer.loss is wrapped by ArcticTraining's callback mixin: a trainer with no callbacks registered.
+            _run_callbacks=lambda name, args, kwargs: (args, kwargs))
+        return fn(trainer, {k: v for k, v in batch.items() if k != "labels"})
+
+    # Measured (0.8.0 on DeepSpeed 0.19.8): the trunk's gradients follow the rule exactly; lm_head's does not.
+    # SFTTrainer.loss's non-liger path computes logits+loss with DeepSpeed's TiledFusedLogitsLoss, which
+    # backprops into its compute_params (lm_head) inside forward with an incoming gradient of 1.0 and in
+    # backward rescales only the hidden states' gradient: lm_head gets the gradient of the token *sum*.
+    lm_head = ("not the sp recipe's scale: SFTTrainer.loss's tiled logits+loss (DeepSpeed's TiledFusedLogitsLoss) "
+               "computes lm_head's gradient inside forward with an incoming gradient of 1.0 and never rescales it "
+               "(backward scales only the hidden states' gradient), so it is the gradient of the loss-token sum")
+    return Client("arctic_training", version, fn_name, call, classify(client_source(fn)),
+                  exclude={"lm_head.weight": lm_head})
+
+
+def find_accelerate() -> Client | None:
+    version = dist_version("accelerate")
+    if version is None:
+        return None
+    try:
+        spec = importlib.util.find_spec(ACCELERATE_SCRIPT)
+    except Exception as err:  # noqa: BLE001
+        return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, error=last_line(err))
+    if spec is None or not spec.origin:
+        return Client("accelerate", version, "-", None, None,
+                      why_not=f"accelerate {version} has no {ACCELERATE_SCRIPT} (no ALST recipe shipped) and no sp "
+                      "loss code of its own")
+    why = module_level_recipe(Path(spec.origin).read_text())
+    if why:
+        return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, why_not=why)
+    return Client("accelerate", version, ACCELERATE_SCRIPT, None, None,
+                  why_not="its loss code is in a function this reproducer does not know how to call yet")
+
+
+def module_level_recipe(source: str) -> str:
+    """Why a script's all_gather recipe cannot be imported as a function ('' if it is inside one)."""
+    tree = ast.parse(source)
+    in_functions = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    for n in ast.walk(f)}
+    gathers = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "all_gather"]
+    if gathers and all(id(n) not in in_functions for n in gathers):
+        functions = sorted(f.name for f in tree.body if isinstance(f, ast.FunctionDef))
+        return ("the all_gather loss recipe is module-level code of a training script (importing it builds an "
+                "Accelerator, loads a hub model and trains); its functions are only "
+                f"{', '.join(functions) or 'none'}, none computes the loss; accelerate has no sp loss code of its own")
+    return ""
+
+
+def find_clients() -> list[Client]:
+    return [c for c in (find_transformers(), find_accelerate(), find_arctic_training()) if c is not None]
+
+
+# ----------------------------------------------------------------------------- one engine
+
+
+def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_index: int) -> dict[str, object]:
+    """One engine, one step, the client's loss: {param: full gradient (float64, CPU)}."""
+    import deepspeed
+    import torch
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
+    from deepspeed.utils import groups, safe_get_full_grad
+    from transformers import AutoModelForCausalLM
+
+    from repro.measure import _destroy
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=alst_recipe.ATTN)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": stage},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 2**30,
+        "sequence_parallel_size": sp,
+    }
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=config)
+    try:
+        sp_group = groups._get_sequence_parallel_group()
+        sp_rank = groups._get_sequence_parallel_rank()
+        input_ids, position_ids, labels = alst_recipe.sample(dp_index)
+        dataset = torch.utils.data.TensorDataset(input_ids, position_ids, labels)
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=1,
+            collate_fn=lambda b: dict(input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0),
+                                      labels=b[0][2].unsqueeze(0)))
+        adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp,
+                                             device=engine.device)
+        shard = alst_recipe._first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp)
+        batch = {k: shard[k].to(engine.device) for k in ("input_ids", "position_ids", "shift_labels")}
+        loss = client.call(engine, batch, sp_group, sp, config)
+        engine.backward(loss)
+        named = dict(engine.module.named_parameters())
+        grads = {}
+        for name in PARAMS:
+            grad = safe_get_full_grad(named[name])  # a collective under ZeRO-3: same order on every rank
+            if grad is None:
+                raise RuntimeError(f"zero{stage} {client.name}: DeepSpeed returned no gradient for {name}")
+            grads[name] = grad.detach().double().cpu().clone()
+        return grads
+    finally:
+        _destroy(engine)
+        del engine, optimizer, model
+        gc.collect()
+
+
+def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, sp: int, assume_fixed: bool,
+                 deepspeed_version: str, marker: bool) -> ClientRow:
+    """The row: the fit of all compared gradients at once against the rule's value."""
+    import torch
+
+    fitted = [p for p in PARAMS if p not in client.exclude]
+    observed = torch.cat([grads[p].flatten() for p in fitted])
+    baseline = torch.cat([expected_grads[p].flatten() for p in fitted])
+    target = expected_ratio(client.kind, stage, sp, assume_fixed, deepspeed_version, marker)
+    f = fit(observed, baseline, target)
+    per_param = {p: fit(grads[p], expected_grads[p], target).ratio for p in PARAMS}
+    ok = row_ok(f.ratio, f.residual, f.elementwise_ok, target)
+    note = "; ".join(f"{p} left out of the fit (measured ratio {per_param[p]:.4g}): {why}"
+                     for p, why in client.exclude.items())
+    return ClientRow(client=client.name, client_version=client.version, function=client.function, stage=stage,
+                     status="measured", kind=client.kind.kind, gate=client.kind.gate,
+                     gate_version=client.kind.gate_version,
+                     compensates=compensates(client.kind, deepspeed_version, marker) if stage == 3 else False,
+                     ratio=f.ratio, residual=f.residual, param_ratios=per_param, expected=target, matches_rule=ok,
+                     note=note)
+
+
+def unmeasured_rows(client: Client) -> list[ClientRow]:
+    status, note = ("error", client.error) if client.error else ("not-applicable", client.why_not)
+    return [ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
+                      status=status, note=note)]
+
+
+def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: int, expected_grads: dict,
+                assume_fixed: bool, deepspeed_version: str, marker: bool) -> list[ClientRow]:
+    rows: list[ClientRow] = []
+    for client in clients:
+        if client.call is None:
+            rows += unmeasured_rows(client)
+            continue
+        for stage in STAGES:
+            grads = run_client(client, stage, model_dir, mpu, sp, dp_index)
+            rows.append(measured_row(client, stage, grads, expected_grads, sp, assume_fixed, deepspeed_version,
+                                     marker))
+    return rows

@@ -1,0 +1,112 @@
+"""The downstream rule (repro/downstream_rule.py): classification, gates, expected ratios, report."""
+
+from __future__ import annotations
+
+import pytest
+
+from repro.downstream_rule import (ClientKind, ClientRow, DownstreamReport, classify, compensates, expected_ratio,
+                                   mis_scaled)
+
+# Shapes of the clients' code, reduced to what classify() reads (the real sources are read at run time).
+ALLGATHER_SRC = "losses_per_rank = torch.distributed.nn.functional.all_gather(loss, group=sp_group)"
+TF525_SRC = ('deepspeed_version = version.parse(importlib.metadata.version("deepspeed"))\n'
+             'if is_deepspeed_zero3_enabled() and deepspeed_version < version.parse("0.20.2"):\n'
+             '    local_sum = local_sum * pc.sp_size')
+TF525_PATCHED_SRC = ('if is_deepspeed_zero3_enabled() and not deepspeed_zero3_sums_sp_gradients():\n'
+                     '    local_sum = local_sum * pc.sp_size\n'
+                     'def deepspeed_zero3_sums_sp_gradients():\n'
+                     '    if getattr(stage3, "ZERO3_SP_GRADIENTS_SUMMED", False): return True\n'
+                     '    return version.parse(v) >= version.parse("0.20.2")')
+OWN_SHARE_SRC = "share = loss * good / total"
+
+ALLGATHER = ClientKind("allgather", "none")
+TF525 = ClientKind("own_share", "version", "0.20.2")
+TF525_PATCHED = ClientKind("own_share", "marker-or-version", "0.20.2")
+
+
+def test_classify_reads_the_recipe_and_the_gate():
+    assert classify(ALLGATHER_SRC) == ALLGATHER
+    assert classify(TF525_SRC) == TF525
+    assert classify(TF525_PATCHED_SRC) == TF525_PATCHED
+    assert classify(OWN_SHARE_SRC) == ClientKind("own_share", "none")
+
+
+@pytest.mark.parametrize("client, version, marker, want", [
+    (TF525, "0.19.8", False, True),
+    (TF525, "0.19.8", True, True),  # stock 5.25 does not read the marker
+    (TF525, "0.19.6+abc", True, True),
+    (TF525, "0.20.2.dev0", True, True),
+    (TF525, "0.20.2", False, False),
+    (TF525_PATCHED, "0.19.8", False, True),
+    (TF525_PATCHED, "0.19.8", True, False),
+    (TF525_PATCHED, "0.20.2", False, False),
+    (ALLGATHER, "0.19.8", False, False),
+])
+def test_compensates(client, version, marker, want):
+    assert compensates(client, version, marker) is want
+
+
+# The acceptance table of the issue (sp=2), each cell from the one rule.
+@pytest.mark.parametrize("client, fixed, marker, z2, z3", [
+    (TF525, False, False, 1.0, 1.0),  # unpatched 0.19.8
+    (ALLGATHER, False, False, 2.0, 1.0),  # 5.24
+    (TF525, True, True, 1.0, 2.0),  # patched: 5.25 still multiplies
+    (ALLGATHER, True, True, 2.0, 2.0),
+    (TF525_PATCHED, False, False, 1.0, 1.0),  # the transformers patch, both ways
+    (TF525_PATCHED, True, True, 1.0, 1.0),
+    (TF525_PATCHED, True, False, 1.0, 2.0),  # a fixed build without the marker: the patch cannot tell
+    (ClientKind("own_share", "none"), False, False, 1.0, 0.5),
+    (ClientKind("own_share", "none"), True, True, 1.0, 1.0),
+])
+def test_expected_ratio_table(client, fixed, marker, z2, z3):
+    assert expected_ratio(client, 2, 2, fixed, "0.19.8", marker) == z2
+    assert expected_ratio(client, 3, 2, fixed, "0.19.8", marker) == z3
+
+
+def test_expected_ratio_scales_with_sp():
+    assert expected_ratio(ALLGATHER, 2, 4, True, "0.19.8", True) == 4.0
+    assert expected_ratio(ClientKind("own_share", "none"), 3, 4, False, "0.19.8", False) == 0.25
+
+
+def test_expected_ratio_rejects_bad_input():
+    with pytest.raises(ValueError):
+        expected_ratio(ClientKind("nope", "none"), 2, 2, True, "0.19.8", True)
+    with pytest.raises(ValueError):
+        expected_ratio(ALLGATHER, 1, 2, True, "0.19.8", True)
+    with pytest.raises(ValueError):
+        compensates(ClientKind("own_share", "bogus"), "0.19.8", False)
+
+
+def test_mis_scaled():
+    assert not mis_scaled(1.0) and mis_scaled(2.0) and mis_scaled(0.5)
+
+
+def _row(**kw):
+    base = dict(client="transformers", client_version="5.25.0", function="f", stage=3, status="measured",
+                kind="own_share", gate="version", gate_version="0.20.2", ratio=2.0, residual=1e-8, expected=2.0, matches_rule=True)
+    return ClientRow(**{**base, **kw})
+
+
+def _report(rows, expect="fixed"):
+    return DownstreamReport(script="downstream_clients", deepspeed_version="0.19.8", deepspeed_fixed=True, marker=True,
+                            torch_version="2.13.0", backend="gloo", device="cpu", launcher="local", world_size=2, sp=2,
+                            dp=1, expect=expect, rows=rows)
+
+
+def test_row_verdicts():
+    assert _row().verdict == "mis-scaled x2.0 (as the rule predicts)"
+    assert _row(ratio=1.0, expected=1.0).verdict == "true gradient (as the rule predicts)"
+    assert _row(matches_rule=False, expected=1.0).verdict == "MISMATCH: rule says 1.0"
+    assert _row(status="not-applicable", note="why").verdict == "not applicable: why"
+    assert _row(status="error", note="ImportError: x").verdict == "error: ImportError: x"
+
+
+def test_report_exit_codes_and_round_trip():
+    assert _report([_row()]).exit_code == 0
+    assert _report([_row(matches_rule=False)]).exit_code == 1
+    assert _report([_row(), _row(status="error", note="x")]).exit_code == 2
+    assert _report([_row(status="not-applicable", note="x", stage=None)]).exit_code == 77
+    rep = _report([_row(), _row(status="not-applicable", note="why", stage=None)])
+    data = rep.to_dict()
+    assert data["rows"][0]["verdict"].startswith("mis-scaled")
+    assert DownstreamReport.from_dict(data).rows == rep.rows

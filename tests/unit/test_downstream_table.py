@@ -1,0 +1,75 @@
+"""The downstream table and the marker insertion (pure parts of patch_and_test.downstream*)."""
+
+from __future__ import annotations
+
+import pytest
+
+from patch_and_test.downstream import MARKER_LINES, marker_insert_line, with_marker
+from patch_and_test.downstream_table import BEGIN, END, block_of, render, replace_block
+from tests.unit.test_downstream_rule import _report, _row
+
+
+def test_marker_goes_after_the_imports_once():
+    src = '"""doc"""\nimport os\nfrom a import (b,\n    c)\n\nX = 1\n'
+    assert marker_insert_line(src) == 4
+    out = with_marker(src)
+    assert out.index("ZERO3_SP_GRADIENTS_SUMMED = True") > out.index("c)")
+    assert out.index("ZERO3_SP_GRADIENTS_SUMMED = True") < out.index("X = 1")
+    assert with_marker(out) == out
+    assert MARKER_LINES.endswith("ZERO3_SP_GRADIENTS_SUMMED = True\n")
+
+
+def test_replace_block_and_block_of():
+    doc = f"intro\n{BEGIN}\nold\n{END}\nrest\n"
+    new = replace_block(doc, "| t |")
+    assert block_of(new) == "| t |" and new.startswith("intro\n") and new.endswith(f"{END}\nrest\n")
+    with pytest.raises(ValueError):
+        replace_block("no block", "x")
+
+
+def test_render_from_reports(tmp_path):
+    rep = _report([_row(stage=2, ratio=1.0, expected=1.0), _row(stage=3),
+                   _row(client="accelerate", client_version="1.16.0", status="not-applicable", note="why",
+                        stage=None)])
+    rep.write(tmp_path / "downstream-tf5.25" / "patched" / "downstream_clients.json")
+    table = render(tmp_path, "R")
+    assert ("| downstream-tf5.25 | transformers 5.25.0 | own share, x sp on ZeRO-3 if deepspeed < 0.20.2 "
+            "| 0.19.8 patched, marker | 1.000 (rule 1.0) | 2.000 (rule 2.0) |") in table
+    assert "not applicable: why" in table and "`R/downstream-tf5.25/patched/downstream_clients.json`" in table
+    assert "(no results)" in render(tmp_path / "none")
+
+
+def test_keep_copies_json_only_without_machine_paths(tmp_path):
+    import json
+
+    from patch_and_test.downstream_table import keep
+
+    env = tmp_path / "src" / "downstream-tf5.25"
+    _report([_row()]).write(env / "patched" / "downstream_clients.json")
+    (env / "patched" / "downstream_clients.log").write_text("log")
+    run = {"checks": [{"report": str(env / "patched" / "downstream_clients.json"), "log": "patched/x.log"}],
+           "steps": [{"detail": "exit 0 (report /some/where/downstream-tf5.25/patched/downstream_clients.json)"}]}
+    (env / "run.json").write_text(json.dumps(run))
+    written = keep(tmp_path / "src", tmp_path / "kept")
+    assert sorted(p.relative_to(tmp_path / "kept").as_posix() for p in written) == [
+        "downstream-tf5.25/patched/downstream_clients.json", "downstream-tf5.25/run.json"]
+    kept = json.loads((tmp_path / "kept" / "downstream-tf5.25" / "run.json").read_text())
+    assert kept["checks"][0]["report"] == "patched/downstream_clients.json"
+    assert kept["steps"][0]["detail"] == "exit 0 (report patched/downstream_clients.json)"
+
+
+def test_verify_bundle_re_renders_the_notice_table(tmp_path):
+    from patch_and_test import bundle as bundle_mod
+    from patch_and_test.downstream_table import render_into
+
+    b = tmp_path / "bundle"
+    _report([_row(stage=2, ratio=1.0, expected=1.0), _row(stage=3)]).write(
+        b / "results" / "downstream" / "downstream-tf5.25" / "patched" / "downstream_clients.json")
+    notice = b / "downstream-notice.md"
+    notice.write_text(render_into(f"# notice\n{BEGIN}\n{END}\n", b))
+    assert "2.000 (rule 2.0)" in notice.read_text()
+    bundle_mod.write_manifest(b)
+    assert bundle_mod.verify(b) == []
+    notice.write_text(notice.read_text().replace("2.000 (rule 2.0)", "1.000 (rule 2.0)"))
+    bundle_mod.write_manifest(b)  # even with matching hashes, the number must come from the results
+    assert any(p.startswith("downstream-notice.md: line") for p in bundle_mod.verify(b))
