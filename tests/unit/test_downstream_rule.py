@@ -83,7 +83,8 @@ def test_mis_scaled():
 
 def _row(**kw):
     base = dict(client="transformers", client_version="5.25.0", function="f", stage=3, status="measured",
-                kind="own_share", gate="version", gate_version="0.20.2", ratio=2.0, residual=1e-8, expected=2.0, matches_rule=True)
+                kind="own_share", gate="version", gate_version="0.20.2", ratio=2.0, residual=1e-8, expected=2.0,
+                matches_rule=True)
     return ClientRow(**{**base, **kw})
 
 
