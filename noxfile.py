@@ -113,8 +113,6 @@ def verify_bundle(session: nox.Session) -> None:
 DOWNSTREAM = {
     "tf5.25": ("requirements/downstream.txt", ["--install", "transformers==5.25.0"]),
     "tf5.24": ("requirements/downstream.txt", ["--install", "transformers==5.24.0"]),
-    "tf5.13": ("requirements/downstream-tf5.0.txt", ["--install", "transformers==5.13.0"]),
-    "tf5.0": ("requirements/downstream-tf5.0.txt", ["--install", "transformers==5.0.0"]),
     "tf5.25-patched": ("requirements/downstream.txt", ["--transformers-patches", "patches/downstream/transformers",
                                                        "--transformers-version", "5.25.0"]),
     "arctic": ("requirements/downstream-arctic.txt", ["--install", "arctic-training==0.8.0"]),

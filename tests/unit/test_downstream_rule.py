@@ -83,7 +83,8 @@ def test_mis_scaled():
 
 def _row(**kw):
     base = dict(client="transformers", client_version="5.25.0", function="f", stage=3, status="measured",
-                kind="own_share", gate="version", gate_version="0.20.2", ratio=2.0, residual=1e-8, expected=2.0, matches_rule=True)
+                kind="own_share", gate="version", gate_version="0.20.2", ratio=2.0, residual=1e-8, expected=2.0,
+                matches_rule=True)
     return ClientRow(**{**base, **kw})
 
 
@@ -110,3 +111,35 @@ def test_report_exit_codes_and_round_trip():
     data = rep.to_dict()
     assert data["rows"][0]["verdict"].startswith("mis-scaled")
     assert DownstreamReport.from_dict(data).rows == rep.rows
+
+
+def test_module_level_recipe_says_why_a_script_is_not_a_function():
+    from repro.downstream_run import module_level_recipe
+
+    script = ("import torch\n"
+              "def collate_fn(b):\n    return b\n"
+              "for batch in dl:\n"
+              "    losses = torch.distributed.nn.functional.all_gather(loss, group=g)\n")
+    why = module_level_recipe(script)
+    assert "module-level code" in why and "collate_fn" in why
+    inside = "def loss(x):\n    return torch.distributed.nn.functional.all_gather(x)\n"
+    assert module_level_recipe(inside) == ""
+
+
+def test_client_source_follows_same_module_helpers():
+    from repro.downstream_run import client_source
+
+    assert "ZERO3_SP_GRADIENTS_SUMMED" in client_source(_loss_with_helper)
+    assert classify(client_source(_loss_with_helper)) == TF525_PATCHED
+
+
+def _marker_helper():
+    if getattr(object, "ZERO3_SP_GRADIENTS_SUMMED", False):
+        return True
+    return version.parse("1") >= version.parse("0.20.2")  # noqa: F821 - never called, only read
+
+
+def _loss_with_helper(pc, local_sum):
+    if not _marker_helper():
+        local_sum = local_sum * pc.sp_size
+    return local_sum
