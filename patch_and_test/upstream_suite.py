@@ -283,7 +283,7 @@ def run_suite(name: str,
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN, f"--zero3-sp-record={record}",
         f"--zero3-sp-tier={tier}", *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors", "-rfE",
-        *(["-n", str(workers), "--forked"] if workers else []), *targets
+        *(["-n", str(workers)] if workers else []), *targets
     ]
     if not targets:
         log.write_text("nothing to run\n")

@@ -102,3 +102,14 @@ def test_rerun_runs_node_ids(tree, tmp_path):
                     times=2,
                     timeout=300)
     assert seen == {"unit/test_a.py::test_ok": ["passed", "passed"], "unit/test_a.py::test_fail": ["failed", "failed"]}
+
+
+def test_xdist_workers_record_once_per_test(tree, tmp_path):
+    # Without --forked: pytest-forked 1.7.5 under pytest 9.2 ends every test with "EXITED with status 3".
+    pytest.importorskip("xdist")
+    run = us.run_suite("xdist", tree, FILE_LIST, tmp_path / "out", tier="quick", keep=("TestKeep", ), timeout=300,
+                       workers=2)
+    assert run.workers == 2 and not run.crashed, Path(run.log).read_text()[-2000:]
+    assert run.outcomes == {"unit/test_a.py::TestKeep::test_k": "passed", "unit/test_a.py::test_ok": "passed",
+                            "unit/test_a.py::test_fail": "failed"}
+    assert "ModuleNotFoundError" in run.not_collectable["unit/test_broken.py"]
