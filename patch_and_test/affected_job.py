@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                         action="append",
                         default=[],
                         help="run only this selected test file (tree-relative; repeatable), to check one file fast")
-    parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (-n N; no --forked, see docs/affected-tests.md)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="pytest-xdist workers (-n N; no --forked, see docs/affected-tests.md)")
     args = parser.parse_args(argv)
     verdict = run(args.src,
                   args.series.resolve(),
