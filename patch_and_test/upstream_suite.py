@@ -35,6 +35,10 @@ from patch_and_test.checks import _run_logged
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"
 PLUGIN = "zero3_sp_record"
 TIERS = ("quick", "full")
+# The quick tier: the selected tests that start no ranks, plus these classes (the upstream
+# regression test, the ALST recipe's test). The full tier runs every selected test.
+QUICK_TIER_CLASSES = ("TestZero3SequenceParallelGradientScale", "TestUlyssesSPHF")
+TIMEOUT = {"quick": 1800.0, "full": 4 * 3600.0}  # per run of the selection, on 2 shared cores
 RERUNS = 2  # a passed-before / failed-after test runs this many more times before it is a regression
 BAD = ("failed", "error")
 
