@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="quick: the affected tests that start no ranks, the regression test and the ALST test; "
                         "full: every affected test (hours on 2 cores); env ZERO3_SP_UPSTREAM_TIER")
     parser.add_argument("--upstream-workers", type=int, default=0,
-                        help="run the affected DeepSpeed tests with pytest-xdist -n N --forked (default: one process)")
+                        help="run the affected DeepSpeed tests with pytest-xdist -n N (default: one process)")
     parser.add_argument("--no-audit", action="store_true",
                         help="skip the parity audit (repro/parity_audit.py, quick mode) before and after")
     return parser

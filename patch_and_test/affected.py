@@ -9,8 +9,10 @@ The rule (docs/affected-tests.md):
      contains each removed line (or, for added lines, the line they are inserted before), read
      from the file as it is in the tree before the series; where the file is not there or does
      not parse, the name in the hunk header (git's function context);
-   * the names the hunk newly reads or defines: identifiers and attributes on its added lines
-     that are not on its removed lines (``self.sequence_parallel_size`` -> ``sequence_parallel_size``).
+   * the attributes of the object that the hunk newly reads or sets: ``self.X`` / ``cls.X`` on
+     its added lines that are on none of its removed lines (``self.sequence_parallel_size`` ->
+     ``sequence_parallel_size``). Locals and library calls (``scale``, ``dist.get_world_size``)
+     are left out: a test holds nothing of them that the change now depends on.
 3. Names too generic to mean anything are dropped: Python keywords and builtins, ``self`` /
    ``cls``, dunder names (``__init__``), names shorter than ``MIN_NAME_LENGTH``, and names that
    appear in more than ``GENERIC_SHARE`` of the test files (and in more than ``GENERIC_MIN_FILES``).
@@ -38,7 +40,7 @@ MIN_NAME_LENGTH = 4
 GENERIC_SHARE = 0.10  # a name in more than this share of the test files selects nothing ...
 GENERIC_MIN_FILES = 5  # ... unless it is in this many files or fewer (a small tree)
 NON_SOURCE_DIRS = ("tests/", "docs/", "blogs/", "benchmarks/", "examples/")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SELF_ATTR = re.compile(r"(?<![A-Za-z0-9_.])(?:self|cls)\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 _STRING = re.compile(r"(?:[rbfuRBFU]{0,2})(?:'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\")")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 _HEADER_NAME = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_][A-Za-z0-9_]*)")
@@ -166,10 +168,10 @@ def _is_source(path: str) -> bool:
 
 
 def _code_names(text: str) -> set[str]:
-    """Identifiers of a line of code, without its strings and comment."""
+    """The ``self.X`` / ``cls.X`` attributes a line of code reads or sets, without its strings and comment."""
     code = _STRING.sub(" ", text)
     code = code.split("#", 1)[0]
-    return set(_IDENT.findall(code))
+    return set(_SELF_ATTR.findall(code))
 
 
 def _definitions(source: str) -> list[tuple[int, int, str, str]] | None:

@@ -22,9 +22,6 @@ from pathlib import Path
 from patch_and_test import affected, series as series_mod, source as source_mod, upstream_suite
 from patch_and_test.errors import Exit, PipelineError
 
-QUICK_TIER_CLASSES = ("TestZero3SequenceParallelGradientScale", "TestUlyssesSPHF")
-TIMEOUT = {"quick": 1800.0, "full": 4 * 3600.0}
-
 
 @dataclasses.dataclass
 class AffectedVerdict:
@@ -93,7 +90,8 @@ def run(src: Path,
         verdict.selection = selection
         print(selection.describe(), flush=True)
         files = [f for f in selection.paths if not only or f in only]
-        kwargs = dict(tier=tier, keep=QUICK_TIER_CLASSES, timeout=TIMEOUT[tier], workers=workers)
+        kwargs = dict(tier=tier, keep=upstream_suite.QUICK_TIER_CLASSES, timeout=upstream_suite.TIMEOUT[tier],
+                      workers=workers)
         before = upstream_suite.run_suite("before", tree.path, files, results / "before", **kwargs)
         print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
         applied = series_mod.apply_series(tree.path, chosen)
@@ -127,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                         action="append",
                         default=[],
                         help="run only this selected test file (tree-relative; repeatable), to check one file fast")
-    parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers (with --forked)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="pytest-xdist workers (-n N; no --forked, see docs/affected-tests.md)")
     args = parser.parse_args(argv)
     verdict = run(args.src,
                   args.series.resolve(),

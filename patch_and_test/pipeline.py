@@ -24,10 +24,6 @@ from repro.cli import gpu_count
 WORLD_SIZE = 2  # the reproducers' default launch: sp=2, dp=1
 AUDIT_TIMEOUT_FACTOR = 3  # the job's audit is two launches of many engines each: minutes on shared cores
 UPSTREAM_REGRESSION_TEST = "TestZero3SequenceParallelGradientScale"
-# The quick tier of the affected tests: those that start no ranks, plus these classes (the
-# regression test, the ALST recipe's test). The full tier runs every affected test (docs/affected-tests.md).
-QUICK_TIER_CLASSES = (UPSTREAM_REGRESSION_TEST, "TestUlyssesSPHF")
-AFFECTED_TIMEOUT = {"quick": 1800.0, "full": 4 * 3600.0}  # per run of the selection, on 2 shared cores
 AFFECTED_SUITE = "upstream affected tests"
 TWIN_TEST = "tests/multiprocess/test_zero3_sp_gradient_scale.py"
 
@@ -248,8 +244,9 @@ def _affected_selection(r: _Run, tree: Path, series_dir: Path) -> affected.Selec
 def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str) -> upstream_suite.SuiteRun:
     t = time.monotonic()
     cfg = r.cfg
-    run = upstream_suite.run_suite(phase, tree, selection.paths, r.out / phase / "affected", tier=cfg.upstream_tier,
-                                   keep=QUICK_TIER_CLASSES, timeout=AFFECTED_TIMEOUT[cfg.upstream_tier],
+    tier = cfg.upstream_tier
+    run = upstream_suite.run_suite(phase, tree, selection.paths, r.out / phase / "affected", tier=tier,
+                                   keep=upstream_suite.QUICK_TIER_CLASSES, timeout=upstream_suite.TIMEOUT[tier],
                                    workers=cfg.upstream_workers)
     status = "error" if run.crashed else "ok"
     r.step(f"{phase}: {AFFECTED_SUITE} [{cfg.upstream_tier}]", status,

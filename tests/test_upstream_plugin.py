@@ -102,3 +102,65 @@ def test_rerun_runs_node_ids(tree, tmp_path):
                     times=2,
                     timeout=300)
     assert seen == {"unit/test_a.py::test_ok": ["passed", "passed"], "unit/test_a.py::test_fail": ["failed", "failed"]}
+
+
+def test_xdist_workers_record_once_per_test(tree, tmp_path):
+    # Without --forked: pytest-forked 1.7.5 under pytest 9.2 ends every test with "EXITED with status 3".
+    pytest.importorskip("xdist")
+    run = us.run_suite("xdist",
+                       tree,
+                       FILE_LIST,
+                       tmp_path / "out",
+                       tier="quick",
+                       keep=("TestKeep", ),
+                       timeout=300,
+                       workers=2)
+    assert run.workers == 2 and not run.crashed, Path(run.log).read_text()[-2000:]
+    assert run.outcomes == {
+        "unit/test_a.py::TestKeep::test_k": "passed",
+        "unit/test_a.py::test_ok": "passed",
+        "unit/test_a.py::test_fail": "failed"
+    }
+    assert "ModuleNotFoundError" in run.not_collectable["unit/test_broken.py"]
+
+
+def test_pipeline_steps_select_run_and_classify(tmp_path):
+    """The job's own steps on a synthetic tree: a series that breaks a test that names what it changes."""
+    from patch_and_test import pipeline
+    from patch_and_test.errors import Exit
+
+    tree = tmp_path / "tree"
+    for rel, text in {
+            **FILES, "pkg/__init__.py":
+            "",
+            "pkg/stage.py":
+            "class Optimizer3:\n\n    def __init__(self):\n"
+            "        self.world = 2\n",
+            "tests/unit/test_s.py":
+            "from pkg.stage import Optimizer3\n\n\n"
+            "def test_world():\n    assert Optimizer3().world == 2\n"
+    }.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    series = tmp_path / "series"
+    series.mkdir()
+    (series / "0001-fix.patch").write_text(
+        "diff --git a/pkg/stage.py b/pkg/stage.py\n--- a/pkg/stage.py\n"
+        "+++ b/pkg/stage.py\n@@ -3,2 +3,2 @@ class Optimizer3:\n"
+        "     def __init__(self):\n-        self.world = 2\n+        self.world = 3\n")
+    (tmp_path / "results").mkdir()  # pipeline.run makes it
+    r = pipeline._Run(pipeline.PipelineConfig(env_name="t", results=tmp_path / "results"))
+    selection = pipeline._affected_selection(r, tree, series)
+    assert selection.paths == ["tests/unit/test_s.py"]
+    before = pipeline._affected_run(r, tree, selection, "before")
+    (tree / "pkg" / "stage.py").write_text((tree / "pkg" / "stage.py").read_text().replace("= 2", "= 3"))
+    pipeline._affected_compare(r, tree, selection, before)
+    (suite, ) = r.verdict.suites
+    assert suite.status == "regression" and suite.regressions == ["unit/test_s.py::test_world"]
+    assert r.verdict.affected == selection and (tmp_path / "results" / "affected-tests.txt").is_file()
+    assert [s.name for s in r.verdict.steps
+            ][-2:] == ["after: rerun passed-before/failed-after tests", "after: upstream affected tests before/after"]
+    # With the reproducers' checks holding, the job's outcome is the regression.
+    from patch_and_test.verdict import decide
+    from tests.unit.test_upstream_suite import verdict_with
+    assert decide(verdict_with(suite)) == ("regression", Exit.REGRESSION)

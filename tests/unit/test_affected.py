@@ -86,9 +86,8 @@ def test_changed_names_enclosing_chain_reads_and_mangling(tmp_path):
     assert ("Optimizer3", "enclosing") in names and ("__avg_grads", "enclosing") in names
     assert names[("__avg_grads", "enclosing")].also_as == ("_Optimizer3__avg_grads", )
     assert ("seq_parallel_size", "reads") in names
-    assert ("float", "reads") in names  # dropped later as a builtin
-    # Strings and comments are not code; names on the removed line are not new.
-    assert not {"not_read", "string", "world", "scale"} & {n for n, _ in names}
+    # Only attributes of self/cls: not locals, builtins or calls, nor strings and comments.
+    assert not {"float", "not_read", "string", "world", "scale"} & {n for n, _ in names}
     assert ("other", "enclosing") not in names
 
 
@@ -127,7 +126,7 @@ def test_select_rule(tmp_path):
     assert reasons["tests/unit/test_edited.py"] == ("edited by the series (0002-t.patch)", )
     assert any("__avg_grads" in r and "changed" in r for r in reasons["tests/unit/test_literal.py"])
     assert any("seq_parallel_size" in r and "newly read" in r for r in reasons["tests/unit/test_attr.py"])
-    assert "float" in sel.generic
+    assert sel.generic == ()
     assert [h.path for h in sel.helpers] == ["tests/unit/helper_mod.py"]
     assert sel.test_files_scanned == 6
     assert "4 of 6 test files" in sel.describe()
@@ -172,3 +171,9 @@ def test_cli_prints_the_selection(tmp_path, capsys):
     assert affected.main([str(series), str(tree), "--json", str(tmp_path / "s.json")]) == 0
     assert "tests/test_a.py: names Optimizer3" in capsys.readouterr().out
     assert affected.main([str(series), str(tmp_path / "nowhere")]) == 2
+
+
+def test_newly_read_means_attributes_of_self_or_cls():
+    assert affected._code_names("x = dist.get_world_size(group=self.dp_group) * cls.factor + other.attr") == {
+        "dp_group", "factor"}
+    assert affected._code_names("y = myself.value  # self.comment") == set()
