@@ -119,7 +119,7 @@ class Manifest:
 
     @property
     def supported_range(self) -> str:
-        """Lowest to highest; the series may leave gaps (0.17.2 to 0.17.5 today)."""
+        """Lowest to highest; the series may leave gaps (none today)."""
         low = min(s.min_version for s in self.series)
         high = max(s.below_version for s in self.series)
         return f">={format_version(low)},<{format_version(high)}"
