@@ -239,6 +239,22 @@ def test_companion_role_reroll_and_apply(upstream, tmp_path):
         reroll.reroll(dev, "work", "demo", 2, manifest_path=manifest, out=tmp_path / "out")
 
 
+def test_alst_test_alone_is_a_companion(upstream, tmp_path):
+    """Where a release has no tutorial the companion changes only the ALST test: still a companion."""
+    repo, commit = upstream
+    dev = make_branch(repo, commit, tmp_path / "dev")
+    write(dev, "tests/unit/ulysses_alst/test_ulysses_sp_hf.py", "def test():\n    assert 2\n")
+    run(dev, "add", "-A")
+    run(dev, "commit", "-q", "-s", "-m", "Companion, test only")
+    manifest = tmp_path / "patches" / "series.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(MANIFEST.format(commit=commit))
+    cover = tmp_path / "cover.txt"
+    cover.write_text("Scale by sp\n\nWhy and how.\n")
+    reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
+    assert [p.role for p in load_manifest(manifest).by_name("demo").patches] == ["fix", "test", "companion"]
+
+
 def test_reroll_help_documents_usage(capsys):
     with pytest.raises(SystemExit) as done:
         reroll.main(["--help"])
