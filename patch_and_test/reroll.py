@@ -152,19 +152,30 @@ def _fill_cover(path: Path, subject: str, body: str, local_base: str, upstream: 
     path.write_text(text)
 
 
+# The ALST / Ulysses-HF tests whose loss recipe relied on the bug: a change to them is a companion.
+COMPANION_TESTS = ("tests/unit/ulysses_alst/", )
+
+
 def _role(repo: Path, commit: str) -> str:
-    """fix: no tests/ or docs/; test: only tests/; companion: only tests/ and docs/ (see series.ROLES)."""
+    """companion: tests/ and docs/, or the ALST tests alone; test: other tests/ only; fix: code, and maybe
+    tests/ (see series.ROLES).
+
+    A fix may carry the test edits that keep existing tests green with it (bisectable); a tree
+    without tests/ (a PyPI sdist) gets the fix without those hunks. docs/ with code is refused.
+    """
     paths = [path for _, path in _touched(repo, commit)]
     in_tests = [p.startswith("tests/") for p in paths]
-    in_tree_extras = [p.startswith(("tests/", "docs/")) for p in paths]
+    in_docs = [p.startswith("docs/") for p in paths]
+    # A companion may change only the ALST test where a release has no tutorial to change.
+    alst = any(p.startswith(COMPANION_TESTS) for p in paths)
+    if all(t or d for t, d in zip(in_tests, in_docs)) and (any(in_docs) or alst):
+        return "companion"
     if all(in_tests):
         return "test"
-    if not any(in_tree_extras):
+    if not any(in_docs):
         return "fix"
-    if all(in_tree_extras):
-        return "companion"
-    raise errors.BadInput(f"{commit[:12]} touches tests/ or docs/ and other files: split it, so that the fix "
-                          f"alone applies to trees without tests/ and docs/ (PyPI sdists)")
+    raise errors.BadInput(f"{commit[:12]} touches docs/ and code: split it, so that the fix alone applies to "
+                          f"trees without docs/ (PyPI sdists)")
 
 
 def update_manifest(manifest: Path, name: str, version: int, upstream: str, base_ref: str | None,

@@ -29,7 +29,9 @@ STAGE3 = "deepspeed/runtime/zero/stage3.py"
 Version = tuple[int, int, int]
 
 # role -> the top-level folders of the tree the patch needs besides the code itself.
-#   fix:       the change; applies to any tree of the range, PyPI sdists included
+#   fix:       the change; applies to any tree of the range, PyPI sdists included. It may also edit
+#              existing tests that the change would break (bisectable); on a tree without tests/
+#              those hunks are left out (git am --exclude)
 #   test:      the regression test; needs tests/
 #   companion: a change that must land with the fix in DeepSpeed's own tests and docs (the ALST
 #              recipe that relied on the bug); needs tests/ and docs/
@@ -117,7 +119,7 @@ class Manifest:
 
     @property
     def supported_range(self) -> str:
-        """Lowest to highest; the series may leave gaps (0.17.2 to 0.17.5 today)."""
+        """Lowest to highest; the series may leave gaps (none today)."""
         low = min(s.min_version for s in self.series)
         high = max(s.below_version for s in self.series)
         return f">={format_version(low)},<{format_version(high)}"
@@ -395,10 +397,14 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
                            skipped=tuple(skipped),
                            base=head,
                            head=head)
+    # A fix patch may also edit tests/ (see ROLES): leave those hunks out where the tree has no tests/.
+    # Every patch that needs a missing folder was skipped above, so only fix hunks are excluded.
+    excludes = [f"--exclude={d}/*" for d in ("tests", "docs") if not (root / d).is_dir()]
     result = git(root,
                  "am",
                  "--no-3way",
                  "--quiet",
+                 *excludes,
                  *[str(p.path) for p in to_apply],
                  check=False,
                  env=_identity_env(root))

@@ -146,7 +146,7 @@ def test_reroll_refuses_unsigned_and_mixed_commits(upstream, tmp_path):
     cover = tmp_path / "cover.txt"
     cover.write_text("Subject\n\nBody\n")
     write(dev, "deepspeed/x.py", "x = 1\n")
-    write(dev, "tests/x.py", "x = 1\n")
+    write(dev, "docs/x.md", "x\n")
     run(dev, "add", "-A")
     run(dev, "commit", "-q", "-m", "mixed, unsigned")
     with pytest.raises(errors.BadInput, match="not signed off"):
@@ -154,6 +154,38 @@ def test_reroll_refuses_unsigned_and_mixed_commits(upstream, tmp_path):
     run(dev, "commit", "-q", "--amend", "-s", "--no-edit")
     with pytest.raises(errors.BadInput, match="split it"):
         reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest, out=tmp_path / "out")
+
+
+def test_fix_with_test_edits_is_a_fix_and_applies_without_tests(upstream, tmp_path):
+    """A fix commit that also edits an existing test stays role fix; a tree without tests/ gets the code only."""
+    repo, commit = upstream
+    dev = tmp_path / "dev"
+    source.clone_shared(repo, dev)
+    source.prepare_working_copy(dev, commit, "work")
+    write(dev, "deepspeed/runtime/zero/stage3.py", FIXED)
+    write(dev, "tests/unit/test_zero.py", "def test():\n    assert True\n")
+    run(dev, "commit", "-q", "-a", "-s", "-m", "Scale by sp, keep the unit test green")
+    manifest = tmp_path / "patches" / "series.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(MANIFEST.format(commit=commit))
+    cover = tmp_path / "cover.txt"
+    cover.write_text("Scale by sp\n\nWhy and how.\n")
+    reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
+    series = load_manifest(manifest).by_name("demo")
+    assert [p.role for p in series.patches] == ["fix"] and series.fix_patches == series.patches
+
+    # A tree with tests/: the whole patch applies.
+    tree = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
+    assert apply_series(tree.path, series).applied == (series.patches[0].file, )
+    assert (tree.path / "tests/unit/test_zero.py").read_text() == "def test():\n    assert True\n"
+
+    # A tree without tests/ (like a PyPI sdist): the fix applies, its tests/ hunk is left out.
+    tree = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
+    run(tree.path, "rm", "-r", "-q", "tests")
+    run(tree.path, "commit", "-q", "-m", "no tests")
+    assert apply_series(tree.path, series).applied == (series.patches[0].file, )
+    assert tree_has_fix(tree.path) and not (tree.path / "tests").exists()
+    assert run(tree.path, "status", "--porcelain") == ""
 
 
 def test_companion_role_reroll_and_apply(upstream, tmp_path):
@@ -205,6 +237,22 @@ def test_companion_role_reroll_and_apply(upstream, tmp_path):
     run(dev, "commit", "-q", "-s", "-m", "mixed")
     with pytest.raises(errors.BadInput, match="split it"):
         reroll.reroll(dev, "work", "demo", 2, manifest_path=manifest, out=tmp_path / "out")
+
+
+def test_alst_test_alone_is_a_companion(upstream, tmp_path):
+    """Where a release has no tutorial the companion changes only the ALST test: still a companion."""
+    repo, commit = upstream
+    dev = make_branch(repo, commit, tmp_path / "dev")
+    write(dev, "tests/unit/ulysses_alst/test_ulysses_sp_hf.py", "def test():\n    assert 2\n")
+    run(dev, "add", "-A")
+    run(dev, "commit", "-q", "-s", "-m", "Companion, test only")
+    manifest = tmp_path / "patches" / "series.toml"
+    manifest.parent.mkdir()
+    manifest.write_text(MANIFEST.format(commit=commit))
+    cover = tmp_path / "cover.txt"
+    cover.write_text("Scale by sp\n\nWhy and how.\n")
+    reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
+    assert [p.role for p in load_manifest(manifest).by_name("demo").patches] == ["fix", "test", "companion"]
 
 
 def test_reroll_help_documents_usage(capsys):

@@ -163,7 +163,9 @@ def test_lint_falls_back_to_sdists_without_a_mirror(monkeypatch, tmp_path, capsy
     monkeypatch.setenv("DEEPSPEED_MIRROR", str(tmp_path / "no-mirror"))
     assert lint.main([]) == 0
     out = capsys.readouterr().out
-    # Five series; v0.19.0-v0.19.2 has no locked sdist (and says so), the other four are linted on one.
+    # Six series; v0.17.2-v0.17.5 and v0.19.0-v0.19.2 have no locked sdist (and say so), the other four
+    # are linted on one.
     assert out.count("PyPI sdist of DeepSpeed") == 4
     assert out.count("the test patches were not linted") == 4 and "finding" not in out
-    assert out.count("NOT LINTED") == 1 and "series v0.19.0-v0.19.2: NOT LINTED" in out
+    assert out.count("NOT LINTED") == 2 and "series v0.19.0-v0.19.2: NOT LINTED" in out
+    assert "series v0.17.2-v0.17.5: NOT LINTED" in out
