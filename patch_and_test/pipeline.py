@@ -209,9 +209,7 @@ def _twin(r: _Run) -> None:
 
 
 def _upstream_env(tree: Path) -> dict[str, str]:
-    # DeepSpeed's own way to run its unit tests on CPU. LOCAL_SIZE is the device
-    # count DistributedTest checks: 4, or it skips the regression test's 4-rank layout (sp 2 x dp 2).
-    return {"PYTHONPATH": f"{tree}{os.pathsep}{tree / 'tests'}", "DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "4"}
+    return upstream_suite.pytest_env(tree)
 
 
 def _zero_test_file(tree: Path) -> Path:

@@ -259,7 +259,9 @@ def pytest_env(tree: Path) -> dict[str, str]:
     return {
         "PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), str(tree), str(tree / "tests")]),
         "DS_ACCELERATOR": "cpu",
-        "LOCAL_SIZE": "2",
+        # The device count DistributedTest checks on CPU: with 2 it skips the regression test's 4-rank
+        # layout (sp 2 x dp 2); 4 lets 2- and 4-rank tests run on any host.
+        "LOCAL_SIZE": "4",
         "TORCH_EXTENSIONS_DIR": ext
     }
 

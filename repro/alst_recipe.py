@@ -314,6 +314,9 @@ def _path(stage: int, param, paths) -> str:
 
 
 def program(ctx: launch.RankContext) -> launch.RankResult:
+    # transformers 5.25 loads hub kernels by default and needs `kernels>=0.19.1,<0.20`, which PyPI
+    # does not have; the tiny fp32 CPU model uses none. Its documented switch turns them off.
+    os.environ.setdefault("USE_HUB_KERNELS", "0")
     reason = skip_reason()
     if reason:
         raise launch.SkipRank(reason)
