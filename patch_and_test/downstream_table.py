@@ -102,6 +102,28 @@ def render(root: Path, shown_root: str = "results/downstream") -> str:
     return "\n".join(lines)
 
 
+def plain_table(root: Path) -> str:
+    """The measured ratios as a plain-text table for a cover letter (mail: no Markdown). Pure.
+
+    One line per client x DeepSpeed build; a client whose gate also reads the capability marker is
+    the proposed transformers change applied.
+    """
+    lines = [f"  {'client':<36}{'DeepSpeed':<18}{'ZeRO-2':>8}{'ZeRO-3':>8}"]
+    for _env, _phase, rep in reports(root):
+        seen = []
+        for r in rep.rows:
+            key = (r.client, r.client_version)
+            if r.status != "measured" or key in seen:
+                continue
+            seen.append(key)
+            ratio = {x.stage: x.ratio for x in rep.rows if (x.client, x.client_version) == key and x.ratio is not None}
+            client = f"{r.client} {r.client_version}" + (" + proposed" if r.gate == "marker-or-version" else "")
+            ds = f"{rep.deepspeed_version.split('+')[0]} {'patched' if rep.deepspeed_fixed else 'unpatched'}"
+            lines.append(f"  {client:<36}{ds:<18}" + "".join(f"{ratio[s]:>8.2f}" if s in ratio else f"{'-':>8}"
+                                                         for s in (2, 3)))
+    return "\n".join(lines)
+
+
 def replace_block(document: str, table: str) -> str:
     """The document with the text between BEGIN and END replaced by ``table``. Pure."""
     start, end = document.find(BEGIN), document.find(END)

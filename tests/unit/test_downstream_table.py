@@ -73,3 +73,18 @@ def test_verify_bundle_re_renders_the_notice_table(tmp_path):
     notice.write_text(notice.read_text().replace("2.000 (rule 2.0)", "1.000 (rule 2.0)"))
     bundle_mod.write_manifest(b)  # even with matching hashes, the number must come from the results
     assert any(p.startswith("downstream-notice.md: line") for p in bundle_mod.verify(b))
+
+
+def test_backport_cover_letters_show_the_kept_downstream_results():
+    # The "Using a backport with ..." table in every backport cover letter is the kept results, as rendered.
+    from patch_and_test.downstream_table import KEPT_RESULTS, plain_table
+    from patch_and_test.series import load_manifest
+
+    table = plain_table(KEPT_RESULTS)
+    assert "transformers 5.25.0 + proposed" in table
+    backports = [s for s in load_manifest().series if s.name != "master"]
+    assert backports
+    for s in backports:
+        letter = (s.directory / s.cover_letter).read_text()
+        assert "Using a backport with HF Trainer, accelerate or ArcticTraining" in letter, s.name
+        assert table in letter, f"{s.name}: its cover letter's downstream table differs from docs/downstream-results"
