@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -296,10 +297,22 @@ def run_suite(name: str,
     if not targets:
         log.write_text("nothing to run\n")
         return SuiteRun(name, tier, files, 5, False, 0.0, {}, {}, {}, {}, 0, str(log), str(record), workers)
+    _drop_bytecode(tree)
     code, wall = _run_logged(cmd, log, timeout=timeout, cwd=tree / "tests", env={**os.environ, **pytest_env(tree)})
     outcomes, messages, broken, ranks, deselected = read_record(record)
     return SuiteRun(name, tier, files, code, wall >= timeout, wall, outcomes, messages, broken, ranks, deselected,
                     str(log), str(record), workers)
+
+
+def _drop_bytecode(tree: Path) -> None:
+    """Remove the tree's compiled bytecode before a run.
+
+    Python trusts a .pyc while its source has the recorded mtime (whole seconds) and size. A change
+    that keeps the size, made in the same second as the run before it, would otherwise run the old
+    code. The tree is the job's own working copy, and git ignores __pycache__.
+    """
+    for cache in sorted(tree.rglob("__pycache__"), reverse=True):
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def rerun(tree: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -153,7 +154,12 @@ def test_pipeline_steps_select_run_and_classify(tmp_path):
     selection = pipeline._affected_selection(r, tree, series)
     assert selection.paths == ["tests/unit/test_s.py"]
     before = pipeline._affected_run(r, tree, selection, "before")
-    (tree / "pkg" / "stage.py").write_text((tree / "pkg" / "stage.py").read_text().replace("= 2", "= 3"))
+    stage = tree / "pkg" / "stage.py"
+    # The series' change as a fast machine makes it: same size, same mtime (the before run's .pyc of
+    # stage.py must not be taken for the new code; CI once saw 'ok' here).
+    st = stage.stat()
+    stage.write_text(stage.read_text().replace("= 2", "= 3"))
+    os.utime(stage, ns=(st.st_atime_ns, st.st_mtime_ns))
     pipeline._affected_compare(r, tree, selection, before)
     (suite, ) = r.verdict.suites
     assert suite.status == "regression" and suite.regressions == ["unit/test_s.py::test_world"]
