@@ -2,7 +2,7 @@
 """Stress: N consecutive launches of each reproducer must all give the same verdict.
 
 About 12% of 2-rank DeepSpeed runs abort at process exit after the work succeeded
-(FINDINGS section 3). The launcher absorbs that (ranks leave with os._exit after reporting;
+(docs/runtime-facts.md). The launcher absorbs that (ranks leave with os._exit after reporting;
 a rank that reported and then died is counted as done). This loop proves it: every launch
 of a script must return the same exit code, and it counts how many launches needed the
 absorption. Writes results/benchmarks/stress_repro.json.

@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
       --upstream origin/master --base-ref master
 
 The branch may start with local commits that only delete files (a repo with missing blobs needs
-one, see FINDINGS); they are left out and base-commit: names the real upstream commit. Every commit
+one, see docs/runtime-facts.md); they are left out and base-commit: names the real upstream commit. Every commit
 must be signed off by its author (git commit -s). Exit codes: 0 done, 2 bad input.""")
     parser.add_argument("--repo", type=Path, required=True, help="DeepSpeed git repo holding the branch")
     parser.add_argument("--branch", required=True, help="branch (or commit) whose commits form the series")

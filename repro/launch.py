@@ -12,7 +12,7 @@ Two ways in, one rank program:
   deadline; the launcher tears the others down when one exits non-zero.
 
 Each rank ends with ``os._exit`` after reporting: DeepSpeed's CPU backend sometimes aborts
-in C++ destructors at interpreter exit (FINDINGS section 3), after the work succeeded. A rank
+in C++ destructors at interpreter exit (docs/runtime-facts.md), after the work succeeded. A rank
 that reported success and then died that way is counted as a success, and said so.
 
 Modelled on torch/testing/_internal/common_distributed.py: the failing rank's traceback goes

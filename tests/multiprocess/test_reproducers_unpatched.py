@@ -13,7 +13,7 @@ from .conftest import REPRO, launch
 GRAD_SCALE = REPRO / "zero3_sp_grad_scale.py"
 MIXED = REPRO / "zero3_sp_mixed_bucket.py"
 
-# FINDINGS section 1, sp=2: (config, param) -> ratio on unpatched DeepSpeed.
+# sp=2: (config, param) -> ratio on unpatched DeepSpeed (the README's table under "The reproducers").
 UNPATCHED_SP2 = {
     ("zero1", "small"): 1.0, ("zero1", "large"): 1.0,
     ("zero2", "small"): 1.0, ("zero2", "large"): 1.0,
@@ -73,7 +73,7 @@ def test_four_ranks(tmp_path, script, sp):
 
 
 def test_twin_of_the_upstream_test_fails_exactly_as_upstream_does(tmp_path):
-    """The twin must be able to fail: on unpatched DeepSpeed, 3 failed and 1 passed (FINDINGS section 6)."""
+    """The twin must be able to fail: on unpatched DeepSpeed 3 failed, 1 passed, like upstream's (README, "Tests")."""
     import subprocess
     import sys
     import xml.etree.ElementTree as ET
