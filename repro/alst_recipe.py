@@ -218,15 +218,14 @@ def sp_backward_loss(recipe: str, loss_local, shift_labels, sp_group, sp_world_s
     raise ValueError(f"unknown recipe {recipe!r}")
 
 
-def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str):
-    """One engine, one step: {param: full gradient}, the full-sequence loss, {param: reduce path}."""
+def sp_engine(stage: int, model_dir: Path, mpu, sp: int):
+    """The tiny Llama under ZeRO-``stage`` with ``sp`` sequence-parallel ranks: (engine, config).
+
+    SGD with lr 0: the gradients are read, never applied.
+    """
     import deepspeed
     import torch
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
-    from deepspeed.utils import groups, safe_get_full_grad
     from transformers import AutoModelForCausalLM
-
-    from repro.measure import _destroy, _watch_reduce_paths
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=ATTN)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -239,21 +238,40 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         "sequence_parallel_size": sp,
     }
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=config)
+    return engine, config
+
+
+def sp_shard(engine, dp_index: int):
+    """This rank's shard of sample ``dp_index`` through UlyssesSPDataLoaderAdapter: (batch, sp group, sp size)."""
+    import torch
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
+    from deepspeed.utils import groups
+
+    sp_group = groups._get_sequence_parallel_group()
+    sp_world_size = groups._get_sequence_parallel_world_size()
+    sp_rank = groups._get_sequence_parallel_rank()
+    input_ids, position_ids, labels = sample(dp_index)
+    dataset = torch.utils.data.TensorDataset(input_ids, position_ids, labels)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=1,
+        collate_fn=lambda b: dict(input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0),
+                                  labels=b[0][2].unsqueeze(0)))
+    adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp_world_size,
+                                         device=engine.device)
+    # Every rank of an sp group holds the same sample, so the first micro-batch is it, sharded.
+    return _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size), sp_group, sp_world_size
+
+
+def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str):
+    """One engine, one step: {param: full gradient}, the full-sequence loss, {param: reduce path}."""
+    from deepspeed.utils import safe_get_full_grad
+
+    from repro.measure import _destroy, _watch_reduce_paths
+
+    engine, _config = sp_engine(stage, model_dir, mpu, sp)
     try:
         paths = _watch_reduce_paths(engine.optimizer) if stage == 3 else None
-        sp_group = groups._get_sequence_parallel_group()
-        sp_world_size = groups._get_sequence_parallel_world_size()
-        sp_rank = groups._get_sequence_parallel_rank()
-        input_ids, position_ids, labels = sample(dp_index)
-        dataset = torch.utils.data.TensorDataset(input_ids, position_ids, labels)
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=1,
-            collate_fn=lambda b: dict(input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0),
-                                      labels=b[0][2].unsqueeze(0)))
-        adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp_world_size,
-                                             device=engine.device)
-        # Every rank of an sp group holds the same sample, so the first micro-batch is it, sharded.
-        batch = _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size)
+        batch, sp_group, sp_world_size = sp_shard(engine, dp_index)
         shift_labels = batch["shift_labels"].to(engine.device)
         outputs = engine(input_ids=batch["input_ids"].to(engine.device),
                          position_ids=batch["position_ids"].to(engine.device))
@@ -273,7 +291,7 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         return grads, full_loss, reduce_paths
     finally:
         _destroy(engine)
-        del engine, optimizer, model
+        del engine
         gc.collect()
 
 

@@ -212,37 +212,13 @@ def find_clients() -> list[Client]:
 
 def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_index: int) -> dict[str, object]:
     """One engine, one step, the client's loss: {param: full gradient (float64, CPU)}."""
-    import deepspeed
-    import torch
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
-    from deepspeed.utils import groups, safe_get_full_grad
-    from transformers import AutoModelForCausalLM
+    from deepspeed.utils import safe_get_full_grad
 
     from repro.measure import _destroy
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=alst_recipe.ATTN)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    config = {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": stage},
-        "zero_allow_untested_optimizer": True,
-        "steps_per_print": 2**30,
-        "sequence_parallel_size": sp,
-    }
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=config)
+    engine, config = alst_recipe.sp_engine(stage, model_dir, mpu, sp)
     try:
-        sp_group = groups._get_sequence_parallel_group()
-        sp_rank = groups._get_sequence_parallel_rank()
-        input_ids, position_ids, labels = alst_recipe.sample(dp_index)
-        dataset = torch.utils.data.TensorDataset(input_ids, position_ids, labels)
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=1,
-            collate_fn=lambda b: dict(input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0),
-                                      labels=b[0][2].unsqueeze(0)))
-        adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp,
-                                             device=engine.device)
-        shard = alst_recipe._first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp)
+        shard, sp_group, _ = alst_recipe.sp_shard(engine, dp_index)
         batch = {k: shard[k].to(engine.device) for k in ("input_ids", "position_ids", "shift_labels")}
         loss = client.call(engine, batch, sp_group, sp, config)
         engine.backward(loss)
@@ -256,7 +232,7 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
         return grads
     finally:
         _destroy(engine)
-        del engine, optimizer, model
+        del engine
         gc.collect()
 
 
