@@ -267,6 +267,26 @@ def pytest_env(tree: Path) -> dict[str, str]:
     }
 
 
+def hub_env() -> dict[str, str]:
+    """An offline Hugging Face hub that serves the one model DeepSpeed's ALST test loads.
+
+    ``TestUlyssesSPHF`` calls ``from_pretrained('hf-internal-testing/tiny-random-LlamaForCausalLM')``;
+    with no network that fails the same way before and after, which proves nothing. The package's
+    tiny Llama is laid out in a hub cache under that repo id (``repro.tiny_llama``), and the hub
+    client reads only the cache. Without transformers in this interpreter the test cannot run
+    anyway: no variables then, and its failure is reported with its reason.
+    """
+    from patch_and_test.source import cache_dir
+    from repro import tiny_llama
+
+    hf_home = cache_dir() / "hf-home"
+    try:
+        tiny_llama.populate_hub_cache(hf_home)
+    except tiny_llama.TransformersMissing:
+        return {}
+    return tiny_llama.offline_env(hf_home)
+
+
 def _in_tests(path: str) -> str:
     """A tree-relative test path or node id as seen from inside ``tests/`` (where pytest runs)."""
     return path[len("tests/"):] if path.startswith("tests/") else path
@@ -298,7 +318,11 @@ def run_suite(name: str,
         log.write_text("nothing to run\n")
         return SuiteRun(name, tier, files, 5, False, 0.0, {}, {}, {}, {}, 0, str(log), str(record), workers)
     _drop_bytecode(tree)
-    code, wall = _run_logged(cmd, log, timeout=timeout, cwd=tree / "tests", env={**os.environ, **pytest_env(tree)})
+    code, wall = _run_logged(cmd, log, timeout=timeout, cwd=tree / "tests", env={
+        **os.environ,
+        **pytest_env(tree),
+        **hub_env()
+    })
     outcomes, messages, broken, ranks, deselected = read_record(record)
     return SuiteRun(name, tier, files, code, wall >= timeout, wall, outcomes, messages, broken, ranks, deselected,
                     str(log), str(record), workers)
