@@ -174,6 +174,8 @@ def check_cover(series: Series) -> list[Finding]:
             Finding(series.cover_letter.name, "base-commit",
                     f"base-commit {match[1][:12]} is not the manifest's {series.base_commit[:12]}")
         ]
+    if not re.search(r"^change-id: \S+$", text, re.M):
+        return [Finding(series.cover_letter.name, "change-id", "cover letter without b4's change-id:")]
     if "*** SUBJECT HERE ***" in text or "*** BLURB HERE ***" in text:
         return [Finding(series.cover_letter.name, "cover-letter", "placeholder text left in the cover letter")]
     return []

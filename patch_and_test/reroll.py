@@ -10,9 +10,10 @@ writes ``base-commit:`` as the upstream commit, fills the cover letter (from ``-
 else from the previous version's cover letter), writes the files as ``patches/<series>/0000-...``,
 and updates that series' entry in ``patches/series.toml`` (version, base, patch list and roles).
 
-For N > 1 it also writes ``range-diff-v<N-1>-v<N>.txt`` beside the series (and the same range-diff
-into the cover letter): the previous version's commits are rebuilt by ``git am``-ing the old patch
-files onto their own base in a scratch clone, so no old branch has to be kept anywhere.
+For N > 1 the cover letter carries the range-diff against the previous version (the one place it
+is kept, as b4 does): the previous version's commits are rebuilt by ``git am``-ing the old patch
+files onto their own base in a scratch clone, so no old branch has to be kept anywhere. Like b4,
+the letter ends with a ``change-id:`` that stays the same across versions of one series.
 
 Nothing is written into --repo: format-patch and range-diff only read it, and the scratch clone
 lives in a temporary folder.
@@ -21,6 +22,8 @@ lives in a temporary folder.
 from __future__ import annotations
 
 import argparse
+import datetime
+import hashlib
 import os
 import re
 import shutil
@@ -52,7 +55,8 @@ class Reroll:
     local_base: str
     head: str
     files: tuple[Path, ...]
-    range_diff: Path | None
+    range_diff: str | None  # against the previous version, as written into the cover letter
+    change_id: str
     scaffolding: tuple[str, ...]  # commits left out of the series
 
 
@@ -140,7 +144,20 @@ def cover_from_patch(path: Path) -> tuple[str, str]:
     return subject, body.strip("\n")
 
 
-def _fill_cover(path: Path, subject: str, body: str, local_base: str, upstream: str) -> None:
+CHANGE_ID = re.compile(r"^change-id: (\S+)$", re.M)
+
+
+def change_id(series_name: str, previous_letter: str = "", today: datetime.date | None = None) -> str:
+    """b4's series identity: kept from the previous version's letter, else ``YYYYMMDD-<slug>-<hash>``."""
+    found = CHANGE_ID.search(previous_letter)
+    if found:
+        return found[1]
+    day = (today or datetime.datetime.now(datetime.timezone.utc).date()).strftime("%Y%m%d")
+    slug = re.sub(r"[^a-z0-9]+", "-", f"zero3-sp-grad-scale-{series_name}".lower()).strip("-")
+    return f"{day}-{slug}-{hashlib.sha1(series_name.encode()).hexdigest()[:12]}"
+
+
+def _fill_cover(path: Path, subject: str, body: str, local_base: str, upstream: str, cid: str) -> None:
     text = path.read_text()
     if "*** SUBJECT HERE ***" not in text or "*** BLURB HERE ***" not in text:
         raise errors.BadInput(f"{path}: format-patch did not write the cover letter placeholders")
@@ -149,6 +166,7 @@ def _fill_cover(path: Path, subject: str, body: str, local_base: str, upstream: 
     text = re.sub(rf"^base-commit: {local_base}$", f"base-commit: {upstream}", text, flags=re.M)
     if f"base-commit: {upstream}" not in text:
         raise errors.BadInput(f"{path}: no base-commit line to rewrite")
+    text = text.replace(f"base-commit: {upstream}\n", f"base-commit: {upstream}\nchange-id: {cid}\n", 1)
     path.write_text(text)
 
 
@@ -243,6 +261,8 @@ def reroll(repo: Path,
     out = (out or manifest_path.parent / series_name).resolve()
     previous = (previous or out).resolve()
     old_patches = sorted(previous.glob("0[0-9][0-9][0-9]-*.patch")) if previous.is_dir() else []
+    old_letter = old_patches[0].read_text() if old_patches and old_patches[0].name.startswith("0000-") else ""
+    cid = change_id(series_name, old_letter)
     if cover is not None:
         subject, body = read_cover(cover)
     elif old_patches and old_patches[0].name.startswith("0000-"):
@@ -267,20 +287,16 @@ def reroll(repo: Path,
              *extra, "-o", str(formatted), f"{local_base}..{head}")
         files = sorted(formatted.glob("*.patch"))
         prefix = f"v{version}-"
-        _fill_cover(files[0], subject, body, local_base, upstream)
+        _fill_cover(files[0], subject, body, local_base, upstream, cid)
 
         out.mkdir(parents=True, exist_ok=True)
-        for stale in out.glob("0[0-9][0-9][0-9]-*.patch"):
-            stale.unlink()
+        for stale in [*out.glob("0[0-9][0-9][0-9]-*.patch"), *out.glob("range-diff-v*-v*.txt")]:
+            stale.unlink()  # older versions kept their range-diff in a file too: the letter is the one place now
         written = []
         for f in files:
             target = out / (f.name[len(prefix):] if f.name.startswith(prefix) else f.name)
             shutil.copyfile(f, target)
             written.append(target)
-        range_diff_file = None
-        if range_diff_text is not None:
-            range_diff_file = out / f"range-diff-v{version - 1}-v{version}.txt"
-            range_diff_file.write_text(range_diff_text)
 
     if update and manifest_path.exists():
         update_manifest(manifest_path, series_name, version, upstream, base_ref,
@@ -291,7 +307,8 @@ def reroll(repo: Path,
                   local_base=local_base,
                   head=head,
                   files=tuple(written),
-                  range_diff=range_diff_file,
+                  range_diff=range_diff_text,
+                  change_id=cid,
                   scaffolding=tuple(scaffolding))
 
 
@@ -319,13 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m patch_and_test.reroll",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Regenerate one patch series (format-patch --cover-letter --base -v N) from a DeepSpeed "
-        "branch, write it under patches/<series>/, update patches/series.toml, and for N > 1 write a "
-        "range-diff against the previous version beside it.",
+        "branch, write it under patches/<series>/ and update patches/series.toml; for N > 1 the cover letter "
+        "carries the range-diff against the previous version.",
         epilog="""examples:
   # first version of the master series; the cover text is subject line, blank line, body
   python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 1 --cover cover.txt
 
-  # after amending the commits: v2, cover letter reused from v1, range-diff-v1-v2.txt written
+  # after amending the commits: v2, cover letter and change-id reused from v1, range-diff in the letter
   python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 2
 
   # the same series rebased onto a newer upstream master
@@ -378,8 +395,7 @@ must be signed off by its author (git commit -s). Exit codes: 0 done, 2 bad inpu
           f"{len(result.files)} files in {result.files[0].parent}")
     for path in result.files:
         print(f"  {path.name}")
-    if result.range_diff:
-        print(f"  {result.range_diff.name}")
+    print(f"  change-id: {result.change_id}" + ("; range-diff in the cover letter" if result.range_diff else ""))
     return 0
 
 

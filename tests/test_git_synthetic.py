@@ -115,7 +115,8 @@ def test_reroll_v1_then_v2_with_range_diff(upstream, tmp_path):
     assert len(first.scaffolding) == 1 and first.range_diff is None
     letter = first.files[0].read_text()
     assert "Subject: [PATCH v1 0/2] Scale by sp" in letter and "Why and how." in letter
-    assert f"base-commit: {commit}\n" in letter and first.local_base not in letter
+    assert f"base-commit: {commit}\nchange-id: {first.change_id}\n" in letter and first.local_base not in letter
+    assert first.change_id.endswith("-zero3-sp-grad-scale-demo-" + first.change_id.rsplit("-", 1)[1])
     loaded = load_manifest(manifest).by_name("demo")
     assert [(p.file, p.role) for p in loaded.patches] == [(names[1], "fix"), (names[2], "test")]
 
@@ -128,14 +129,15 @@ def test_reroll_v1_then_v2_with_range_diff(upstream, tmp_path):
     run(dev, "commit", "-q", "-a", "-s", "-m", "Test sp")
 
     second = reroll.reroll(dev, "work", "demo", 2, manifest_path=manifest)
-    assert second.range_diff is not None and second.range_diff.name == "range-diff-v1-v2.txt"
-    diff = second.range_diff.read_text()
+    assert second.range_diff is not None and second.change_id == first.change_id  # one series, one identity
+    diff = second.range_diff
     assert "1:" in diff and "! 1:" in diff and "= 2:" in diff and "float(self.sequence_parallel_size)" in diff
     letter = second.files[0].read_text()
     assert "Subject: [PATCH v2 0/2] Scale by sp" in letter and "Why and how." in letter
     assert "Range-diff against v1:" in letter and f"base-commit: {commit}\n" in letter
     assert load_manifest(manifest).by_name("demo").version == 2
-    assert sorted(p.name for p in (tmp_path / "patches" / "demo").iterdir()) == names + ["range-diff-v1-v2.txt"]
+    # The range-diff lives in the letter only (b4's way), not in a file beside it.
+    assert sorted(p.name for p in (tmp_path / "patches" / "demo").iterdir()) == names
 
 
 def test_reroll_refuses_unsigned_and_mixed_commits(upstream, tmp_path):

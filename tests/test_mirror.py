@@ -103,11 +103,12 @@ def test_reroll_round_trip_on_master(mirror, manifest, tmp_path):
     shutil.copytree(manifest.path.parent, work)
     result = reroll.reroll(tree.path, "zero3-sp-fix/master", "master", 4, manifest_path=work / "series.toml")
     assert result.scaffolding and result.range_diff is not None
-    lines = result.range_diff.read_text().splitlines()
+    lines = result.range_diff.splitlines()
     assert len(lines) == 3 and all(" = " in line for line in lines), lines
     letter = result.files[0].read_text()
     assert "[PATCH v4 0/3]" in letter and "Range-diff against v3:" in letter and "Changes in v3:" in letter
-    assert f"base-commit: {master.base_commit}" in letter
+    assert f"base-commit: {master.base_commit}\nchange-id: {result.change_id}\n" in letter
+    assert f"change-id: {result.change_id}\n" in master.cover_letter.read_text()  # kept from v3
     for new, old in zip(result.files[1:], master.patches):
         assert diff_part(new.read_text()) == diff_part(old.path.read_text())
     rerolled = load_manifest(work / "series.toml").by_name("master")
