@@ -80,7 +80,8 @@ def run(src: Path,
         only: list[str] | None = None,
         workers: int = 0) -> AffectedVerdict:
     results.mkdir(parents=True, exist_ok=True)
-    verdict = AffectedVerdict(source=str(src), series=str(series_dir), only=list(only or []))
+    # Names, not this machine's paths: the base commit says which tree it was.
+    verdict = AffectedVerdict(source=src.resolve().name, series=series_dir.name, only=list(only or []))
     tree = None
     try:
         chosen = series_from_dir(series_dir)

@@ -5,11 +5,13 @@
      ``results/<env>/verdict.json`` when its input hashes (code, series, sdist) still match,
      else run the pipeline for that cell in this interpreter;
   2. copy the series, the results and the evidence the other checks wrote under ``results/``;
-  3. render ``PR.md`` from those copies only;
+  3. render ``PR.md`` from those copies only, and the GitHub form of the master series
+     (``github/``: PR title and body, squash message, the branch as a git bundle; ``github_form``);
   4. write ``MANIFEST.sha256`` (every file, plus the inputs: sdists, checkout commits, series)
      and ``dist/<name>-v<series version>.tar.gz``.
 ``python -m patch_and_test.bundle verify [PATH]`` (``tox -e verify-bundle``) re-checks every hash
-and re-renders PR.md from the bundle's own results: any edited number, byte or file fails.
+and re-renders PR.md from the bundle's own results: any edited number, byte or file fails. With a
+DeepSpeed mirror it also fetches the branch into a clone at the base and compares it with git am.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from patch_and_test import downstream_table, inputs
+from patch_and_test import downstream_table, github_form, inputs, source
 from patch_and_test.errors import Exit, PipelineError
-from patch_and_test.pr import render_pr
+from patch_and_test.pr import ISSUE, MAX_HEAD_LINES, head_lines, render_pr
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 NAME = "zero3-sp-gradfix"
@@ -36,6 +38,10 @@ MANIFEST = "MANIFEST.sha256"
 EVIDENCE_DIRS = ("alst", "audit", "benchmarks", "upstream")
 COMMITTED_BENCHMARKS = PACKAGE_ROOT / "benchmarks" / "results"
 DOWNSTREAM = "downstream"  # results/downstream: tox -m downstream (the real clients' sp loss code)
+# DeepSpeed's own tests the series can reach, per tree (python -m patch_and_test.affected_job): the
+# kept runs, then newer local ones under results/affected/<tree>/ over them.
+KEPT_AFFECTED = PACKAGE_ROOT / "docs" / "affected-results"
+AFFECTED = "affected"
 GOOD_OUTCOMES = ("fixed", "skipped")
 
 
@@ -118,6 +124,11 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
             shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"),
                             dirs_exist_ok=True)
     downstream_table.gather(results / DOWNSTREAM, bundle / "results" / DOWNSTREAM)
+    for src in (KEPT_AFFECTED, results / AFFECTED):
+        for found in sorted(src.glob("*/affected.json")) if src.is_dir() else []:
+            dest = bundle / "results" / AFFECTED / found.parent.name / found.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(found, dest)
     notice = PACKAGE_ROOT / "docs" / "downstream-notice.md"
     if notice.exists():
         # Its clients table is rendered from the bundle's own copies, as PR.md is.
@@ -125,6 +136,8 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
     # The parity audit's write-ups of the other upstream discrepancies it found.
     shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
     (bundle / "PR.md").write_text(render_pr(bundle))
+    for note in github_form.write(bundle, _master_series(), source.mirror_path()):
+        print(f"[bundle] note: {note}")
     write_manifest(bundle)
     archive = dist / f"{bundle.name}.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
@@ -133,6 +146,12 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
     print(f"[bundle] {bundle} and {archive.name}: {reused}/{len(status)} matrix cells reused, "
           f"{time.monotonic() - started:.1f} s")
     return bundle
+
+
+def _master_series():
+    from patch_and_test.series import load_manifest
+
+    return load_manifest().by_name("master")
 
 
 def _verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
@@ -193,6 +212,15 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
     pr = bundle / "PR.md"
     if pr.exists():
         problems += [f"PR.md: {p}" for p in _diff_lines(pr.read_text(), render_pr(bundle))]
+        if head_lines(pr.read_text()) > MAX_HEAD_LINES or f"Fixes #{ISSUE}" not in pr.read_text():
+            problems.append(f"PR.md: more than {MAX_HEAD_LINES} lines before the fold, or no 'Fixes #{ISSUE}'")
+    if (bundle / "github").is_dir():
+        found, notes = github_form.verify(bundle, _master_series(), source.mirror_path())
+        problems += found
+        for note in notes:
+            print(f"note: {note}")
+    else:
+        problems.append("github/: missing (the pull request's title, body, squash message and branch)")
     if repo_patches is not None and repo_patches.is_dir():
         for p in sorted(repo_patches.rglob("*")):
             rel = p.relative_to(repo_patches).as_posix()

@@ -16,13 +16,169 @@ from typing import Any, Callable
 TITLE = "Scale ZeRO-3 __avg_scatter_grads by sequence_parallel_size"
 
 
+ISSUE = 8692
+# The description a reviewer reads on one screen ends here; the rest is folded.
+FOLD = "<details><summary>Evidence: root cause, series, matrix, DeepSpeed's tests, ALST, audit, numerics, " \
+    "environment</summary>"
+MAX_HEAD_LINES = 60
+
+
 def render_pr(bundle: Path) -> str:
+    """A squash-ready GitHub pull-request description: one screen, then the evidence folded."""
     verdicts = _load_verdicts(bundle)
-    parts = [f"# {TITLE}\n", _summary(bundle), _root_cause(), _series_section(bundle), _downstream(bundle),
-             _reproduce(), _matrix(bundle, verdicts), _tests(bundle, verdicts)]
-    parts += [section(bundle) for section in EXTRA_SECTIONS]
-    parts += [_environment(verdicts), _evidence(bundle)]
-    return "\n".join(p for p in parts if p).rstrip() + "\n"
+    head = [f"# {TITLE}\n", f"Fixes #{ISSUE}\n", _problem(), _fix(bundle), _behaviour(bundle),
+            _how_tested(bundle, verdicts), _credits()]
+    body = [_root_cause(), _series_section(bundle), _downstream(bundle), _reproduce(), _matrix(bundle, verdicts),
+            _tests(bundle, verdicts), _affected(bundle)]
+    body += [section(bundle) for section in EXTRA_SECTIONS]
+    body += [_environment(verdicts), _evidence(bundle)]
+    text = "\n".join(p for p in head if p).rstrip() + "\n\n" + FOLD + "\n\n"
+    text += "\n".join(p for p in body if p).rstrip() + "\n\n</details>\n"
+    return text
+
+
+def head_lines(markdown: str) -> int:
+    """How many lines PR.md shows before its first fold."""
+    return markdown.split(FOLD, 1)[0].rstrip("\n").count("\n") + 1
+
+
+def _problem() -> str:
+    return """## Problem
+
+With Ulysses sequence parallelism (`sequence_parallel_size` = sp > 1), gradients are summed over
+the sp ranks and averaged over the dp ranks: ZeRO-0/1/2 and ZeRO-3's contiguous path do so.
+ZeRO-3's `__avg_scatter_grads` averages over sp x dp instead, so every bucket it reduces comes out
+`1/sp` too small: with the default `reduce_scatter=True`, with `contiguous_gradients=False`, and
+for any parameter larger than `reduce_bucket_size` (one model then trains at two scales). Since
+v0.11.2 (ec029e7625ae, #4530).
+"""
+
+
+def _fix(bundle: Path) -> str:
+    manifest = _read_toml(bundle / "patches" / "series.toml")
+    master = next((s for s in manifest.get("series", []) if s["name"] == "master"), None)
+    if master is None:
+        return ""
+    what = {"fix": "divides the averaging world size by `sequence_parallel_size` in `__avg_scatter_grads`, as "
+                   "the contiguous path does, and adds the capability flag "
+                   "`deepspeed.runtime.zero.stage3.ZERO3_SP_GRADIENTS_SUMMED = True`",
+            "test": "`TestZero3SequenceParallelGradientScale`: four ZeRO-3 configs, 2 ranks (sp=2) and 4 ranks "
+                    "(sp=2 x dp=2), plus an sp=2 case of the AutoEP reduce-scatter unit test",
+            "companion": "the ALST / Ulysses-HF test and tutorial backprop each rank's own loss share (their "
+                         "recipe relied on the bug)"}
+    lines = [f"## The fix (series v{master['version']}, on `{master['base_commit'][:12]}`)", ""]
+    for p in master["patches"]:
+        lines.append(f"* {_patch_subject(bundle / 'patches' / 'master' / p['file'])}: {what.get(p['role'], '')}")
+    backports = [s for s in manifest.get("series", []) if s["name"] != "master"]
+    if backports:
+        low = min(s["min_version"] for s in backports)
+        lines += ["", f"Backports for every release from {low} on: {len(backports)} series in `patches/` "
+                  "(table in the evidence below)."]
+    return "\n".join(lines) + "\n"
+
+
+def _behaviour(bundle: Path) -> str:
+    notice = "[downstream-notice.md](downstream-notice.md)" if (bundle / "downstream-notice.md").exists() \
+        else "the downstream notice"
+    return f"""## Behaviour change: release note needed
+
+Under ZeRO-3 with sp > 1 those gradients become sp times larger, equal to ZeRO-1/2's. Loss code
+that backprops a loss gathered over the sp group with the differentiable all_gather (the ALST
+tutorial, transformers 5.0-5.24, ArcticTraining) was right on ZeRO-3 only by this bug, and now
+gets sp times the gradient there, as it already does on ZeRO-1/2. transformers 5.25 multiplies
+the ZeRO-3 loss by sp for `deepspeed < 0.20.2`: this fix must ship in 0.20.2, or that gate must
+move to the release that has it; clients that must also serve backports test
+`ZERO3_SP_GRADIENTS_SUMMED` instead of the version. Who must change what, measured with each
+client's own code: {notice}.
+"""
+
+
+def _how_tested(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> str:
+    """The counts that decide the review, each rendered from a result file in the bundle."""
+    lines = ["## How it was tested", "", "CPU only (gloo), real DeepSpeed processes and collectives; every number below "
+             "is rendered from a file in this bundle."]
+    cells = {env: v for env, v in verdicts.items() if env.startswith("patch-and-test-ds")}
+    ran = sorted((v for v in cells.values() if v.get("before") or v.get("after")), key=_version_key)
+    if ran:
+        outcomes = sorted({v["outcome"] for v in ran})
+        lines.append(f"* Reproducers (2 ranks, sp=2), unpatched → patched, {len(ran)} cell{'s' if len(ran) != 1 else ''} "
+                     f"({', '.join(_cell_label(v) for v in ran)}): {', '.join(outcomes)}.")
+    not_run = sorted((v for v in cells.values() if not (v.get("before") or v.get("after"))), key=_version_key)
+    if not_run:
+        lines.append(f"* Not run here: {', '.join(_cell_label(v) for v in not_run)} "
+                     f"({not_run[0].get('error') or not_run[0]['outcome']}).")
+    for v in ran:
+        for t in v.get("tests", []):
+            counts = ", ".join(f"{n} {k}" for k, n in _counts(t["outcomes"]).items() if n) or "nothing ran"
+            lines.append(f"* {_cell_label(v)}, {t['name']}: {counts}.")
+    for name, data in _affected_results(bundle):
+        suite = data.get("suite") or {}
+        if suite:
+            lines.append(f"* DeepSpeed's own tests the series can reach, {name} ({suite['tier']} tier, "
+                         f"{len(suite['files'])} files): {_fmt_counts(suite['before'])} → {_fmt_counts(suite['after'])}; "
+                         f"regressions {len(suite['regressions'])}, pre-existing {len(suite['pre_existing'])}, "
+                         f"fixed {len(suite['fixed'])}, new {sum(1 for r in suite['results'] if r['category'] == 'new')}.")
+    rows = _downstream_rows(bundle)
+    if rows:
+        held = sum(1 for r in rows if r["matches_rule"])
+        lines.append(f"* Downstream clients' own loss code on DeepSpeed unpatched and patched: {held} of {len(rows)} "
+                     "measured gradients as the rule in the notice predicts.")
+    return "\n".join(lines) + "\n"
+
+
+def _credits() -> str:
+    return """## Credits
+
+@alanhuangyoo reported #8692, diagnosed the gap between the two reduce paths (the mixed-bucket case
+included) and wrote the 2-rank reproducers the regression test follows (`Reported-by:`).
+@Eliaaazzz pointed to #4530 and `_reduce_non_expert_gradients` for the convention: sum over sp,
+average over dp. The fix is the one proposed upstream for #8692.
+"""
+
+
+def _affected_results(bundle: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(tree name, affected.json) of every affected-tests run kept in the bundle."""
+    return [(p.parent.name, json.loads(p.read_text()))
+            for p in sorted((bundle / "results" / "affected").glob("*/affected.json"))]
+
+
+def _affected(bundle: Path) -> str:
+    """Per tree: the selection's tests before and after the series (patch_and_test.affected_job)."""
+    found = _affected_results(bundle)
+    if not found:
+        return ""
+    lines = ["## DeepSpeed's own tests the series can reach", "",
+             "`python -m patch_and_test.affected_job`: the test files the series' diffs can reach (rule in "
+             "`docs/affected-tests.md`), run before and after `git am` on the same tree; a passed-before, "
+             "failed-after test is rerun before it counts as a regression.", "",
+             "| tree | tier | files | tests before / after | before | after | regressions | pre-existing | fixed | "
+             "new | flaky | wall before / after | result |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    reasons: dict[str, str] = {}
+    for name, data in found:
+        s = data.get("suite") or {}
+        if not s:
+            lines.append(f"| {name} | | | | | | | | | | | | {data.get('outcome')}: {data.get('error')} |")
+            continue
+        new = sum(1 for r in s["results"] if r["category"] == "new")
+        lines.append(f"| {name} (`{(data.get('base') or '')[:12]}`) | {s['tier']} | {len(s['files'])} | "
+                     f"{s['collected_before']} / {s['collected_after']} | {_fmt_counts(s['before'])} | "
+                     f"{_fmt_counts(s['after'])} | {len(s['regressions'])} | {len(s['pre_existing'])} | "
+                     f"{len(s['fixed'])} | {new} | {len(s['flaky'])} | {s['wall_s_before']:.0f} s / "
+                     f"{s['wall_s_after']:.0f} s | [{data.get('outcome')}](results/affected/{name}/affected.json) |")
+        reasons.update({r["test"]: r["reason"] for r in s["results"] if r["category"] == "pre-existing"})
+        for path, why in sorted((s.get("not_collectable") or {}).items()):
+            reasons[path] = f"not collectable here: {why}"
+    if reasons:
+        lines += ["", "Pre-existing failures (the same before and after the series), with their reasons:", ""]
+        lines += [f"* `{t}`: {why}" for t, why in sorted(reasons.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _downstream_rows(bundle: Path) -> list[dict[str, Any]]:
+    rows = []
+    for path in sorted((bundle / "results" / "downstream").glob("*/*/downstream_clients.json")):
+        rows += [r for r in json.loads(path.read_text()).get("rows", []) if r.get("status") == "measured"]
+    return rows
 
 
 def _alst(bundle: Path) -> str:
@@ -209,19 +365,6 @@ def _rel(bundle: Path, path: str | Path) -> str:
         return p.relative_to(bundle).as_posix()
     except ValueError:
         return p.as_posix()
-
-
-def _summary(bundle: Path) -> str:
-    return """## Summary
-
-Fixes deepspeedai/DeepSpeed#8692. With Ulysses sequence parallelism (`sequence_parallel_size > 1`),
-ZeRO-3 returns gradients `1/sp` too small for every bucket reduced by `__avg_scatter_grads`: with
-the default `reduce_scatter=True`, with `contiguous_gradients=False`, and for every parameter larger
-than `reduce_bucket_size` (so one model can train layers at different scales). ZeRO-0/1/2 and
-ZeRO-3's contiguous path sum over the sp ranks and average over the dp ranks. This series makes
-`__avg_scatter_grads` do the same, adds the regression test `TestZero3SequenceParallelGradientScale`,
-and, where DeepSpeed has them, fixes the ALST/Ulysses-HF loss recipe that relied on the bug.
-"""
 
 
 def _root_cause() -> str:

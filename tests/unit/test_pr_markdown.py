@@ -7,3 +7,41 @@ def test_headings_go_one_level_down_but_code_blocks_stay():
     doc = "## What changes\ntext\n```bash\n# a shell comment\n```\n### Detail\n#hashtag"
     assert _demote_headings(doc).splitlines() == [
         "### What changes", "text", "```bash", "# a shell comment", "```", "#### Detail", "#hashtag"]
+
+
+def _bundle(tmp_path):
+    """A bundle holding the real patches and kept downstream results, plus one cell's verdict."""
+    import json
+    import shutil
+
+    from patch_and_test import bundle as bundle_mod, downstream_table
+
+    b = tmp_path / "bundle"
+    shutil.copytree(bundle_mod.PACKAGE_ROOT / "patches", b / "patches")
+    downstream_table.gather(tmp_path / "none", b / "results" / "downstream")
+    (b / "downstream-notice.md").write_text("# notice\n")
+    cell = b / "results" / "patch-and-test-ds0.19.8-gloo"
+    cell.mkdir(parents=True)
+    outcomes = {f"test[{c}]": "passed" for c in ("a", "b", "c", "d")}
+    verdict = {"env": "patch-and-test-ds0.19.8-gloo", "outcome": "fixed", "exit_code": 0, "backend": "gloo",
+               "source": {"version": "0.19.8"}, "before": [{"name": "before/x"}], "after": [{"name": "after/x"}],
+               "tests": [{"name": "twin TestZero3SequenceParallelGradientScale", "outcomes": outcomes,
+                          "junit": str(cell / "after" / "twin.xml")}], "suites": []}
+    (cell / "verdict.json").write_text(json.dumps(verdict))
+    return b
+
+
+def test_pr_is_one_screen_then_folded_and_squash_ready(tmp_path):
+    from patch_and_test.pr import FOLD, MAX_HEAD_LINES, head_lines, render_pr
+
+    text = render_pr(_bundle(tmp_path))
+    assert text.startswith("# Scale ZeRO-3 __avg_scatter_grads by sequence_parallel_size\n\nFixes #8692\n")
+    assert head_lines(text) <= MAX_HEAD_LINES, head_lines(text)
+    head = text.split(FOLD)[0]
+    for section in ("## Problem", "## The fix", "## Behaviour change", "## How it was tested", "## Credits"):
+        assert section in head
+    assert "@alanhuangyoo" in head and "@Eliaaazzz" in head and "0.20.2" in head
+    assert "0.19.8 gloo, twin TestZero3SequenceParallelGradientScale: 4 passed." in head
+    # The downstream count comes from the kept reports: every measured gradient matched the rule.
+    assert "16 of 16 measured gradients as the rule in the notice predicts" in head
+    assert text.rstrip().endswith("</details>") and text.count(FOLD) == 1

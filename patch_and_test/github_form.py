@@ -1,0 +1,205 @@
+"""The master series in the form a GitHub pull request needs: branch, title, body, squash message.
+
+DeepSpeed merges pull requests by squash: one commit whose message is the PR title and a body,
+with the DCO sign-offs. ``write`` puts into ``<bundle>/github/``:
+
+* ``pr-title.txt`` and ``pr-body.md`` (the body is the bundle's PR.md);
+* ``squash-message.txt``: the squash commit's message, rendered from the series' own messages;
+* ``zero3-sp-grad-scale.bundle``: a git bundle of the branch ``zero3-sp-grad-scale``, the master
+  series committed on its real base commit (the bundle's one prerequisite), and ``README.md``
+  with the commands that fetch it.
+
+The branch is built with git plumbing on the base commit itself: for each patch, ``git mailinfo``
+(author, date, message), ``git apply --cached`` into an index of the base tree, ``write-tree``
+and ``commit-tree``, which is what ``git am`` does, minus the checkout. So it needs no working
+tree of the base, and a mirror that lacks some of the base's blobs (never touched by the series)
+still gives the exact commits. The committer and its date are fixed, so the same series gives
+the same commit ids anywhere.
+
+``verify`` re-renders the title, body and squash message; with a DeepSpeed mirror it also
+checks the branch: it fetches the bundle into a clone at the base and compares it with a real
+``git am`` of the series there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from patch_and_test import errors
+from patch_and_test.series import Series, apply_series, git
+from patch_and_test.source import FIXED_IDENTITY, from_mirror
+
+BRANCH = "zero3-sp-grad-scale"
+BUNDLE_FILE = f"{BRANCH}.bundle"
+ISSUE = 8692
+TRAILER = re.compile(r"^(Fixes|Link|Reported-by|Signed-off-by|Co-developed-by|Suggested-by): ")
+# The committer of the branch's commits: fixed, so that their ids do not depend on who builds it.
+COMMITTER = {k: v for k, v in FIXED_IDENTITY.items() if k.startswith("GIT_COMMITTER_")}
+
+
+def _mailinfo(patch: Path, scratch: Path) -> tuple[dict[str, str], str, Path]:
+    """(headers, message, diff file) of one format-patch file, as ``git am`` reads it."""
+    msg, diff = scratch / "msg", scratch / "diff"
+    out = subprocess.run(["git", "mailinfo", str(msg), str(diff)], input=patch.read_bytes(),
+                         capture_output=True, check=True).stdout.decode()
+    info = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    return info, msg.read_text(), diff
+
+
+def split_message(message: str) -> tuple[list[str], list[str]]:
+    """(body lines, trailer lines) of a commit message without its subject."""
+    lines = message.rstrip("\n").splitlines()
+    trailers = [line for line in lines if TRAILER.match(line)]
+    body = [line for line in lines if not TRAILER.match(line)]
+    while body and not body[-1].strip():
+        body.pop()
+    while body and not body[0].strip():
+        body.pop(0)
+    return body, trailers
+
+
+def series_messages(series: Series) -> list[tuple[str, list[str], list[str]]]:
+    """(subject, body, trailers) of each patch, read with ``git mailinfo``."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="zero3-sp-mailinfo.") as tmp:
+        for patch in series.patches:
+            info, message, _ = _mailinfo(patch.path, Path(tmp))
+            out.append((info["Subject"], *split_message(message)))
+    return out
+
+
+def title(series: Series) -> str:
+    return series_messages(series)[0][0]
+
+
+def squash_message(series: Series) -> str:
+    """Title, the fix's own message, one line per other commit, ``Fixes #N``, every trailer once."""
+    messages = series_messages(series)
+    subject, body, _ = messages[0]
+    lines = [subject, "", *body, ""]
+    lines += [f"* {s}" for s, _, _ in messages[1:]]
+    lines += ["", f"Fixes #{ISSUE}", ""]
+    seen: list[str] = []
+    for _, _, trailers in messages:
+        seen += [t for t in trailers if t not in seen and not t.startswith("Link: ")]
+    # Fixes:/Reported-by: first, sign-offs last (DCO).
+    lines += sorted(seen, key=lambda t: t.startswith("Signed-off-by: "))
+    return "\n".join(lines) + "\n"
+
+
+def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
+    """(repo, head) of ``BRANCH``: the series committed on ``series.base_commit`` in a scratch clone."""
+    repo = work / "branch.git"
+    subprocess.run(["git", "clone", "-q", "--bare", "--shared", str(mirror), str(repo)], check=True,
+                   capture_output=True)
+    if git(repo, "cat-file", "-e", f"{series.base_commit}^{{commit}}", check=False).returncode != 0:
+        raise errors.BadInput(f"{series.base_commit[:12]} (the {series.name} series' base) is not in {mirror}")
+    index = work / "index"
+    env = {**os.environ, "GIT_INDEX_FILE": str(index), **COMMITTER}
+    git(repo, "read-tree", series.base_commit, env=env)
+    head = series.base_commit
+    for patch in series.patches:
+        info, message, diff = _mailinfo(patch.path, work)
+        applied = git(repo, "apply", "--cached", "--whitespace=nowarn", str(diff), check=False, env=env)
+        if applied.returncode != 0:
+            raise errors.SeriesDoesNotApply(f"{patch.file} does not apply to {series.base_commit[:12]}: "
+                                            f"{applied.stderr.strip().splitlines()[0]}")
+        tree = git(repo, "write-tree", "--missing-ok", env=env).stdout.strip()
+        author = {"GIT_AUTHOR_NAME": info["Author"], "GIT_AUTHOR_EMAIL": info["Email"], "GIT_AUTHOR_DATE": info["Date"]}
+        full = f"{info['Subject']}\n\n{message}"
+        head = subprocess.run(["git", "-C", str(repo), "commit-tree", tree, "-p", head], input=full, text=True,
+                              capture_output=True, check=True, env={**env, **author}).stdout.strip()
+    git(repo, "update-ref", f"refs/heads/{BRANCH}", head)
+    return repo, head
+
+
+README = """# The master series as a branch
+
+`{bundle}` holds the branch `{branch}`: the master series (v{version}) committed on DeepSpeed's
+`{base}` ({base_ref}), head `{head}`. Its only prerequisite is that base commit.
+
+```bash
+cd DeepSpeed && git fetch origin && git checkout -q {base_short}
+git bundle verify /path/to/{bundle}
+git fetch /path/to/{bundle} {branch}:{branch}
+git diff --stat {base_short} {branch}      # the series' 3 commits
+```
+
+Pull request: title `pr-title.txt`, body `pr-body.md` (the bundle's PR.md); squash merge with
+`squash-message.txt`.
+"""
+
+
+def write(bundle: Path, series: Series, mirror: Path | None) -> list[str]:
+    """Write ``<bundle>/github/``; returns notes (what could not be made here, and why)."""
+    out = bundle / "github"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pr-title.txt").write_text(title(series) + "\n")
+    (out / "squash-message.txt").write_text(squash_message(series))
+    if (bundle / "PR.md").exists():
+        (out / "pr-body.md").write_text((bundle / "PR.md").read_text())
+    if mirror is None or not mirror.exists():
+        return [f"github/{BUNDLE_FILE}: not made (no DeepSpeed mirror: set DEEPSPEED_MIRROR)"]
+    with tempfile.TemporaryDirectory(prefix="zero3-sp-branch.") as tmp:
+        repo, head = build_branch(mirror, series, Path(tmp))
+        git(repo, "bundle", "create", str(out / BUNDLE_FILE), BRANCH, f"^{series.base_commit}")
+    (out / "README.md").write_text(README.format(bundle=BUNDLE_FILE, branch=BRANCH, version=series.version,
+                                                 base=series.base_commit, base_short=series.base_commit[:12],
+                                                 base_ref=series.base_ref, head=head))
+    return []
+
+
+def verify(bundle: Path, series: Series, mirror: Path | None) -> tuple[list[str], list[str]]:
+    """(problems, notes) of ``<bundle>/github/``."""
+    out = bundle / "github"
+    problems: list[str] = []
+    expected = {"pr-title.txt": title(series) + "\n", "squash-message.txt": squash_message(series)}
+    if (bundle / "PR.md").exists():
+        expected["pr-body.md"] = (bundle / "PR.md").read_text()
+    for name, text in expected.items():
+        path = out / name
+        if not path.exists():
+            problems.append(f"github/{name}: missing")
+        elif path.read_text() != text:
+            problems.append(f"github/{name}: differs from what the series and PR.md give")
+    branch_file = out / BUNDLE_FILE
+    if not branch_file.exists():
+        return problems, [f"github/{BUNDLE_FILE}: absent (the bundle was built without a DeepSpeed mirror)"]
+    if mirror is None or not mirror.exists():
+        return problems, [f"github/{BUNDLE_FILE}: not checked (no DeepSpeed mirror: set DEEPSPEED_MIRROR)"]
+    return problems + check_branch(branch_file, series, mirror), []
+
+
+def check_branch(branch_file: Path, series: Series, mirror: Path) -> list[str]:
+    """Fetch the bundle into a clone at the base; compare with ``git am`` of the series there."""
+    with tempfile.TemporaryDirectory(prefix="zero3-sp-branch-check.") as tmp:
+        tree = from_mirror(series.base_commit, mirror, branch="zero3-sp-am", cache=Path(tmp) / "cache")
+        try:
+            repo = tree.path
+            checked = git(repo, "bundle", "verify", str(branch_file), check=False)
+            if checked.returncode != 0:
+                return [f"github/{BUNDLE_FILE}: git bundle verify failed: {checked.stderr.strip()[-200:]}"]
+            git(repo, "fetch", "-q", str(branch_file), f"{BRANCH}:refs/heads/{BRANCH}")
+            am = apply_series(repo, series)
+            problems = []
+            # The clone's base drops the blobs the mirror lacks (never touched by the series): the
+            # trees may differ only there, and the series' diffs must be the same bytes.
+            dropped = set(tree.dropped_paths)
+            differ = git(repo, "diff", "--name-only", am.head, BRANCH).stdout.split()
+            stray = [p for p in differ if not any(p == d or p.startswith(d.rstrip("/") + "/") for d in dropped)]
+            if stray:
+                problems.append(f"github/{BUNDLE_FILE}: its tree differs from git am of the series in {stray[:3]}")
+            ours = git(repo, "diff", "--binary", series.base_commit, BRANCH).stdout
+            theirs = git(repo, "diff", "--binary", am.base, am.head).stdout
+            if ours != theirs:
+                problems.append(f"github/{BUNDLE_FILE}: its diff from the base differs from git am of the series")
+            subjects = git(repo, "log", "--format=%s", f"{series.base_commit}..{BRANCH}").stdout.splitlines()
+            if subjects[::-1] != [s for s, _, _ in series_messages(series)]:
+                problems.append(f"github/{BUNDLE_FILE}: its commits are not the series' ({subjects})")
+            return problems
+        finally:
+            tree.release()
