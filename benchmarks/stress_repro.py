@@ -1,56 +1,307 @@
 #!/usr/bin/env python
-"""Stress: N consecutive launches of each reproducer must all give the same verdict.
+"""Stress and faults: many launches of each reproducer, counted for false reds, hangs and leaks.
+
+Launches (defaults): 50 of each 2-rank reproducer, 20 of the 4-rank layout (sp=2 x dp=2), 10
+under torchrun. Each must give the expected verdict (exit 0 under --expect, default buggy on an
+unpatched DeepSpeed) within its deadline. After each, nothing it started may be left: no process
+(found by a tag in its environment, which every rank inherits) and no DeepSpeed ``/dev/shm``
+segment that was not there before.
+
+Faults, each under the same leak checks, with the exit code the reproducers document
+(``repro/cli.py``):
+
+* ``kill-rank``: rank 1 gets SIGKILL mid-run (after DeepSpeed is up, during the collectives):
+  exit 2, naming rank 1;
+* ``sigint-parent``: the launching process gets SIGINT (Ctrl-C) mid-run: exit 130, ranks stopped;
+* ``unwritable-results``: ``--json`` under a path that cannot be a folder: exit 2 with one line,
+  before any rank starts;
+* ``deadline``: ``--timeout 5``: exit 2 naming the ranks still running.
 
 About 12% of 2-rank DeepSpeed runs abort at process exit after the work succeeded
-(docs/runtime-facts.md). The launcher absorbs that (ranks leave with os._exit after reporting;
-a rank that reported and then died is counted as done). This loop proves it: every launch
-of a script must return the same exit code, and it counts how many launches needed the
-absorption. Writes results/benchmarks/stress_repro.json.
+(docs/runtime-facts.md); the launcher absorbs that, and the count of absorbed aborts is kept.
+
+    python benchmarks/stress_repro.py [--launches 50 --four-rank 20 --torchrun 10] [--expect buggy]
+
+Writes results/benchmarks/stress_repro.json (or --out); exit 0 when there is no false red, hang or
+leak and every fault ended as documented.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
+import dataclasses
+import os
+import signal
+import statistics
+import subprocess
 import sys
+import threading
+import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, default_python, environment, timed_run, write_result  # noqa: E402
+from _common import ROOT, default_python, environment, write_result  # noqa: E402
 
-SCRIPTS = ("zero3_sp_grad_scale.py", "zero3_sp_mixed_bucket.py")
+TAG_VAR = "ZERO3_SP_STRESS_TAG"
+REPRO = ROOT / "repro"
+TWO_RANK = ("zero3_sp_grad_scale.py", "zero3_sp_mixed_bucket.py")
+DEADLINE_S = 300.0  # the reproducers' own default --timeout
+MARGIN_S = 60.0  # on top of it before the stress loop calls a launch hung
 
 
-def main() -> int:
+@dataclasses.dataclass
+class Launch:
+    kind: str  # "2-rank", "4-rank", "torchrun" or a fault's name
+    script: str
+    exit_code: int | None  # None: hung (killed by the stress loop)
+    expected: int
+    wall_s: float
+    leaked_processes: list[str]
+    leaked_shm: list[str]
+    teardown_aborts_absorbed: int
+    stderr_tail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == self.expected and not self.leaked_processes and not self.leaked_shm
+
+
+def shm_segments() -> set[str]:
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.glob("deepspeed_*")} if shm.is_dir() else set()
+
+
+def tagged_processes(tag: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose environment carries ``tag``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"{TAG_VAR}={tag}".encode() not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            state = next((line.split()[1] for line in (entry / "status").read_text().splitlines()
+                          if line.startswith("State:")), "?")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if state != "Z":
+            found.append((int(entry.name), cmd))
+    return found
+
+
+def _env_of(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return {}
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+
+
+def rank_pids(tag: str, parent: int) -> dict[int, int]:
+    """rank -> pid of the ranks of one launch (processes with the tag and a RANK, not the parent)."""
+    out = {}
+    for pid, _ in tagged_processes(tag):
+        env = _env_of(pid)
+        if pid != parent and "RANK" in env and "LOCAL_RANK" in env:
+            out[int(env["RANK"])] = pid
+    return out
+
+
+def ports_of(tag: str) -> set[str]:
+    """The MASTER_PORTs of a launch's live ranks: DeepSpeed names its /dev/shm segments after them."""
+    return {_env_of(pid).get("MASTER_PORT", "") for pid, _ in tagged_processes(tag)} - {""}
+
+
+def _owned(name: str, ports: set[str]) -> bool:
+    # deepspeed_<kind>_<MASTER_ADDR>_<MASTER_PORT>_<rank>: other jobs' segments are not this launch's
+    return any(f"_{port}_" in name for port in ports)
+
+
+def leftovers(tag: str, shm_before: set[str], ports: set[str], grace_s: float = 5.0) -> tuple[list[str], list[str]]:
+    """What a finished launch left behind, after a short grace for the kernel to reap."""
+    end = time.monotonic() + grace_s
+    while True:
+        procs = [f"{pid} {cmd[:120]}" for pid, cmd in tagged_processes(tag)]
+        shm = sorted(n for n in shm_segments() - shm_before if _owned(n, ports))
+        if (not procs and not shm) or time.monotonic() > end:
+            return procs, shm
+        time.sleep(0.2)
+
+
+def _cleanup(tag: str, shm_new: list[str]) -> None:
+    """Leave the machine as it was for the next launch (what leaked is already counted)."""
+    for pid, _ in tagged_processes(tag):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for name in shm_new:
+        Path("/dev/shm", name).unlink(missing_ok=True)
+
+
+def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: float = DEADLINE_S + MARGIN_S) -> Launch:
+    """One launch with a fresh tag; ``fault(proc, tag)`` runs beside it (it may signal the launch)."""
+    tag = uuid.uuid4().hex
+    shm_before = shm_segments()
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, TAG_VAR: tag}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ports: set[str] = set()
+    stop = threading.Event()
+
+    def watch() -> None:  # the ranks' ports, while they live
+        while not stop.is_set():
+            ports.update(ports_of(tag))
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    if fault is not None:
+        fault(proc, tag)
+    try:
+        _, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        code = None
+    wall = time.monotonic() - start
+    stop.set()
+    watcher.join()
+    procs, shm = leftovers(tag, shm_before, ports)
+    _cleanup(tag, shm)
+    script = next((Path(a).name for a in argv if a.endswith(".py")), "?")
+    return Launch(kind, script, code, expected, round(wall, 2), procs, shm,
+                  sum("during teardown" in line for line in err.splitlines()), err[-1500:])
+
+
+def _wait_for_ranks(proc: subprocess.Popen, tag: str, count: int, limit_s: float = 120.0) -> dict[int, int]:
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end and proc.poll() is None:
+        ranks = rank_pids(tag, proc.pid)
+        if len(ranks) >= count:
+            return ranks
+        time.sleep(0.1)
+    return {}
+
+
+def _wait_until_running(proc: subprocess.Popen, tag: str, limit_s: float = 240.0) -> dict[int, int]:
+    """The ranks, once rank 1's log shows DeepSpeed's engine up: the reproducer then builds one engine
+    per config and reduces its gradients, so a fault a moment later lands mid-run, among collectives."""
+    ranks = _wait_for_ranks(proc, tag, 2, limit_s)
+    if 1 not in ranks:
+        return ranks
+    try:
+        log = Path(os.readlink(f"/proc/{ranks[1]}/fd/1"))
+    except OSError:
+        return ranks
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end and proc.poll() is None:
+        try:
+            if "DeepSpeed" in log.read_text(errors="replace"):
+                time.sleep(1.0)
+                return ranks
+        except OSError:
+            return ranks
+        time.sleep(0.1)
+    return ranks
+
+
+def fault_kill_rank(proc: subprocess.Popen, tag: str) -> None:
+    """SIGKILL rank 1 mid-run."""
+    ranks = _wait_until_running(proc, tag)
+    if 1 in ranks and proc.poll() is None:
+        os.kill(ranks[1], signal.SIGKILL)
+
+
+def fault_sigint(proc: subprocess.Popen, tag: str) -> None:
+    """SIGINT (Ctrl-C) to the launching process mid-run."""
+    _wait_until_running(proc, tag)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGINT)
+
+
+def run_all(args) -> dict:
+    py = args.python
+    runs: list[Launch] = []
+
+    def record(run: Launch, label: str) -> Launch:
+        runs.append(run)
+        state = "hung" if run.exit_code is None else f"exit {run.exit_code}"
+        extra = (f"; leaked {len(run.leaked_processes)} process(es), {len(run.leaked_shm)} shm segment(s)"
+                 if run.leaked_processes or run.leaked_shm else "")
+        print(f"{label}: {state} (expected {run.expected}), {run.wall_s} s{extra}", flush=True)
+        return run
+
+    expect = ["--expect", args.expect, "--backend", "gloo"]
+    for script in TWO_RANK:
+        for i in range(args.launches):
+            record(launch("2-rank", [py, str(REPRO / script), *expect], 0), f"{script} 2-rank #{i + 1}")
+    for i in range(args.four_rank):
+        record(launch("4-rank", [py, str(REPRO / TWO_RANK[0]), "--world-size", "4", "--sp", "2", *expect], 0),
+               f"{TWO_RANK[0]} 4-rank #{i + 1}")
+    for i in range(args.torchrun):
+        argv = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(REPRO / TWO_RANK[0]),
+                *expect]
+        record(launch("torchrun", argv, 0), f"{TWO_RANK[0]} torchrun #{i + 1}")
+
+    base = [py, str(REPRO / TWO_RANK[0]), *expect]
+    faults = [
+        ("kill-rank", launch("kill-rank", base, 2, fault=fault_kill_rank), "rank 1"),
+        ("sigint-parent", launch("sigint-parent", base, 130, fault=fault_sigint), "interrupted"),
+        ("unwritable-results", launch("unwritable-results", [*base, "--json", "/dev/null/stress/out.json"], 2),
+         "error: cannot write the results file"),
+        ("deadline", launch("deadline", [*base, "--timeout", "5"], 2), "timeout after 5 s"),
+    ]
+    fault_rows = []
+    for name, run, needle in faults:
+        record(run, f"fault {name}")
+        handled = run.ok and needle in run.stderr_tail and run.wall_s < DEADLINE_S
+        fault_rows.append({"fault": name, "handled": handled, "expected_exit": run.expected, "exit": run.exit_code,
+                           "wall_s": run.wall_s, "message_has": needle, "leaked_processes": run.leaked_processes,
+                           "leaked_shm": run.leaked_shm, "stderr_tail": run.stderr_tail[-400:]})
+
+    verdict_runs = [r for r in runs if r.kind in ("2-rank", "4-rank", "torchrun")]
+    by_kind = {}
+    for kind in ("2-rank", "4-rank", "torchrun"):
+        rows = [r for r in verdict_runs if r.kind == kind]
+        by_kind[kind] = {"launches": len(rows), "false_reds": sum(r.exit_code not in (None, r.expected) for r in rows),
+                         "hangs": sum(r.exit_code is None for r in rows),
+                         "leaked_processes": sum(bool(r.leaked_processes) for r in rows),
+                         "leaked_shm": sum(bool(r.leaked_shm) for r in rows),
+                         "teardown_aborts_absorbed": sum(r.teardown_aborts_absorbed for r in rows),
+                         "median_wall_s": round(statistics.median([r.wall_s for r in rows]), 2) if rows else None}
+    totals = {k: sum(v[k] for v in by_kind.values())
+              for k in ("launches", "false_reds", "hangs", "leaked_processes", "leaked_shm")}
+    ok = (totals["false_reds"] == totals["hangs"] == totals["leaked_processes"] == totals["leaked_shm"] == 0
+          and all(f["handled"] for f in fault_rows))
+    bad = [dataclasses.asdict(r) for r in runs if not r.ok][:10]
+    return {"benchmark": "stress_repro", "expect": args.expect, "by_kind": by_kind, "totals": totals,
+            "faults": fault_rows, "not_ok_launches": bad, "ok": ok}
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--launches", type=int, default=50)
+    parser.add_argument("--launches", type=int, default=50, help="launches of each 2-rank reproducer")
+    parser.add_argument("--four-rank", type=int, default=20, help="launches of the 4-rank layout (sp=2 x dp=2)")
+    parser.add_argument("--torchrun", type=int, default=10, help="launches under torchrun")
     parser.add_argument("--expect", choices=["buggy", "fixed"], default="buggy")
     parser.add_argument("--python", default=default_python())
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-
-    summary = {}
-    for name in SCRIPTS:
-        codes = collections.Counter()
-        notes = 0
-        failures = []
-        for i in range(args.launches):
-            run = timed_run(args.python, ROOT / "repro" / name, "--expect", args.expect, "--backend", "gloo")
-            codes[run.returncode] += 1
-            notes += run.teardown_notes
-            if run.returncode != 0:
-                failures.append({"launch": i, "returncode": run.returncode, "stderr_tail": run.stderr_tail})
-            print(f"{name} #{i + 1}: exit {run.returncode} ({run.wall_s} s)", flush=True)
-        summary[name] = {"launches": args.launches, "exit_codes": dict(codes), "same_verdict_every_time": len(codes) == 1,
-                         "launches_with_absorbed_teardown_abort": notes, "failures": failures[:5]}
-    ok = all(s["same_verdict_every_time"] and 0 in s["exit_codes"] for s in summary.values())
-    path = write_result("stress_repro", {"benchmark": "stress_repro", "environment": environment(args.python),
-                                         "expect": args.expect, "scripts": summary, "ok": ok}, args.out)
-    for name, s in summary.items():
-        print(f"{name}: {s['exit_codes']} over {s['launches']} launches; "
-              f"teardown aborts absorbed: {s['launches_with_absorbed_teardown_abort']}")
-    print(f"{'OK' if ok else 'FAILED'}: {path}")
-    return 0 if ok else 1
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    payload = {"environment": environment(args.python), **run_all(args)}
+    payload["wall_s"] = round(time.monotonic() - started, 1)
+    path = write_result("stress_repro", payload, args.out)
+    t = payload["totals"]
+    handled = sum(f["handled"] for f in payload["faults"])
+    print(f"{t['launches']} launches: {t['false_reds']} false reds, {t['hangs']} hangs, {t['leaked_processes']} "
+          f"with leaked processes, {t['leaked_shm']} with leaked /dev/shm segments; faults handled "
+          f"{handled}/{len(payload['faults'])}")
+    print(f"{'OK' if payload['ok'] else 'FAILED'}: {path}")
+    return 0 if payload["ok"] else 1
 
 
 if __name__ == "__main__":

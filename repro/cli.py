@@ -15,6 +15,7 @@ EXIT_HOLDS = 0
 EXIT_DOES_NOT_HOLD = 1
 EXIT_ERROR = 2
 EXIT_SKIP = 77
+EXIT_INTERRUPTED = 130  # SIGINT / Ctrl-C: every rank torn down first (the shell's 128 + SIGINT)
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -23,6 +24,7 @@ exit codes:
   1   the expectation does not hold (under --expect fixed: the bug is reproduced)
   2   could not run: bad input, a rank crashed or the deadline passed
   77  skipped, with a one-line reason (e.g. nccl with fewer GPUs than ranks)
+  130 interrupted (SIGINT, Ctrl-C); every rank was stopped first
 """
 
 LAUNCH_HELP = """\
@@ -84,10 +86,28 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> Rep
         raise UsageError(f"world size {world_size} is not divisible by --sp {ns.sp}")
     if ns.timeout <= 0:
         raise UsageError(f"--timeout must be > 0, got {ns.timeout}")
+    if ns.json is not None:
+        _check_writable(ns.json)
     common = {"world_size", "sp", "backend", "expect", "json", "timeout", "keep_logs", "local_rank"}
     extra = {k: v for k, v in vars(ns).items() if k not in common}
     return ReproArgs(world_size=world_size, sp=ns.sp, backend=_resolve_backend(ns.backend, world_size),
                      expect=ns.expect, json=ns.json, timeout=ns.timeout, keep_logs=ns.keep_logs, extra=extra)
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse a results file that cannot be written before any rank starts (not after the work)."""
+    import os
+
+    folder = path.parent
+    existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UsageError(f"cannot write the results file {path}: {existing} is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot write the results file {path}: {err.strerror or err}") from err
+    if path.is_dir() or not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"cannot write the results file {path}: not a writable file")
 
 
 def _launcher_world_size() -> int | None:

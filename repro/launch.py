@@ -35,7 +35,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Callable
 
-from repro.cli import EXIT_DOES_NOT_HOLD, EXIT_ERROR, EXIT_HOLDS, EXIT_SKIP, ReproArgs
+from repro.cli import EXIT_DOES_NOT_HOLD, EXIT_ERROR, EXIT_HOLDS, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs
 from repro.env import rank_environment
 from repro.topology import Topology
 
@@ -150,7 +150,13 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink) -> int:
                 proc = subprocess.Popen([sys.executable, str(script), *sys.argv[1:]], env=env, stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             children.append(_Child(rank, proc, log))
-        code = _wait(children, workdir, deadline, args)
+        try:
+            code = _wait(children, workdir, deadline, args)
+        except KeyboardInterrupt:
+            # The ranks run in their own sessions and never see the terminal's SIGINT: stop them here.
+            _kill_all(children)
+            print(f"interrupted: stopped ranks {[c.rank for c in children]}", file=sys.stderr, flush=True)
+            return EXIT_INTERRUPTED
         report = workdir / _REPORT_FILE
         if code in (EXIT_HOLDS, EXIT_DOES_NOT_HOLD):
             if not report.exists():

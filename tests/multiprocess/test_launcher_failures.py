@@ -83,3 +83,30 @@ def test_nccl_without_enough_gpus_is_skipped():
         pytest.skip("this machine has the GPUs: nothing to skip")
     run = launch(REPRO / "zero3_sp_grad_scale.py", "--backend", "nccl", timeout=60)
     assert run.returncode == 77 and run.stdout.startswith("SKIP: nccl needs one GPU per rank")
+
+
+def test_sigint_stops_every_rank_and_exits_130(pid_dir):
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, str(FAULTY), "--fault", "hang", "--backend", "gloo"], cwd=ROOT,
+                            env={**os.environ, "FAULTY_PID_DIR": str(pid_dir)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 120
+    while len(list(pid_dir.glob("rank*.pid"))) < 2 and time.monotonic() < end:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C; the ranks run in their own sessions and never see it
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: stopped ranks [0, 1]" in err and "Traceback" not in err
+    _assert_no_survivors(pid_dir)
+
+
+def test_a_results_file_that_cannot_be_written_fails_before_any_rank_starts(pid_dir):
+    run = launch(FAULTY, "--fault", "raise", "--backend", "gloo", "--json", "/dev/null/out/report.json",
+                 env={"FAULTY_PID_DIR": str(pid_dir)}, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip() == ("error: cannot write the results file /dev/null/out/report.json: "
+                                  "/dev/null is not a folder")
+    assert not list(pid_dir.glob("rank*.pid"))
