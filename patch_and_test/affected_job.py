@@ -27,6 +27,7 @@ from patch_and_test.errors import Exit, PipelineError
 class AffectedVerdict:
     source: str
     series: str
+    version: str | None = None  # the tree's version.txt
     base: str | None = None
     head: str | None = None
     selection: affected.Selection | None = None
@@ -87,6 +88,7 @@ def run(src: Path,
         chosen = series_from_dir(series_dir)
         tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
         verdict.base = series_mod.git(tree.path, "rev-parse", "HEAD").stdout.strip()
+        verdict.version = tree.version
         selection = affected.select(affected.series_changes(series_dir), tree.path)
         verdict.selection = selection
         print(selection.describe(), flush=True)
@@ -114,7 +116,30 @@ def run(src: Path,
     return verdict
 
 
+KEPT = Path(__file__).resolve().parents[1] / "docs" / "affected-results"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "affected-tests.md"
+BEGIN, END = "<!-- affected-results: begin (rendered by python -m patch_and_test.affected_job --table) -->", \
+    "<!-- affected-results: end -->"
+
+
+def render_doc(document: str, root: Path = KEPT) -> str:
+    """``document`` with the block between BEGIN and END replaced by the table of the runs under ``root``."""
+    from patch_and_test.pr import affected_results, affected_table
+
+    head, _, rest = document.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    table = affected_table(affected_results(root), "affected-results")
+    return f"{head}{BEGIN}\n{table}\n{END}{tail}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--table":
+        # Re-render the kept runs' table into docs/affected-tests.md (after copying a run into docs/affected-results).
+        DOC.write_text(render_doc(DOC.read_text()))
+        print(f"{DOC}: table of {len(list(KEPT.glob('*/affected.json')))} kept runs")
+        return 0
     parser = argparse.ArgumentParser(prog="python -m patch_and_test.affected_job",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

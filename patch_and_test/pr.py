@@ -114,7 +114,8 @@ def _how_tested(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> str:
     for name, data in _affected_results(bundle):
         suite = data.get("suite") or {}
         if suite:
-            lines.append(f"* DeepSpeed's own tests the series can reach, {name} ({suite['tier']} tier, "
+            lines.append(f"* DeepSpeed's own tests the series can reach, {name} {data.get('version') or ''} "
+                         f"({suite['tier']} tier, "
                          f"{len(suite['files'])} files): {_fmt_counts(suite['before'])} → {_fmt_counts(suite['after'])}; "
                          f"regressions {len(suite['regressions'])}, pre-existing {len(suite['pre_existing'])}, "
                          f"fixed {len(suite['fixed'])}, new {sum(1 for r in suite['results'] if r['category'] == 'new')}.")
@@ -138,8 +139,42 @@ average over dp. The fix is the one proposed upstream for #8692.
 
 def _affected_results(bundle: Path) -> list[tuple[str, dict[str, Any]]]:
     """(tree name, affected.json) of every affected-tests run kept in the bundle."""
-    return [(p.parent.name, json.loads(p.read_text()))
-            for p in sorted((bundle / "results" / "affected").glob("*/affected.json"))]
+    return affected_results(bundle / "results" / "affected")
+
+
+def affected_results(root: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(tree name, affected.json) under ``root``: master first, then the newest tree first."""
+    found = [(p.parent.name, json.loads(p.read_text())) for p in sorted(root.glob("*/affected.json"))]
+    return sorted(found, key=lambda f: (f[0] != "master", [-n for n in _num_key(f[1].get("version") or "")]))
+
+
+def affected_table(found: list[tuple[str, dict[str, Any]]], link_root: str) -> str:
+    """Per tree: the selection's tests before and after the series, and the pre-existing failures' reasons."""
+    lines = ["| tree | tier | files | tests before / after | before | after | regressions | pre-existing | fixed | "
+             "new | flaky | wall before / after | result |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    reasons: dict[str, set[str]] = {}
+    for name, data in found:
+        s = data.get("suite") or {}
+        link = f"[{data.get('outcome')}]({link_root}/{name}/affected.json)"
+        if not s:
+            lines.append(f"| {name} | | | | | | | | | | | | {link}: {data.get('error')} |")
+            continue
+        new = sum(1 for r in s["results"] if r["category"] == "new")
+        version = f" {data['version']}" if data.get("version") else ""
+        lines.append(f"| {name}{version} (`{(data.get('base') or '')[:12]}`) | {s['tier']} | {len(s['files'])} | "
+                     f"{s['collected_before']} / {s['collected_after']} | {_fmt_counts(s['before'])} | "
+                     f"{_fmt_counts(s['after'])} | {len(s['regressions'])} | {len(s['pre_existing'])} | "
+                     f"{len(s['fixed'])} | {new} | {len(s['flaky'])} | {s['wall_s_before']:.0f} s / "
+                     f"{s['wall_s_after']:.0f} s | {link} |")
+        for r in s["results"]:
+            if r["category"] in ("pre-existing", "regression", "flaky"):
+                reasons.setdefault(f"{r['category']}: `{r['test']}`: {r['reason']}", set()).add(name)
+        for path, why in sorted((s.get("not_collectable") or {}).items()):
+            reasons.setdefault(f"not collectable: `{path}`: {why}", set()).add(name)
+    if reasons:
+        lines += ["", "Every test that did not pass both times, with its reason and the trees it failed on:", ""]
+        lines += [f"* {what} ({', '.join(sorted(trees))})" for what, trees in sorted(reasons.items())]
+    return "\n".join(lines)
 
 
 def _affected(bundle: Path) -> str:
@@ -147,31 +182,12 @@ def _affected(bundle: Path) -> str:
     found = _affected_results(bundle)
     if not found:
         return ""
-    lines = ["## DeepSpeed's own tests the series can reach", "",
-             "`python -m patch_and_test.affected_job`: the test files the series' diffs can reach (rule in "
-             "`docs/affected-tests.md`), run before and after `git am` on the same tree; a passed-before, "
-             "failed-after test is rerun before it counts as a regression.", "",
-             "| tree | tier | files | tests before / after | before | after | regressions | pre-existing | fixed | "
-             "new | flaky | wall before / after | result |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    reasons: dict[str, str] = {}
-    for name, data in found:
-        s = data.get("suite") or {}
-        if not s:
-            lines.append(f"| {name} | | | | | | | | | | | | {data.get('outcome')}: {data.get('error')} |")
-            continue
-        new = sum(1 for r in s["results"] if r["category"] == "new")
-        lines.append(f"| {name} (`{(data.get('base') or '')[:12]}`) | {s['tier']} | {len(s['files'])} | "
-                     f"{s['collected_before']} / {s['collected_after']} | {_fmt_counts(s['before'])} | "
-                     f"{_fmt_counts(s['after'])} | {len(s['regressions'])} | {len(s['pre_existing'])} | "
-                     f"{len(s['fixed'])} | {new} | {len(s['flaky'])} | {s['wall_s_before']:.0f} s / "
-                     f"{s['wall_s_after']:.0f} s | [{data.get('outcome')}](results/affected/{name}/affected.json) |")
-        reasons.update({r["test"]: r["reason"] for r in s["results"] if r["category"] == "pre-existing"})
-        for path, why in sorted((s.get("not_collectable") or {}).items()):
-            reasons[path] = f"not collectable here: {why}"
-    if reasons:
-        lines += ["", "Pre-existing failures (the same before and after the series), with their reasons:", ""]
-        lines += [f"* `{t}`: {why}" for t, why in sorted(reasons.items())]
-    return "\n".join(lines) + "\n"
+    return "\n".join([
+        "## DeepSpeed's own tests the series can reach", "",
+        "`python -m patch_and_test.affected_job`: the test files the series' diffs can reach (rule in "
+        "`docs/affected-tests.md`), run before and after `git am` on the same tree; a passed-before, "
+        "failed-after test is rerun before it counts as a regression.", "",
+        affected_table(found, "results/affected")]) + "\n"
 
 
 def _downstream_rows(bundle: Path) -> list[dict[str, Any]]:

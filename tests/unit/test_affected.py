@@ -177,3 +177,15 @@ def test_newly_read_means_attributes_of_self_or_cls():
     assert affected._code_names("x = dist.get_world_size(group=self.dp_group) * cls.factor + other.attr") == {
         "dp_group", "factor"}
     assert affected._code_names("y = myself.value  # self.comment") == set()
+
+
+def test_docs_table_is_the_kept_runs_as_rendered():
+    # docs/affected-tests.md shows the kept affected-tests runs; every number comes from their files.
+    from patch_and_test.affected_job import DOC, KEPT, render_doc
+
+    runs = sorted(KEPT.glob("*/affected.json"))
+    assert runs and any(p.parent.name == "master" for p in runs)
+    text = DOC.read_text()
+    assert text == render_doc(text), "run python -m patch_and_test.affected_job --table"
+    for path in runs:
+        assert f"(affected-results/{path.parent.name}/affected.json)" in text
