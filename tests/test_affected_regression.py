@@ -25,7 +25,7 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "regressing-series"
 AUTOEP = "tests/unit/v1/moe/test_autoep_unit.py"
 REGRESSED = "test_zero3_autoep_reduce_scatter_grads_average_by_global_dp"
 
-pytestmark = [pytest.mark.mirror, pytest.mark.slow]
+pytestmark = [pytest.mark.mirror, pytest.mark.git_tools, pytest.mark.slow_tier]
 
 
 @pytest.fixture(scope="module")

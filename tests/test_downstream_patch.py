@@ -17,7 +17,7 @@ import pytest
 from patch_and_test import downstream, source
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.slow_tier]
 
 PATCHES = sorted((ROOT / "patches" / "downstream" / "transformers").glob("*.patch"))
 VERSION = "5.25.0"

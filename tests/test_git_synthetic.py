@@ -17,7 +17,7 @@ from patch_and_test.series import Patch, Series, apply_series, load_manifest, tr
 
 from tests.conftest import repo_state
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.git_tools
 
 STAGE3 = """# SPDX-License-Identifier: Apache-2.0
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 
+import pytest
+
 from patch_and_test import github_form
+
+pytestmark = [pytest.mark.mirror, pytest.mark.slow_tier]
 
 
 def test_branch_bundle_is_git_am_of_the_series(mirror, manifest, tmp_path):

@@ -99,7 +99,7 @@ def _have_tools() -> bool:
     return True
 
 
-@pytest.mark.slow
+@pytest.mark.git_tools
 def test_tools_find_format_import_and_spelling_problems(tmp_path):
     if not _have_tools():
         pytest.skip("yapf==0.40.0 flake8==5.0.4 codespell==2.1.0 are not installed here")

@@ -13,7 +13,7 @@ from patch_and_test.series import (apply_series, load_manifest, parse_version, s
 
 from tests.conftest import SUPPORTED_TAGS, git
 
-pytestmark = pytest.mark.mirror
+pytestmark = [pytest.mark.mirror, pytest.mark.slow_tier]
 
 
 def tags_in_range(mirror, manifest) -> list[str]:

@@ -18,7 +18,7 @@ from patch_and_test.series import Patch, apply_series, git, parse_version, serie
 
 from tests.conftest import SUPPORTED_PYPI, repo_state
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.slow_tier]
 
 
 @pytest.mark.parametrize("version", SUPPORTED_PYPI)

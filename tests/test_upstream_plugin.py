@@ -10,7 +10,7 @@ import pytest
 
 from patch_and_test import upstream_suite as us
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.git_tools
 
 FILES = {
     "tests/pytest.ini":

@@ -57,6 +57,12 @@ def test_two_ranks_exactly_one_expectation_holds(tmp_path):
     assert first.returncode == (0 if pattern == "buggy" else 1)
     assert (first.report["world_size"], first.report["sp"], first.report["dp"]) == (2, 2, 1)
     assert "HOLDS" in first.stdout and "allgather" in first.stdout
+
+
+@pytest.mark.slow_tier
+def test_two_ranks_the_other_expectation_does_not_hold(tmp_path):
+    first = launch(ALST, "--expect", "buggy", "--backend", "gloo", "--timeout", TIMEOUT, tmp_path=tmp_path)
+    pattern = _check(first.report, sp=2)
     # The other expectation, launched for real, must not hold.
     other = "fixed" if pattern == "buggy" else "buggy"
     second = launch(ALST, "--expect", other, "--backend", "gloo", "--timeout", TIMEOUT, tmp_path=tmp_path)
@@ -64,6 +70,7 @@ def test_two_ranks_exactly_one_expectation_holds(tmp_path):
     assert second.report["pattern"] == pattern and "DOES NOT HOLD" in second.stdout
 
 
+@pytest.mark.slow_tier
 def test_four_ranks_sp2_dp2(tmp_path):
     run = launch(ALST, "--world-size", "4", "--sp", "2", "--expect", "buggy", "--backend", "gloo", "--timeout",
                  TIMEOUT, tmp_path=tmp_path)

@@ -47,9 +47,9 @@ def test_a_rank_that_raises_tears_everything_down(pid_dir):
 
 
 def test_deadline(pid_dir):
-    run = launch(FAULTY, "--fault", "hang", "--backend", "gloo", "--timeout", "25", env={"FAULTY_PID_DIR": str(pid_dir)})
+    run = launch(FAULTY, "--fault", "hang", "--backend", "gloo", "--timeout", "8", env={"FAULTY_PID_DIR": str(pid_dir)})
     assert run.returncode == 2
-    assert "timeout after 25 s" in run.stderr or "deadline of 25 s exceeded" in run.stderr
+    assert "timeout after 8 s" in run.stderr or "deadline of 8 s exceeded" in run.stderr
     _assert_no_survivors(pid_dir)
 
 

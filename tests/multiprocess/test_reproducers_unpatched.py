@@ -51,15 +51,23 @@ def test_mixed_bucket_two_scales_in_one_model(tmp_path):
     for row in run.report["rows"]:
         by_path.setdefault(row["path"], set()).add(round(row["ratio"], 6))
     assert by_path == {"__avg_scatter_grads": {0.5}, "__avg_scatter_contiguous_grads": {1.0}}
+    # What --expect fixed would judge on the same rows (launched for real in the slow tier, below).
+    assert not all(r["fixed_ok"] for r in run.report["rows"])
 
 
+@pytest.mark.slow_tier
 def test_mixed_bucket_expect_fixed_fails():
     run = launch(MIXED, "--backend", "gloo")
     assert run.returncode == 1, run.stdout + run.stderr
 
 
-@pytest.mark.parametrize("script", [GRAD_SCALE, MIXED], ids=["grad_scale", "mixed_bucket"])
-@pytest.mark.parametrize("sp", [2, 4])
+# Two of the four 4-rank launches in the fast tier (each reproducer once, each sp once); all four in the slow one.
+@pytest.mark.parametrize("script,sp", [
+    (GRAD_SCALE, 2),
+    (MIXED, 4),
+    pytest.param(GRAD_SCALE, 4, marks=pytest.mark.slow_tier),
+    pytest.param(MIXED, 2, marks=pytest.mark.slow_tier),
+], ids=["2-grad_scale", "4-mixed_bucket", "4-grad_scale", "2-mixed_bucket"])
 def test_four_ranks(tmp_path, script, sp):
     buggy = launch(script, "--world-size", "4", "--sp", str(sp), "--expect", "buggy", "--backend", "gloo",
                    tmp_path=tmp_path)

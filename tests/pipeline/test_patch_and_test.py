@@ -25,7 +25,7 @@ import pytest
 from patch_and_test.series import source_has_fix
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.pipeline, pytest.mark.network, pytest.mark.multiprocess]
+pytestmark = [pytest.mark.pipeline, pytest.mark.network, pytest.mark.multiprocess, pytest.mark.slow_tier]
 
 
 def installed_stage3_has_fix() -> bool:

@@ -33,3 +33,4 @@ def test_77_from_an_earlier_command_is_not_taken_for_the_last_ones():
 def test_reason_falls_back_to_the_last_line():
     assert toxfile.skip_reason(outcome(77, err="no GPU here\n")) == "no GPU here"
     assert toxfile.skip_reason(outcome(77)) == "exit 77"
+

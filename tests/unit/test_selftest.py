@@ -1,0 +1,17 @@
+"""The test tiers: which pytest arguments each release and tier gets (patch_and_test/selftest.py)."""
+
+import pytest
+
+
+def test_selftest_tiers_split_the_suite_without_gaps():
+    from patch_and_test.selftest import OLDEST_FAST, newest, test_args
+
+    new = newest()
+    assert test_args(new) == ["tests", "-m", "not slow_tier"]
+    assert test_args(new, "slow") == ["tests", "-m", "slow_tier"]
+    assert test_args(new, "all") == ["tests"]
+    # On the oldest: the reproducers' ranks in the fast tier, the version-dependent slow tests after.
+    assert test_args("0.14.5") == [*OLDEST_FAST, "-m", "not slow_tier"]
+    assert test_args("0.14.5", "slow") == ["tests/multiprocess", "tests/pipeline", "-m", "slow_tier"]
+    with pytest.raises(ValueError):
+        test_args(new, "quick")
