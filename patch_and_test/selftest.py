@@ -12,8 +12,9 @@ then runs pytest. Which tests, by tier (``--tier``, env ``ZERO3_SP_TEST_TIER``, 
   ``tests/pipeline``);
 * all: both.
 
-Extra arguments go to pytest and replace that choice. tox and nox both call this, so the rule
-lives here only.
+Extra arguments go to pytest: options (``-x``, ``--durations=20``) are added to the tier's
+choice, a path, node id or ``-m``/``-k`` expression replaces it. tox and nox both call this, so
+the rule lives here only.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def test_args(version: str, tier: str = "fast") -> list[str]:
     return [*(OLDEST_FAST if tier == "fast" else VERSION_DEPENDENT), *marker]
 
 
+def pytest_command(extra: list[str], version: str, tier: str) -> list[str]:
+    """The tier's choice plus the caller's options; a path, node id, -m or -k of the caller's replaces the choice."""
+    replaces = any(not a.startswith("-") or a in ("-m", "-k") or a.startswith(("-m=", "-k=")) for a in extra)
+    return list(extra) if replaces else [*test_args(version, tier), *extra]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m patch_and_test.selftest", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     code = install.main(["--pypi", version])
     if code != 0:
         return code
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", *(pytest_args or test_args(version, args.tier))]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", *pytest_command(pytest_args, version, args.tier)]
     print(f"$ {' '.join(cmd)}", flush=True)
     # pytest's own exit code, 5 (nothing collected) included: the caller treats anything but 0 as failure.
     return subprocess.run(cmd, env={**os.environ, "DEEPSPEED_VERSION": version}).returncode

@@ -15,3 +15,13 @@ def test_selftest_tiers_split_the_suite_without_gaps():
     assert test_args("0.14.5", "slow") == ["tests/multiprocess", "tests/pipeline", "-m", "slow_tier"]
     with pytest.raises(ValueError):
         test_args(new, "quick")
+
+
+def test_options_are_added_to_the_tier_and_paths_replace_it():
+    from patch_and_test.selftest import newest, pytest_command
+
+    new = newest()
+    assert pytest_command(["--durations=20", "-x"], new, "fast") == ["tests", "-m", "not slow_tier", "--durations=20",
+                                                                     "-x"]
+    assert pytest_command(["tests/unit", "-x"], new, "fast") == ["tests/unit", "-x"]
+    assert pytest_command(["-m", "mirror"], new, "fast") == ["-m", "mirror"]
