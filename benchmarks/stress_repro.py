@@ -146,8 +146,10 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
     tag = uuid.uuid4().hex
     shm_before = shm_segments()
     start = time.monotonic()
+    # SIGINT's default action restored: a shell's background job (nohup ... &) inherits it ignored.
     proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, TAG_VAR: tag}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ports: set[str] = set()
     stop = threading.Event()
 

@@ -90,9 +90,11 @@ def test_sigint_stops_every_rank_and_exits_130(pid_dir):
     import subprocess
     import sys
 
+    # SIGINT's default action restored in the child: a shell's background job inherits it ignored.
     proc = subprocess.Popen([sys.executable, str(FAULTY), "--fault", "hang", "--backend", "gloo"], cwd=ROOT,
                             env={**os.environ, "FAULTY_PID_DIR": str(pid_dir)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     end = time.monotonic() + 120
     while len(list(pid_dir.glob("rank*.pid"))) < 2 and time.monotonic() < end:
         time.sleep(0.1)
