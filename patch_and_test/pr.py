@@ -107,18 +107,24 @@ def _how_tested(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> str:
     if not_run:
         lines.append(f"* Not run here: {', '.join(_cell_label(v) for v in not_run)} "
                      f"({not_run[0].get('error') or not_run[0]['outcome']}).")
+    # One line per test name, whatever the number of cells: the screen stays one screen.
+    by_test: dict[str, list[str]] = {}
     for v in ran:
         for t in v.get("tests", []):
             counts = ", ".join(f"{n} {k}" for k, n in _counts(t["outcomes"]).items() if n) or "nothing ran"
-            lines.append(f"* {_cell_label(v)}, {t['name']}: {counts}.")
-    for name, data in _affected_results(bundle):
-        suite = data.get("suite") or {}
-        if suite:
-            lines.append(f"* DeepSpeed's own tests the series can reach, {name} {data.get('version') or ''} "
-                         f"({suite['tier']} tier, "
-                         f"{len(suite['files'])} files): {_fmt_counts(suite['before'])} → {_fmt_counts(suite['after'])}; "
-                         f"regressions {len(suite['regressions'])}, pre-existing {len(suite['pre_existing'])}, "
-                         f"fixed {len(suite['fixed'])}, new {sum(1 for r in suite['results'] if r['category'] == 'new')}.")
+            by_test.setdefault(t["name"], []).append(f"{_cell_label(v)}: {counts}")
+    for name, results in by_test.items():
+        lines.append(f"* {name}, with the series: {'; '.join(results)}.")
+    affected = [(name, data, data.get("suite") or {}) for name, data in _affected_results(bundle)]
+    if affected:
+        trees = ", ".join(f"{name} {data.get('version') or ''}".strip() for name, data, _ in affected)
+        regressions = sum(len(s.get("regressions", [])) for _, _, s in affected if s)
+        errors = [name for name, data, s in affected if not s or s.get("status") == "error"]
+        new = sum(sum(1 for r in s["results"] if r["category"] == "new") for _, _, s in affected if s)
+        before = sum(s["collected_before"] for _, _, s in affected if s)
+        lines.append(f"* DeepSpeed's own tests the series can reach ({affected[0][2].get('tier', '?')} tier; "
+                     f"{trees}): {before} tests before, {new} new with the series, {regressions} regressions"
+                     + (f", errors on {', '.join(errors)}" if errors else "") + " (table below).")
     lines.append("* CONTRIBUTING.md: every commit signed off (DCO); DeepSpeed's pre-commit rules (yapf, flake8, "
                  "codespell, license header) clean on every touched file (`tox -e upstream-lint`).")
     rows = _downstream_rows(bundle)

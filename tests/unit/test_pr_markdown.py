@@ -41,7 +41,7 @@ def test_pr_is_one_screen_then_folded_and_squash_ready(tmp_path):
     for section in ("## Problem", "## The fix", "## Behaviour change", "## How it was tested", "## Credits"):
         assert section in head
     assert "@alanhuangyoo" in head and "@Eliaaazzz" in head and "0.20.2" in head
-    assert "0.19.8 gloo, twin TestZero3SequenceParallelGradientScale: 4 passed." in head
+    assert "* twin TestZero3SequenceParallelGradientScale, with the series: 0.19.8 gloo: 4 passed." in head
     # The downstream count comes from the kept reports: every measured gradient matched the rule.
     assert "16 of 16 measured gradients as the rule in the notice predicts" in head
     assert text.rstrip().endswith("</details>") and text.count(FOLD) == 1
