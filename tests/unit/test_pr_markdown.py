@@ -19,6 +19,7 @@ def _bundle(tmp_path):
     b = tmp_path / "bundle"
     shutil.copytree(bundle_mod.PACKAGE_ROOT / "patches", b / "patches")
     downstream_table.gather(tmp_path / "none", b / "results" / "downstream")
+    shutil.copytree(bundle_mod.KEPT_AFFECTED, b / "results" / "affected")
     (b / "downstream-notice.md").write_text("# notice\n")
     cell = b / "results" / "patch-and-test-ds0.19.8-gloo"
     cell.mkdir(parents=True)
@@ -45,3 +46,7 @@ def test_pr_is_one_screen_then_folded_and_squash_ready(tmp_path):
     # The downstream count comes from the kept reports: every measured gradient matched the rule.
     assert "16 of 16 measured gradients as the rule in the notice predicts" in head
     assert text.rstrip().endswith("</details>") and text.count(FOLD) == 1
+    # The kept affected-tests runs: one summary line on the screen, the table behind the fold.
+    assert "DeepSpeed's own tests the series can reach (quick tier; master 0.19.6, " in head
+    assert ", 0 regressions (table below)." in head
+    assert "| master 0.19.6 (`" in text.split(FOLD)[1]
