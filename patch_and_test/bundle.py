@@ -45,10 +45,6 @@ AFFECTED = "affected"
 GOOD_OUTCOMES = ("fixed", "skipped")
 
 
-class BundleMismatch(PipelineError):
-    exit_code = Exit.NOT_FIXED
-
-
 @dataclasses.dataclass(frozen=True)
 class Cell:
     version: str

@@ -126,7 +126,6 @@ def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
     }
 
 
-sha256_of = sha256_file  # one implementation: patch_and_test.inputs
 
 
 def _pip() -> list[str]:
@@ -162,10 +161,10 @@ def fetch_sdist(version: str, lock: dict[str, LockEntry] | None = None, cache: P
                                     f"(locked: {', '.join(sorted(lock, key=parse_version))})")
     cache = cache or cache_dir()
     archive = cache / "sdists" / entry.filename
-    if not archive.is_file() or sha256_of(archive) != entry.sha256:
+    if not archive.is_file() or sha256_file(archive) != entry.sha256:
         with tempfile.TemporaryDirectory(dir=_mkdir(cache)) as tmp:
             downloaded = download_sdist(version, Path(tmp))
-            digest = sha256_of(downloaded)
+            digest = sha256_file(downloaded)
             if downloaded.name != entry.filename or digest != entry.sha256:
                 raise errors.BadInput(f"{downloaded.name}: sha256 {digest} does not match the lock "
                                       f"({entry.filename} {entry.sha256})")
@@ -217,7 +216,7 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
             _git_ok(staging, "init", "-q", "-b", "main")
             (staging / ".git" / "info" / "exclude").write_text("\n".join(SDIST_EXCLUDES) + "\n")
             _git_ok(staging, "-c", "core.autocrlf=false", "add", "-A")
-            message = f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_of(archive)}"
+            message = f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_file(archive)}"
             _commit_fixed(staging, message)
             _git_ok(staging, "tag", "sdist")
             os.replace(staging, repo)

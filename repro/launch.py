@@ -358,11 +358,17 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
                           traceback.format_exc()))
 
 
+def main_thread_stack() -> str:
+    """Where the main thread is now: the rank's program, stuck (not the timer thread that asks)."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    return "".join(traceback.format_stack(frame)) if frame is not None else "(main thread not found)\n"
+
+
 def _start_watchdog(timeout: float, rank: int, status_dir: Path | None) -> None:
     def expire() -> None:
         msg = f"deadline of {timeout:.0f} s exceeded"
         if status_dir is not None:
-            RankStatus(rank, "error", EXIT_ERROR, msg, "".join(traceback.format_stack())).write(status_dir)
+            RankStatus(rank, "error", EXIT_ERROR, msg, main_thread_stack()).write(status_dir)
         print(f"error: rank {rank}: {msg}", file=sys.stderr, flush=True)
         os._exit(EXIT_ERROR)
 

@@ -107,13 +107,19 @@ class Selection:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    explicit_ws, explicit_sp = _given(argv, "--world-size"), _given(argv, "--sp")
-    backend_choice = _flag_value(argv, "--backend") or "auto"
+    parser = build_parser(__doc__.split("\n\n")[0], prog="parity_audit.py")
+    _add_arguments(parser)
+    # Which of --world-size, --sp, --backend were given, as argparse reads argv (abbreviations such
+    # as --world 4 included): unset, the audit runs every topology of its space.
+    defaults = {name: parser.get_default(name) for name in ("world_size", "sp", "backend")}
+    parser.set_defaults(world_size=None, sp=None, backend=None)
+    given = parser.parse_args(argv)
+    parser.set_defaults(**defaults)
+    explicit_ws, explicit_sp = given.world_size is not None, given.sp is not None
+    backend_choice = given.backend or "auto"
     parse_argv = list(argv)
     if not explicit_sp:
         parse_argv += ["--sp", "1"]  # validated later per topology; the shared parser wants one
-    parser = build_parser(__doc__.split("\n\n")[0], prog="parity_audit.py")
-    _add_arguments(parser)
     try:
         args = parse(parser, parse_argv)
     except UsageError as err:
@@ -155,19 +161,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.extra["list"]:
         return _list(selection, topos)
     return _parent(args, selection, topos, known, backend_choice)
-
-
-def _given(argv: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in argv)
-
-
-def _flag_value(argv: list[str], flag: str) -> str | None:
-    for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def _list(selection: Selection, topos) -> int:

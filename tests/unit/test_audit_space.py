@@ -83,3 +83,15 @@ def test_group_by_topology_orders_launches_and_keeps_point_order():
         assert all(p.topo == topo for p in members)
         assert members == [p for p in reversed(pts) if p.topo == topo]
     assert collections.Counter(p.topo for p in pts) == {t: len(v) for t, v in groups.items()}
+
+
+def test_an_abbreviated_flag_counts_as_given(capsys):
+    # argparse accepts --world for --world-size; the audit must see it as given (it re-read argv by hand).
+    from repro import parity_audit
+
+    assert parity_audit.main(["--world", "4", "--list"]) == 0
+    abbreviated = capsys.readouterr().out.splitlines()[-1]
+    assert parity_audit.main(["--world-size", "4", "--list"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == abbreviated
+    assert parity_audit.main(["--list"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] != abbreviated

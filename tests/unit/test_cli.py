@@ -33,7 +33,9 @@ def test_torchrun_world_size_wins(monkeypatch):
 
 def test_deepspeed_launcher_local_rank_flag_is_accepted(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
-    _parse("--backend", "gloo", "--local_rank=1")
+    args = _parse("--backend", "gloo", "--local_rank=1")
+    # Accepted and dropped: LOCAL_RANK carries it; it is neither a common field nor a script flag.
+    assert args.world_size == 2 and "local_rank" not in args.extra
 
 
 def test_script_flags_land_in_extra(monkeypatch):

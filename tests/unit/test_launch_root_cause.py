@@ -75,3 +75,19 @@ def test_ranks_that_did_not_fail_are_not_blamed(tmp_path, capsys, other):
             running.wait()
     err = capsys.readouterr().err
     assert err.startswith("error: rank 1 failed: ValueError") and "rank 0" not in err
+
+
+def test_the_watchdog_reports_the_main_threads_stack_not_its_own():
+    import threading
+
+    from repro.launch import main_thread_stack
+
+    seen = {}
+    worker = threading.Thread(target=lambda: seen.update(stack=main_thread_stack()))
+
+    def stuck_in_the_program():
+        worker.start()
+        worker.join()
+
+    stuck_in_the_program()
+    assert "stuck_in_the_program" in seen["stack"] and "main_thread_stack" not in seen["stack"]
