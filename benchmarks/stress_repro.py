@@ -160,15 +160,20 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    if fault is not None:
-        fault(proc, tag)
     try:
+        if fault is not None:
+            fault(proc, tag)
         _, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
         code: int | None = proc.returncode
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         _, err = proc.communicate()
         code = None
+    except BaseException:
+        # The stress loop itself stopped (Ctrl-C, SIGTERM): take this launch and its ranks down too.
+        stop.set()
+        _cleanup(tag, sorted(n for n in shm_segments() - shm_before if _owned(n, ports)))
+        raise
     wall = time.monotonic() - start
     stop.set()
     watcher.join()
@@ -284,7 +289,12 @@ def run_all(args) -> dict:
             "faults": fault_rows, "not_ok_launches": bad, "ok": ok}
 
 
+def _terminate(signum, frame):  # SIGTERM: unwind like Ctrl-C, so the launch in flight is cleaned up
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launches", type=int, default=50, help="launches of each 2-rank reproducer")
     parser.add_argument("--four-rank", type=int, default=20, help="launches of the 4-rank layout (sp=2 x dp=2)")
