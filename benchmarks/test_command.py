@@ -1,0 +1,86 @@
+#!/usr/bin/env python
+"""The README's test command, timed as a new user meets it: cold (empty caches), then warm.
+
+Clones this repository's HEAD into a fresh folder, points every package cache at empty folders
+(``ZERO3_SP_CACHE``: sdists, wheels, JIT-built ops, the tiny Llama; ``UV_CACHE_DIR``;
+``XDG_CACHE_HOME``), runs ``python -m tox -m tests`` (the fast tier) once, then once more in the
+same clone with the caches the first run filled. Per run: the wall time, each tox env's setup
+(env creation, dependency install) and command time (DeepSpeed's install from its sdist, then
+pytest), and pytest's summary line. The torch wheel comes from ``PIP_FIND_LINKS`` where one is
+given (the CPU build of README, "CPU-only torch"), as on CI.
+
+    python benchmarks/test_command.py [--targets 900 600]
+
+Writes results/benchmarks/test_command.json (or --out); exit 0 when both runs pass and meet the
+targets (cold <= 900 s, warm <= 600 s on the 2-core machine the targets were set for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, write_result  # noqa: E402
+
+COMMAND = [sys.executable, "-m", "tox", "-m", "tests"]
+# tox's summary: "  tests-ds0.19.8: OK (781.2=setup[58.1]+cmd[723.1] seconds)"
+ENV_LINE = re.compile(r"^\s*(\S+): (OK|FAIL\S*|SKIP\S*).*?\(([\d.]+)=setup\[([\d.]+)\]\+cmd\[([\d.]+)\] seconds\)")
+PYTEST_LINE = re.compile(r"^=+ (.*(?:passed|failed|error).* in [\d.]+s.*?) =+$")
+
+
+def run_once(clone: Path, env: dict[str, str], log: Path) -> dict:
+    start = time.monotonic()
+    load = os.getloadavg()
+    proc = subprocess.run(COMMAND, cwd=clone, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    log.write_text(out)
+    envs = [{"env": m[1], "status": m[2], "total_s": float(m[3]), "setup_s": float(m[4]), "cmd_s": float(m[5])}
+            for m in (ENV_LINE.match(line) for line in out.splitlines()) if m]
+    pytest_lines = [m[1] for m in (PYTEST_LINE.match(line.strip()) for line in out.splitlines()) if m]
+    return {"exit_code": proc.returncode, "wall_s": round(wall, 1), "load_average_at_start": load,
+            "load_average_at_end": os.getloadavg(), "envs": envs, "pytest": pytest_lines, "log": log.name}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--targets", nargs=2, type=float, default=(900.0, 600.0), metavar=("COLD", "WARM"))
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the clone and caches here (default: a temp dir)")
+    args = parser.parse_args(argv)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="zero3-sp-test-command."))
+    clone, caches = work / "clone", work / "caches"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", head], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOX_", "VIRTUAL_ENV"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on CI
+    env.update(ZERO3_SP_CACHE=str(caches / "zero3-sp"), UV_CACHE_DIR=str(caches / "uv"),
+               XDG_CACHE_HOME=str(caches / "xdg"), PIP_CACHE_DIR=str(caches / "pip"))
+    runs = {}
+    for name in ("cold", "warm"):
+        runs[name] = run_once(clone, env, work / f"{name}.log")
+        print(f"{name}: exit {runs[name]['exit_code']}, {runs[name]['wall_s']} s; "
+              + "; ".join(f"{e['env']} setup {e['setup_s']} s + cmd {e['cmd_s']} s" for e in runs[name]["envs"]),
+              flush=True)
+    cold_target, warm_target = args.targets
+    ok = (runs["cold"]["exit_code"] == 0 and runs["warm"]["exit_code"] == 0
+          and runs["cold"]["wall_s"] <= cold_target and runs["warm"]["wall_s"] <= warm_target)
+    payload = {"benchmark": "test_command", "command": "tox -m tests", "commit": head, "cpus": os.cpu_count(),
+               "targets_s": {"cold": cold_target, "warm": warm_target}, "runs": runs, "meets_targets": ok}
+    path = write_result("test_command", payload, args.out)
+    print(f"cold {runs['cold']['wall_s']} s (target {cold_target}), warm {runs['warm']['wall_s']} s "
+          f"(target {warm_target}): {'OK' if ok else 'MISSED'}; {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
