@@ -16,7 +16,8 @@ every collection error and result as JSON lines. ``compare`` is pure: it classif
 * ``missing``: ran before, gone after.
 
 and gives the suite a status: ``error`` when either run crashed (pytest exit other than 0/1),
-hit its deadline, collected nothing, or collected fewer tests after than before (a ``missing``
+hit its deadline, collected nothing (unless the tier deselected every test of the before run),
+or collected fewer tests after than before (a ``missing``
 test); else ``regression`` when any test is one; else ``ok``. A test file that cannot be
 collected here (a missing optional dependency) is listed with its reason, not dropped.
 """
@@ -202,6 +203,10 @@ def compare(name: str,
     for run in (before, after):
         if run.timed_out:
             errors.append(f"the {run.name} run hit its deadline ({run.wall_s:.0f} s)")
+        elif run is before and run.exit_code == 5 and run.deselected and not run.not_collectable:
+            # The tier left nothing of the before run (every selected test starts ranks, and the
+            # series' own tests are not there yet): not a crash.
+            continue
         elif run.exit_code not in (0, 1):
             errors.append(f"the {run.name} run ended with pytest exit {run.exit_code}"
                           f"{' (no tests collected)' if run.exit_code == 5 else ''}; see {run.log}")

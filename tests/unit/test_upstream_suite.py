@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -279,3 +280,16 @@ def test_bug_not_reproduced_still_comes_before_a_regression():
 
     suite = us.compare("s", run("before", {"a": "passed"}), run("after", {"a": "failed"}), {"a": ["failed"] * 2})
     assert decide(verdict_with(suite, bug_seen=False))[1] == Exit.BUG_NOT_REPRODUCED
+
+
+def test_a_before_run_the_tier_emptied_is_not_a_crash():
+    # v0.16.9's quick tier: every selected test starts ranks, and the regression test is new.
+    empty = us.SuiteRun("before", "quick", ["tests/unit/t.py"], 5, False, 12.0, {}, {}, {}, {}, 214, "b.log", "b.jsonl")
+    after = run("after", {"t::new": "passed"})
+    c = us.compare("s", empty, after)
+    assert c.status == "ok" and categories(c) == {"t::new": "new"}
+    # Nothing collected at all (no tier deselected anything): still an error.
+    nothing = dataclasses.replace(empty, deselected=0)
+    assert us.compare("s", nothing, after).status == "error"
+    # An after run the tier emptied records no test: an error whatever the before run did.
+    assert us.compare("s", empty, dataclasses.replace(empty, name="after")).status == "error"
