@@ -7,7 +7,7 @@ unpatched DeepSpeed) within its deadline. After each, nothing it started may be 
 (found by a tag in its environment, which every rank inherits) and no DeepSpeed ``/dev/shm``
 segment that was not there before.
 
-Faults, each under the same leak checks, with the exit code the reproducers document
+Faults (run first), each under the same leak checks, with the exit code the reproducers document
 (``repro/cli.py``):
 
 * ``kill-rank``: rank 1 gets SIGKILL mid-run (after DeepSpeed is up, during the collectives):
@@ -48,6 +48,7 @@ REPRO = ROOT / "repro"
 TWO_RANK = ("zero3_sp_grad_scale.py", "zero3_sp_mixed_bucket.py")
 DEADLINE_S = 300.0  # the reproducers' own default --timeout
 MARGIN_S = 60.0  # on top of it before the stress loop calls a launch hung
+FAULTS = 4  # kill-rank, sigint-parent, unwritable-results, deadline
 
 
 @dataclasses.dataclass
@@ -230,9 +231,9 @@ def fault_sigint(proc: subprocess.Popen, tag: str) -> None:
         os.kill(proc.pid, signal.SIGINT)
 
 
-def run_all(args) -> dict:
+def run_all(args, runs: list[Launch], fault_rows: list[dict]) -> None:
+    """Every fault, then every launch; appends to ``runs`` and ``fault_rows`` as it goes."""
     py = args.python
-    runs: list[Launch] = []
 
     def record(run: Launch, label: str) -> Launch:
         runs.append(run)
@@ -243,17 +244,7 @@ def run_all(args) -> dict:
         return run
 
     expect = ["--expect", args.expect, "--backend", "gloo"]
-    for script in TWO_RANK:
-        for i in range(args.launches):
-            record(launch("2-rank", [py, str(REPRO / script), *expect], 0), f"{script} 2-rank #{i + 1}")
-    for i in range(args.four_rank):
-        record(launch("4-rank", [py, str(REPRO / TWO_RANK[0]), "--world-size", "4", "--sp", "2", *expect], 0),
-               f"{TWO_RANK[0]} 4-rank #{i + 1}")
-    for i in range(args.torchrun):
-        argv = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(REPRO / TWO_RANK[0]),
-                *expect]
-        record(launch("torchrun", argv, 0), f"{TWO_RANK[0]} torchrun #{i + 1}")
-
+    # The faults first (about a minute): a stress run stopped early still has them.
     base = [py, str(REPRO / TWO_RANK[0]), *expect]
     faults = [
         ("kill-rank", launch("kill-rank", base, 2, fault=fault_kill_rank), "rank 1"),
@@ -262,14 +253,36 @@ def run_all(args) -> dict:
          "error: cannot write the results file"),
         ("deadline", launch("deadline", [*base, "--timeout", "5"], 2), "timeout after 5 s"),
     ]
-    fault_rows = []
     for name, run, needle in faults:
         record(run, f"fault {name}")
         handled = run.ok and needle in run.stderr_tail and run.wall_s < DEADLINE_S
         fault_rows.append({"fault": name, "handled": handled, "expected_exit": run.expected, "exit": run.exit_code,
                            "wall_s": run.wall_s, "message_has": needle, "leaked_processes": run.leaked_processes,
                            "leaked_shm": run.leaked_shm, "stderr_tail": run.stderr_tail[-400:]})
+    # Interleaved, so that a run stopped early has launches of every kind.
+    four = [py, str(REPRO / TWO_RANK[0]), "--world-size", "4", "--sp", "2", *expect]
+    torchrun = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(REPRO / TWO_RANK[0]),
+                *expect]
+    for kind, argv, label in schedule(args.launches, args.four_rank, args.torchrun, py, expect, four, torchrun):
+        record(launch(kind, argv, 0), label)
 
+
+def schedule(launches: int, four_rank: int, torchrun: int, py: str, expect: list[str], four: list[str],
+             torchrun_argv: list[str]) -> list[tuple[str, list[str], str]]:
+    """Each 2-rank reproducer ``launches`` times, with the 4-rank and torchrun launches spread among them."""
+    rounds = max(launches, four_rank, torchrun)
+    out = []
+    for i in range(rounds):
+        for script in TWO_RANK if i < launches else ():
+            out.append(("2-rank", [py, str(REPRO / script), *expect], f"{script} 2-rank #{i + 1}"))
+        if i * four_rank // rounds != (i + 1) * four_rank // rounds:
+            out.append(("4-rank", four, f"{TWO_RANK[0]} 4-rank #{(i + 1) * four_rank // rounds}"))
+        if i * torchrun // rounds != (i + 1) * torchrun // rounds:
+            out.append(("torchrun", torchrun_argv, f"{TWO_RANK[0]} torchrun #{(i + 1) * torchrun // rounds}"))
+    return out
+
+
+def summarize(runs: list[Launch], fault_rows: list[dict], expect: str, faults_expected: int) -> dict:
     verdict_runs = [r for r in runs if r.kind in ("2-rank", "4-rank", "torchrun")]
     by_kind = {}
     for kind in ("2-rank", "4-rank", "torchrun"):
@@ -283,9 +296,9 @@ def run_all(args) -> dict:
     totals = {k: sum(v[k] for v in by_kind.values())
               for k in ("launches", "false_reds", "hangs", "leaked_processes", "leaked_shm")}
     ok = (totals["false_reds"] == totals["hangs"] == totals["leaked_processes"] == totals["leaked_shm"] == 0
-          and all(f["handled"] for f in fault_rows))
+          and len(fault_rows) == faults_expected and all(f["handled"] for f in fault_rows))
     bad = [dataclasses.asdict(r) for r in runs if not r.ok][:10]
-    return {"benchmark": "stress_repro", "expect": args.expect, "by_kind": by_kind, "totals": totals,
+    return {"benchmark": "stress_repro", "expect": expect, "by_kind": by_kind, "totals": totals,
             "faults": fault_rows, "not_ok_launches": bad, "ok": ok}
 
 
@@ -304,7 +317,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     started = time.monotonic()
-    payload = {"environment": environment(args.python), **run_all(args)}
+    runs: list[Launch] = []
+    fault_rows: list[dict] = []
+    interrupted = False
+    try:
+        run_all(args, runs, fault_rows)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what ran, marked as such (never "ok")
+        interrupted = True
+    payload = {"environment": environment(args.python), **summarize(runs, fault_rows, args.expect, FAULTS)}
+    payload["interrupted"] = interrupted
+    payload["ok"] = payload["ok"] and not interrupted
     payload["wall_s"] = round(time.monotonic() - started, 1)
     path = write_result("stress_repro", payload, args.out)
     t = payload["totals"]
@@ -312,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{t['launches']} launches: {t['false_reds']} false reds, {t['hangs']} hangs, {t['leaked_processes']} "
           f"with leaked processes, {t['leaked_shm']} with leaked /dev/shm segments; faults handled "
           f"{handled}/{len(payload['faults'])}")
-    print(f"{'OK' if payload['ok'] else 'FAILED'}: {path}")
+    print(f"{'OK' if payload['ok'] else 'INTERRUPTED' if interrupted else 'FAILED'}: {path}")
     return 0 if payload["ok"] else 1
 
 
