@@ -50,7 +50,6 @@ from patch_and_test.series import (PACKAGE_ROOT, STAGE3, ensure_clean, format_ve
                                    series_for_version, work_tree_root)
 
 DEFAULT_LOCK = PACKAGE_ROOT / "deepspeed-sdists.lock"
-DEFAULT_MIRROR = Path("/work/.mirror/deepspeedai+DeepSpeed/repo")
 
 # A fixed identity and date: the sdist commit, and the commit that drops missing blobs, come out
 # with the same id on every machine and every run.
@@ -92,7 +91,10 @@ def cache_dir() -> Path:
 
 
 def mirror_path() -> Path:
-    return Path(os.environ.get("DEEPSPEED_MIRROR", DEFAULT_MIRROR))
+    """A git clone (bare or not) of DeepSpeed with its tags: ``DEEPSPEED_MIRROR``, else the package
+    cache's ``deepspeed-mirror`` (``git clone --mirror https://github.com/deepspeedai/DeepSpeed``
+    there, or a link to a clone you have). Nothing machine-specific is built in."""
+    return Path(os.environ.get("DEEPSPEED_MIRROR") or cache_dir() / "deepspeed-mirror")
 
 
 def _run(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
