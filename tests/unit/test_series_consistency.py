@@ -11,11 +11,11 @@ import re
 
 import pytest
 
+from patch_and_test.github_form import TRAILER
 from patch_and_test.series import load_manifest
 
 MAX_BODY_LINES = 20
 ISSUE_LINK = "Link: https://github.com/deepspeedai/DeepSpeed/issues/8692"
-TRAILER = re.compile(r"^(Fixes|Link|Reported-by|Signed-off-by|Co-developed-by|Suggested-by): ")
 SERIES_NAME = re.compile(r"\bv\d+\.\d+\.\d+-v\d+\.\d+\.\d+\b")
 MANIFEST = load_manifest()
 
