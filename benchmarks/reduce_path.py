@@ -1,16 +1,19 @@
 #!/usr/bin/env python
 """What the sp fix costs on ZeRO-3's reduce path, and what it does to the numerics.
 
-ZeRO-3's ``__avg_scatter_grads`` under sequence parallelism (sp > 1) is fixed upstream by
-dividing the averaging world size by sp, which makes the existing post-scale
+Two forms of the fix of ZeRO-3's ``__avg_scatter_grads`` under sequence parallelism (sp > 1):
+"rescale" (the one-line form upstream proposed, master series v3, what 0.19.8's series carries)
+divides the averaging world size by sp, which makes the existing post-scale
 ``g.mul(world / (world / sp))`` run: one more pass over every gradient partition and one new
-tensor per parameter of the bucket. The variant folds sp into the divisor that
-``reduce_scatter_coalesced`` already pre-divides by (world / sp instead of world), so the path
-divides once, like the contiguous path and ZeRO-1/2, and allocates nothing more.
+tensor per parameter of the bucket. "divisor" (the master series' patch 1 from v4, the recommended
+fix) folds sp into the divisor that ``reduce_scatter_coalesced`` already pre-divides by
+(world / sp instead of world), so the path divides once, like the contiguous path and ZeRO-1/2,
+and allocates nothing more.
 
 Implementations: "before" is the installed DeepSpeed; every ``--patch NAME=FILE`` is applied to
 a scratch copy of the installed ``stage3.py`` and ``coalesced_collectives.py`` (nothing else
-of DeepSpeed is copied; the patches carried here are ``benchmarks/reduce_path_patches/``).
+of DeepSpeed is copied; by default ``benchmarks/reduce_path_patches/divisor-0.19.8.patch`` and
+the v0.19.8 series' fix patch).
 
 Timing (2 ranks, sp=2, gloo on CPU or nccl with 2 GPUs): inside one real ZeRO-3 engine's
 backward, on the bucket the engine is about to reduce, every implementation is timed on the
@@ -27,7 +30,8 @@ in the communication format (bf16, fp16, fp32), and the paths' outputs with each
 for bit.
 
 Target (issue: reduce-path cost): after/before <= 1.02 on the many-small-parameters case for
-the series' fix. Writes results/benchmarks/reduce_path.json and reduce_path.md.
+the recommended fix (the master series' patch 1). Writes benchmarks/results/reduce_path.json and
+reduce_path.md; the last line printed is ``after/before = R`` for the recommended fix.
 """
 
 from __future__ import annotations
@@ -53,11 +57,14 @@ for _p in (str(ROOT), str(HERE)):
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
 
 PATCHES = HERE / "reduce_path_patches"
-DEFAULT_PATCHES = (f"fix={PATCHES / 'fix-upstream.patch'}", f"variant={PATCHES / 'variant-fold-sp.patch'}")
+# Names: "divisor" is the recommended fix, master v4's patch 1: its added lines with the installed 0.19.8's
+# context (0.19.8 has no LoCo branch above the call; tests/unit/test_reduce_path_patches.py checks
+# the lines are master's). "rescale" is the one-line form, the v0.19.8 series' own patch 1.
+RECOMMENDED = "divisor"
+RESCALE_PATCH = ROOT / "patches" / "v0.19.8" / "0001-Scale-ZeRO-3-__avg_scatter_grads-by-sequence_para.patch"
+DEFAULT_PATCHES = (f"{RECOMMENDED}={PATCHES / 'divisor-0.19.8.patch'}", f"rescale={RESCALE_PATCH}")
 TARGET = 1.02
 TARGET_CASE = "many_small"
-# The fix the master series recommends (its patch 0001); the benchmark's last line is its ratio.
-RECOMMENDED = "fix"
 AA = "before-again"
 PATCHED_FILES = ("deepspeed/runtime/zero/stage3.py", "deepspeed/runtime/comm/coalesced_collectives.py")
 DEFAULT_CASES = ("many_small=512x4096", "few_large=4x2097152")
@@ -106,6 +113,14 @@ def launch_main(argv: list[str]) -> int:
         return launch.run(args, program, sink)
 
     return main_guard("reduce_path: one launch", run, add, argv)
+
+
+def _shown(path: Path) -> str:
+    """A path as results record it: relative to the repository where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -272,7 +287,7 @@ def _summarize_row(row: dict, impl_names: list[str], others: list[str]) -> dict:
     before_wall = statistics.median([x for launch in row["series"]["wall"]["before"] for x in launch])
     before_cpu = statistics.median([x for launch in row["series"]["cpu"]["before"] for x in launch])
     summary["isolated_post_scale"] = {
-        "what": "[g.mul(sp) for g in this rank's partitions], alone, no collective: the work the fix adds",
+        "what": "[g.mul(sp) for g in this rank's partitions], alone, no collective: the work rescale adds",
         "wall_ms_slowest_rank": round(1e3 * iso_wall, 3), "cpu_ms_all_ranks": round(1e3 * iso_cpu, 3),
         "share_of_before_wall": round(iso_wall / before_wall, 4), "share_of_before_cpu": round(iso_cpu / before_cpu, 4),
         "per_launch_wall_ms": [round(1e3 * x, 3) for x in row["isolated"]]}
@@ -286,10 +301,10 @@ def _summarize_row(row: dict, impl_names: list[str], others: list[str]) -> dict:
         for n in impl_names}
     summary["bytes_method"] = alloc0["before"]["method"]
     summary["analytic_extra_bytes_rank0"] = {
-        "fix": row["partition_elements_rank0"] * b["itemsize"] if scale_runs else 0,
-        "fix_new_tensors": b["bucket_params"] if scale_runs else 0, "variant": 0, "variant_new_tensors": 0,
+        "rescale": row["partition_elements_rank0"] * b["itemsize"] if scale_runs else 0,
+        "rescale_new_tensors": b["bucket_params"] if scale_runs else 0, "divisor": 0, "divisor_new_tensors": 0,
         "formula": "sum over the bucket's parameters of this rank's partition elements x itemsize of the "
-                   "communication dtype (one g.mul(scale) output each); 0 for the variant (the scale is folded "
+                   "communication dtype (one g.mul(scale) output each); 0 for divisor (the scale is folded "
                    "into the existing in-place pre-divide)"}
     summary["allocations_same_in_every_launch"] = all(a == alloc0 for a in row["allocations"])
     summary["checks"] = row["checks"][0]
@@ -315,7 +330,8 @@ def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
                              + ", ".join(f"{x:.3f}" for x in q["per_launch_ratio_of_medians"]))
             lines.append("| " + " | ".join(cells) + " |")
         out.append("\n".join(lines))
-    lines = ["The fix's added work alone (`[g.mul(sp) for g in partitions]` on the same partitions, no collective), "
+    lines = ["The rescale form's added work alone (`[g.mul(sp) for g in partitions]` on the same partitions, "
+             "no collective), "
              "against the median unpatched call:", "",
              "| case | precision | post-scale pass, ms (slowest rank) | share of the call (wall) | CPU ms (all ranks) "
              "| share of the call (CPU) |", "|---|---|---|---|---|---|"]
@@ -361,7 +377,7 @@ def numerics_flags(launches: list[dict]) -> list[dict]:
                 flags.append({"world": launch["world_size"], "sp": launch["sp"], "dp": launch["dp"],
                               "dtype": res["communication_dtype"], "kind": kind,
                               **{pair: value for pair, value in eq.items() if "contiguous" in pair or
-                                 ("fix" in pair and "variant" in pair)}})
+                                 ("rescale" in pair and "divisor" in pair)}})
     return flags
 
 
@@ -392,8 +408,8 @@ def driver_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=default_python(), help="interpreter with torch + the DeepSpeed to patch")
     parser.add_argument("--patch", action="append", default=None, metavar="NAME=FILE",
-                        help="an implementation to compare with the installed one (default: the carried fix and "
-                        "variant patches); repeatable")
+                        help="an implementation to compare with the installed one (default: divisor, the master "
+                        "series' fix, and rescale); repeatable")
     parser.add_argument("--backend", choices=["gloo", "nccl", "auto"], default="auto")
     parser.add_argument("--repeats", type=int, default=3, help="timing launches (default 3)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds per launch and case")
@@ -432,8 +448,8 @@ def driver_main(argv: list[str]) -> int:
     waited = _wait_for_quiet(args.max_load, args.max_wait)
     out_path = args.out or RESULTS / "reduce_path.json"
     payload: dict = {"benchmark": "reduce_path", "environment": environment(args.python), "backend": backend,
-                     "waited_for_load_s": waited, "patches": {n: str(p) for n, p in patches.items()},
-                     "target": {"case": TARGET_CASE, "max_ratio": TARGET}}
+                     "waited_for_load_s": waited, "patches": {n: _shown(p) for n, p in patches.items()},
+                     "recommended": RECOMMENDED, "target": {"case": TARGET_CASE, "max_ratio": TARGET}}
     if args.keep_other and out_path.exists():
         # Keep the section this run skips from the previous results file (e.g. numerics run once,
         # timing rerun at a quieter moment).
@@ -449,11 +465,11 @@ def driver_main(argv: list[str]) -> int:
             impls = {"before": impls["before"], AA: impls["before"],
                      **{n: p for n, p in impls.items() if n != "before"}}
         names = list(impls)
-        payload["impls"] = impls
+        payload["impls"] = names
         # Each launch's report is kept next to the results, so that a run cut short keeps what it measured
         # (and --add-timing-launch can pool launches of several runs).
         work = out_path.parent / "reduce_path_launches" / time.strftime("%Y%m%d-%H%M%S")
-        payload["launch_reports"] = str(work)
+        payload["launch_reports"] = _shown(work)
         if not args.skip_timing:
             extra = ["--warmup", str(args.warmup), "--iters", str(args.iters), "--dtypes", args.timing_dtypes]
             for case in args.case or DEFAULT_CASES:
@@ -553,14 +569,14 @@ def _wait_for_quiet(max_load: float | None, max_wait: float) -> float:
     return round(time.monotonic() - start, 1)
 
 
-def _variant_less_exact(rows: list[dict]) -> list[str]:
-    """Rows where avg_scatter[variant] is worse than avg_scatter[fix] on any of the four measures."""
+def _divisor_less_exact(rows: list[dict]) -> list[str]:
+    """Rows where avg_scatter[divisor] is worse than avg_scatter[rescale] on any of the four measures."""
     by_key: dict = {}
     for r in rows:
         by_key.setdefault((r["world"], r["sp"], r["dtype"], r["kind"]), {})[r["path"]] = r
     worse = []
     for (world, sp, dtype, kind), paths in by_key.items():
-        fix, var = paths.get("avg_scatter[fix]"), paths.get("avg_scatter[variant]")
+        fix, var = paths.get("avg_scatter[rescale]"), paths.get("avg_scatter[divisor]")
         if fix is None or var is None:
             continue
         if (var["max_ulp"] > fix["max_ulp"] or var["mean_ulp"] > fix["mean_ulp"]
@@ -579,10 +595,11 @@ def _conclusion(payload: dict) -> str:
             for n, q in r["wall_ratio_vs_before"].items():
                 verdicts.append(f"{n} {r['dtype']} {q['median_paired']:.3f} (cpu "
                                 f"{r['cpu_ratio_vs_before'][n]['median_paired']:.3f})")
-        fix_ok = all(r["wall_ratio_vs_before"]["fix"]["median_paired"] <= TARGET for r in target_rows
-                     if "fix" in r["wall_ratio_vs_before"])
+        fix_ok = all(r["wall_ratio_vs_before"][RECOMMENDED]["median_paired"] <= TARGET for r in target_rows
+                     if RECOMMENDED in r["wall_ratio_vs_before"])
         payload["meets_target"] = fix_ok
-        parts.append(f"{TARGET_CASE} after/before: {', '.join(verdicts)} (target <= {TARGET} for the fix: "
+        parts.append(f"{TARGET_CASE} after/before: {', '.join(verdicts)} (target <= {TARGET} for "
+                     f"{RECOMMENDED}, the recommended fix: "
                      f"{'OK' if fix_ok else 'MISSED'})")
     if "numerics_bitwise" in payload:
         exact = [f for f in payload["numerics_bitwise"] if f["kind"] == "exact"]
@@ -592,12 +609,12 @@ def _conclusion(payload: dict) -> str:
             bad = [f"{f['dtype']} sp={f['sp']} dp={f['dp']}" for f in hits if not f[key]]
             return "all" if not bad else "not " + ", ".join(bad)
 
-        parts.append("exact inputs, bitwise equal to the contiguous path: fix "
-                     f"{all_equal('contiguous==avg_scatter[fix]')}; variant "
-                     f"{all_equal('contiguous==avg_scatter[variant]')}")
-        worse = _variant_less_exact(payload.get("numerics", []))
-        payload["variant_at_least_as_exact_as_fix"] = not worse
-        parts.append("variant at least as exact as the fix (max and mean ULP, exact and correctly rounded "
+        parts.append("exact inputs, bitwise equal to the contiguous path: rescale "
+                     f"{all_equal('contiguous==avg_scatter[rescale]')}; divisor "
+                     f"{all_equal('contiguous==avg_scatter[divisor]')}")
+        worse = _divisor_less_exact(payload.get("numerics", []))
+        payload["divisor_at_least_as_exact_as_rescale"] = not worse
+        parts.append("divisor at least as exact as rescale (max and mean ULP, exact and correctly rounded "
                      f"fractions) in every row: {'yes' if not worse else 'no: ' + ', '.join(worse)}")
     return "; ".join(parts)
 

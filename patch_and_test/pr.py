@@ -297,38 +297,48 @@ def _numerics(bundle: Path) -> str:
         return ""
     data = json.loads(path.read_text())
     rel = _rel(bundle, path)
+    # The forms of the fix are named by the run; "recommended" is the master series' patch 1.
+    recommended = data.get("recommended", "divisor")
+    forms = [recommended] + sorted(n for n in data.get("patches", {}) if n != recommended)
     lines = ["## Cost and numerics of the fix", ""]
     timing = data.get("timing") or []
     if timing:
-        impls = [n for n in ("before-again", "fix", "variant") if n in timing[0].get("wall_ratio_vs_before", {})]
+        impls = [n for n in ("before-again", *forms) if n in timing[0].get("wall_ratio_vs_before", {})]
         lines += [f"Time of `__avg_scatter_grads` inside a real ZeRO-3 engine's backward, 2 ranks, sp=2, gloo on CPU "
                   f"([{rel}]({rel})): median of the per-round paired wall-time ratios to the unpatched code "
-                  f"(`before-again` times the unpatched code twice: the noise floor). Target for the fix: "
-                  f"<= {data.get('target', {}).get('max_ratio', '?')} on `{data.get('target', {}).get('case', '?')}`.",
-                  "", "| case | dtype | " + " | ".join(impls) + " | extra bytes, rank 0 (fix) |",
-                  "|---|---|" + "---|" * len(impls) + "---|"]
+                  f"(`before-again` times the unpatched code twice: the noise floor). Target for `{recommended}` "
+                  f"(the recommended fix): <= {data.get('target', {}).get('max_ratio', '?')} on "
+                  f"`{data.get('target', {}).get('case', '?')}`.", "",
+                  "| case | dtype | " + " | ".join(impls) + " | " +
+                  " | ".join(f"extra bytes, rank 0 ({n})" for n in forms) + " |",
+                  "|---|---|" + "---|" * (len(impls) + len(forms))]
         for row in timing:
             ratios = row["wall_ratio_vs_before"]
-            extra = row.get("analytic_extra_bytes_rank0", {}).get("fix", "-")
+            extra = row.get("analytic_extra_bytes_rank0", {})
             lines.append(f"| {row['case']} ({row['params']} x {row['numel_each']}) | {row['dtype']} | "
-                         + " | ".join(f"{ratios[n]['median_paired']:.4f}" for n in impls) + f" | {extra} |")
+                         + " | ".join(f"{ratios[n]['median_paired']:.4f}" for n in impls) + " | "
+                         + " | ".join(str(extra.get(n, "-")) for n in forms) + " |")
         lines.append("")
     else:
         lines += ["Timing: not measured in this bundle (`python benchmarks/reduce_path.py` on a quiet machine).", ""]
     lines += ["Numerics: max ULP error against a float64 oracle in the communication dtype, per path, for "
-              "random inputs; `fix == contiguous` says whether the fixed `__avg_scatter_grads` is bitwise equal "
+              "random inputs; the last columns say whether each fixed `__avg_scatter_grads` is bitwise equal "
               "to the contiguous path on exactly representable inputs.", "",
-              "| world | sp | dtype | before | fix | variant | contiguous | fix == contiguous (exact inputs) |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| world | sp | dtype | before | " + " | ".join(forms) + " | contiguous | " +
+              " | ".join(f"{n} == contiguous (exact inputs)" for n in forms) + " |",
+              "|---|---|---|---|" + "---|" * (2 * len(forms) + 1)]
     ulp = {(n["world"], n["sp"], n["dtype"], n["kind"], n["path"]): n["max_ulp"] for n in data.get("numerics", [])}
     bitwise = {(b["world"], b["sp"], b["dtype"], b["kind"]): b for b in data.get("numerics_bitwise", [])}
     for world, sp, dtype in sorted({(k[0], k[1], k[2]) for k in ulp}):
         def cell(p):
             value = ulp.get((world, sp, dtype, "random", p))
             return "-" if value is None else f"{value:g}"
-        eq = bitwise.get((world, sp, dtype, "exact"), {}).get("contiguous==avg_scatter[fix]")
-        lines.append(f"| {world} | {sp} | {dtype} | {cell('avg_scatter[before]')} | {cell('avg_scatter[fix]')} | "
-                     f"{cell('avg_scatter[variant]')} | {cell('contiguous')} | {'-' if eq is None else eq} |")
+
+        flags = bitwise.get((world, sp, dtype, "exact"), {})
+        eq = [flags.get(f"contiguous==avg_scatter[{n}]") for n in forms]
+        lines.append(f"| {world} | {sp} | {dtype} | {cell('avg_scatter[before]')} | "
+                     + " | ".join(cell(f"avg_scatter[{n}]") for n in forms) + f" | {cell('contiguous')} | "
+                     + " | ".join("-" if e is None else str(e) for e in eq) + " |")
     if data.get("conclusion"):
         lines += ["", f"Benchmark's conclusion: {data['conclusion']}"]
     return "\n".join(lines) + "\n"
@@ -356,7 +366,7 @@ def _upstream_logs(bundle: Path) -> str:
     lines = ["## DeepSpeed's own tests on real checkouts", "",
              "`PYTHONPATH=.:$PWD/tests DS_ACCELERATOR=cpu LOCAL_SIZE=2 pytest ...` on checkouts of the mirror "
              "(tag or master) with: the whole series (`fixed`, `fix-plus-companion`), patch 1 only (`fix-only`), the "
-             "test patch only (`testonly`), nothing (`unfixed`), or the alternative fix. Each log starts with the "
+             "test patch only (`testonly`), or nothing (`unfixed`). Each log starts with the "
              "branch and commits it ran on.", "", "| log | result | failed |", "|---|---|---|"]
     for log in logs:
         counts, failed = _pytest_summary(log.read_text(errors="replace"))

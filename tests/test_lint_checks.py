@@ -82,7 +82,11 @@ def test_touched_files(manifest):
     by_name = {s.name: lint.touched_files(s) for s in manifest.series}
     companion = ["docs/_tutorials/ulysses-alst-sequence-parallelism.md", "tests/unit/ulysses_alst/test_ulysses_sp_hf.py"]
     autoep = "tests/unit/v1/moe/test_autoep_unit.py"  # master's fix keeps it green, its test adds an sp=2 case
-    assert by_name["master"] == ["deepspeed/runtime/zero/stage3.py", autoep, "tests/unit/v1/zero/test_zero.py", *companion]
+    coalesced = ["deepspeed/runtime/comm/coalesced_collectives.py", "deepspeed/runtime/zero/stage3.py",
+                 "tests/unit/runtime/comm/test_coalesced_collectives.py"]  # master's divisor and its test
+    assert by_name["master"] == [*coalesced, autoep, "tests/unit/v1/zero/test_zero.py", *companion]
+    assert by_name["v0.19.8"] == ["deepspeed/runtime/zero/stage3.py", autoep, "tests/unit/v1/zero/test_zero.py",
+                                  *companion]
     for name in ("v0.19.0-v0.19.2", "v0.18.4-v0.18.9", "v0.17.6-v0.18.3"):
         assert by_name[name] == ["deepspeed/runtime/zero/stage3.py", "tests/unit/v1/zero/test_zero.py", *companion]
     assert by_name["v0.17.2-v0.17.5"] == ["deepspeed/runtime/zero/stage3.py", "tests/unit/runtime/zero/test_zero.py",

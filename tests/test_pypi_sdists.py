@@ -84,17 +84,17 @@ def test_lock_mismatch_is_refused(tmp_path):
 
 def test_failing_series_leaves_the_tree_exactly_as_it_was(manifest):
     tree = source.from_pypi("0.19.8")
-    master = manifest.by_name("master")
+    own = series_for_tree(tree.path)  # v0.19.8
     backport = manifest.by_name("v0.14.0-v0.17.1")
     before = repo_state(tree.path, exact=False)
-    # 1. The first patch fails: a backport fix on a master-shaped tree.
+    # 1. The first patch fails: an old backport's fix on a 0.19.8 tree.
     with pytest.raises(errors.SeriesDoesNotApply, match=backport.fix_patches[0].file) as caught:
         apply_series(tree.path, backport)
     assert "\n" not in str(caught.value) and caught.value.exit_code == errors.Exit.SERIES_DOES_NOT_APPLY
     assert repo_state(tree.path, exact=False) == before
     # 2. The second patch fails after the first one was committed: that commit is undone too.
     second = Patch("0002-backport-fix-again.patch", backport.fix_patches[0].path, "fix")
-    mixed = dataclasses.replace(master, patches=(master.fix_patches[0], second))
+    mixed = dataclasses.replace(own, patches=(own.fix_patches[0], second))
     with pytest.raises(errors.SeriesDoesNotApply, match="0002-backport-fix-again.patch"):
         apply_series(tree.path, mixed)
     assert repo_state(tree.path, exact=False) == before
@@ -141,7 +141,7 @@ def test_user_checkout_stays_byte_identical(manifest, tmp_path):
 
     cache = tmp_path / "cache"
     copy = source.from_checkout(user, cache=cache)
-    assert copy.origin == "checkout" and copy.branch == "zero3-sp-fix/master" and not copy.has_tests
+    assert copy.origin == "checkout" and copy.branch == "zero3-sp-fix/v0.19.8" and not copy.has_tests
     result = apply_series(copy.path, series_for_tree(copy.path))
     assert tree_has_fix(copy.path) and result.applied
     assert repo_state(user) == before
@@ -163,9 +163,9 @@ def test_lint_falls_back_to_sdists_without_a_mirror(monkeypatch, tmp_path, capsy
     monkeypatch.setenv("DEEPSPEED_MIRROR", str(tmp_path / "no-mirror"))
     assert lint.main([]) == 0
     out = capsys.readouterr().out
-    # Six series; v0.17.2-v0.17.5 and v0.19.0-v0.19.2 have no locked sdist (and say so), the other four
+    # Seven series; v0.17.2-v0.17.5 and v0.19.0-v0.19.2 have no locked sdist (and say so), the other five
     # are linted on one.
-    assert out.count("PyPI sdist of DeepSpeed") == 4
-    assert out.count("the test patches were not linted") == 4 and "finding" not in out
+    assert out.count("PyPI sdist of DeepSpeed") == 5
+    assert out.count("the test patches were not linted") == 5 and "finding" not in out
     assert out.count("NOT LINTED") == 2 and "series v0.19.0-v0.19.2: NOT LINTED" in out
     assert "series v0.17.2-v0.17.5: NOT LINTED" in out

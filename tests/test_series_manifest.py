@@ -27,9 +27,11 @@ EXPECTED = {
     "0.19.2": "v0.19.0-v0.19.2",
     "0.19.3": "master",  # the averaging_world_size rescale exists from here
     "0.19.4": "master",
-    "0.19.8": "master",
+    "0.19.6": "master",  # the mirror's master says 0.19.6
+    "0.19.7": "master",
+    "0.19.8": "v0.19.8",  # no LoCo branch in __avg_scatter_grads: master's patch 1 does not apply
 }
-SERIES = ["v0.14.0-v0.17.1", "v0.17.2-v0.17.5", "v0.17.6-v0.18.3", "v0.18.4-v0.18.9", "v0.19.0-v0.19.2", "master"]
+SERIES = ["v0.14.0-v0.17.1", "v0.17.2-v0.17.5", "v0.17.6-v0.18.3", "v0.18.4-v0.18.9", "v0.19.0-v0.19.2", "master", "v0.19.8"]
 WITH_COMPANION = SERIES[1:]
 
 
@@ -98,8 +100,9 @@ MARKER = ("+# ZeRO-3 sums gradients over the sequence-parallel ranks on every re
 
 def test_v3_series_carry_the_marker_the_4_rank_test_and_the_companion(manifest):
     for series in manifest.series:
-        new = series.name == "v0.17.2-v0.17.5"  # first version; the others were rerolled from v2
-        assert series.version == (1 if new else 3), series.name
+        new = series.name in ("v0.17.2-v0.17.5", "v0.19.8")  # first version; the others were rerolled from v2
+        # master v4: the fix divides before the reduce-scatter instead of rescaling afterwards
+        assert series.version == (1 if new else 4 if series.name == "master" else 3), series.name
         fix = series.fix_patches[0].path.read_text()
         assert MARKER in fix and "ZERO3_SP_GRADIENTS_SUMMED" in fix.split("\n---\n")[0], series.name
         assert "Reported-by: alanhuangyoo (GitHub)" in fix and "Fixes: ec029e7625ae" in fix
@@ -108,7 +111,8 @@ def test_v3_series_carry_the_marker_the_4_rank_test_and_the_companion(manifest):
         assert "+    @pytest.mark.world_size(4)" in test
         letter = series.cover_letter.read_text()
         if not new:
-            assert "Changes in v3:" in letter and "Range-diff against v2:" in letter
+            assert (f"Changes in v{series.version}:" in letter and "Changes in v3:" in letter
+                    and f"Range-diff against v{series.version - 1}:" in letter)
         assert not list(series.directory.glob("range-diff-*")), "the range-diff lives in the cover letter only"
         assert "@TESTS@" not in letter and "@COMPANION@" not in letter and "***" not in letter
         if series.name in WITH_COMPANION:
@@ -124,7 +128,8 @@ def test_master_fix_keeps_the_autoep_unit_test_green(manifest):
     assert "+++ b/tests/unit/v1/moe/test_autoep_unit.py" in fix and "+        optimizer.sequence_parallel_size = 1" in fix
     assert "+    def test_zero3_reduce_scatter_grads_sum_over_sequence_parallel(self, monkeypatch):" in test
     for series in manifest.series:
-        if series.name != "master":
+        # v0.19.8 carries master's v3 patches (their fix sets the attribute too); older releases lack the test
+        if series.name not in ("master", "v0.19.8"):
             assert "test_autoep_unit.py" not in series.fix_patches[0].path.read_text(), series.name
 
 
@@ -205,3 +210,18 @@ def test_bad_schema_and_missing_file(tmp_path):
     (tmp_path / "bad.toml").write_text("schema = = 1\n")
     with pytest.raises(errors.BadInput, match="not valid TOML"):
         load_manifest(tmp_path / "bad.toml")
+
+
+def test_master_fix_divides_before_the_reduce_scatter(manifest):
+    """master from v4: sp folded into reduce_scatter_coalesced's pre-divide, the AutoEP mocks take it."""
+    master = manifest.by_name("master")
+    fix = master.fix_patches[0].path.read_text()
+    assert "+    divisor: float = None," in fix and "divisor=averaging_world_size)" in fix
+    assert "+    def test_divisor(self):" in fix
+    test = master.patches[1].path.read_text()
+    for text in (fix, test):
+        assert "def fake_reduce_scatter(grads, process_group, divisor=None):" in text
+    # the backports keep the one-line form: their releases have no averaging_world_size rescale to fold into
+    for series in manifest.series:
+        if series.name != "master":
+            assert "divisor" not in series.fix_patches[0].path.read_text(), series.name

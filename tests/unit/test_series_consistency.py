@@ -68,16 +68,19 @@ def test_cover_letter_agrees_with_the_manifest(series):
     names = {s.name for s in MANIFEST.series}
     for named in set(SERIES_NAME.findall(letter)):
         assert named in names, (series.name, named)
-    for claimed in re.findall(r"the other series are at v(\d+)", letter):
-        others = {s.version for s in MANIFEST.series if s.name != series.name}
+    for claimed in re.findall(r"the other backports are at v(\d+)", letter):
+        others = {s.version for s in MANIFEST.series if s.name not in (series.name, "master")}
         assert others == {int(claimed)}, (series.name, claimed, others)
-    # A backport names its base tag and the range it serves.
-    made_on = re.search(r"made on (v[\d.]+)", letter)
+    for claimed in re.findall(r"\bmaster at v(\d+)", letter):
+        assert MANIFEST.by_name("master").version == int(claimed), (series.name, claimed)
+    # A backport names its base (a tag, or master for a release newer than every tag) and what it serves.
+    made_on = re.search(r"made on (v[\d.]+|master)", letter)
     if series.name != "master":
         assert made_on and made_on[1] == series.base_ref, series.name
-        span = re.search(r"^Subject: .*\((v[\d.]+) to (v[\d.]+) backport\)", letter, re.M)
-        assert span and f"{span[1]}-{span[2]}" == series.name, series.name
-        assert version_tuple(span[1]) == series.min_version < version_tuple(span[2]) < series.below_version
+        span = re.search(r"^Subject: .*\((v[\d.]+)(?: to (v[\d.]+))? backport\)", letter, re.M)
+        assert span and "-".join(filter(None, span.groups())) == series.name, series.name
+        last = version_tuple(span[2] or span[1])
+        assert version_tuple(span[1]) == series.min_version <= last < series.below_version
 
 
 def test_patches_outside_the_series_have_short_messages_too():
