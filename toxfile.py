@@ -8,13 +8,24 @@ printed becomes tox's "skipped because ..." line, so the skip stays visible in t
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 from tox.plugin import impl
 from tox.tox_env.errors import Skip
 
-# patch_and_test.errors.Exit.SKIPPED; not imported, tox's own interpreter need not see the package.
-SKIPPED = 77
+
+def _exit_codes() -> Any:
+    # Loaded by path: tox's own interpreter has the plugin's folder, not the package, on its path.
+    path = Path(__file__).resolve().parent / "repro" / "harness" / "exit_codes.py"
+    spec = importlib.util.spec_from_file_location("zero3_sp_exit_codes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SKIPPED = _exit_codes().SKIPPED
 
 
 def skip_reason(outcome: Any) -> str:

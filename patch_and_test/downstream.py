@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from patch_and_test import checks, install, series as series_mod, source as source_mod
-from patch_and_test.errors import BadInput, PipelineError
+from patch_and_test.errors import BadInput, Exit, PipelineError
 from repro.downstream_rule import MARKER_NAME
 
 SCRIPT = "downstream_clients"
@@ -216,8 +216,9 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
             shown = record.checks[-1]["report"]
             step(f"{phase}: {SCRIPT} --expect {expect}", f"exit {check.exit_code} (report {shown})", t)
         codes = [c["exit_code"] for c in record.checks]
-        record.exit_code = (2 if any(c not in (0, 1, 77) for c in codes) else 77 if all(c == 77 for c in codes)
-                            else 1 if any(c == 1 for c in codes) else 0)
+        record.exit_code = int(Exit.ERROR if any(c not in (Exit.OK, Exit.NOT_FIXED, Exit.SKIPPED) for c in codes)
+                               else Exit.SKIPPED if all(c == Exit.SKIPPED for c in codes)
+                               else Exit.NOT_FIXED if any(c == Exit.NOT_FIXED for c in codes) else Exit.OK)
     except PipelineError as err:
         record.error, record.exit_code = str(err), int(err.exit_code)
     finally:

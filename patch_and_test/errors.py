@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 
+from repro.harness import exit_codes
+
 
 class Exit(enum.IntEnum):
     OK = 0  # bug seen before, gone after, on every check
@@ -17,7 +19,7 @@ class Exit(enum.IntEnum):
     SERIES_DOES_NOT_APPLY = 4  # git am failed; the tree was rolled back
     ALREADY_FIXED = 5  # the tree already carries the fix: nothing to apply
     REGRESSION = 6  # a DeepSpeed test the series can reach passed before it and fails after (on every rerun)
-    SKIPPED = 77  # could not run here (e.g. nccl with too few GPUs); the reason is printed
+    SKIPPED = exit_codes.SKIPPED  # could not run here (e.g. nccl with too few GPUs); the reason is printed
 
 
 class PipelineError(Exception):

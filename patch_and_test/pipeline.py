@@ -183,7 +183,7 @@ def _reproducer(r: _Run, script: str, expect: str, phase: str) -> None:
     timeout = r.cfg.timeout * (AUDIT_TIMEOUT_FACTOR if script == checks.AUDIT else 1)
     check = checks.run_reproducer(script, expect, r.out / phase, phase, backend=r.cfg.backend, timeout=timeout)
     (r.verdict.before if phase == "before" else r.verdict.after).append(check)
-    status = "ok" if check.holds else ("skipped" if check.exit_code == 77 else "failed")
+    status = "ok" if check.holds else ("skipped" if check.exit_code == Exit.SKIPPED else "failed")
     r.step(f"{phase}: {script} --expect {expect}", status, f"exit {check.exit_code}, pattern {check.pattern}", t,
            Path(check.log))
 

@@ -91,7 +91,7 @@ def decide(v: Verdict) -> tuple[str, Exit]:
         return {Exit.SKIPPED: "skipped", Exit.SERIES_DOES_NOT_APPLY: "series-does-not-apply",
                 Exit.ALREADY_FIXED: "already-fixed"}.get(code, "error"), code
     checks = [*v.before, *v.after]
-    if any(c.exit_code == 77 for c in checks):
+    if any(c.exit_code == Exit.SKIPPED for c in checks):
         return "skipped", Exit.SKIPPED
     tests_broken = any(t.exit_code not in (0, 1) or not t.outcomes for t in v.tests)
     if any(c.exit_code not in (0, 1) for c in checks) or tests_broken or any(s.status == "error" for s in v.suites):

@@ -31,6 +31,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repro import tiny_llama  # noqa: E402
+from repro.harness import exit_codes  # noqa: E402
 
 
 def _batches(steps: int, seq_len: int = 16):
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
         import transformers  # noqa: F401
     except ImportError:
         print("SKIP: transformers is not installed")
-        return 77
+        return exit_codes.SKIPPED
     results = [run("adamw", args.sp, args.steps, None),
                run("adamw", args.sp, args.steps, 1.0),
                run("adamw", args.sp, args.steps, 2.0),

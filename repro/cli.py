@@ -11,11 +11,13 @@ import dataclasses
 import sys
 from pathlib import Path
 
-EXIT_HOLDS = 0
-EXIT_DOES_NOT_HOLD = 1
-EXIT_ERROR = 2
-EXIT_SKIP = 77
-EXIT_INTERRUPTED = 130  # SIGINT / Ctrl-C: every rank torn down first (the shell's 128 + SIGINT)
+from repro.harness import exit_codes
+
+EXIT_HOLDS = exit_codes.HOLDS
+EXIT_DOES_NOT_HOLD = exit_codes.DOES_NOT_HOLD
+EXIT_ERROR = exit_codes.ERROR
+EXIT_SKIP = exit_codes.SKIPPED
+EXIT_INTERRUPTED = exit_codes.INTERRUPTED
 
 EXIT_CODES_HELP = """\
 exit codes:

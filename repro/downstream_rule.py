@@ -43,6 +43,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from repro.harness import exit_codes
 from repro.report import JsonReport
 
 KINDS = ("allgather", "own_share")
@@ -212,10 +213,10 @@ class DownstreamReport(JsonReport):
     @property
     def exit_code(self) -> int:
         if any(r.status == "error" for r in self.rows):
-            return 2
+            return exit_codes.ERROR
         if not self.measured:
-            return 77
-        return 0 if self.holds else 1
+            return exit_codes.SKIPPED
+        return exit_codes.HOLDS if self.holds else exit_codes.DOES_NOT_HOLD
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()

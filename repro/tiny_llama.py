@@ -45,6 +45,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from repro.harness import exit_codes
+
 HUB_REPO_ID = "hf-internal-testing/tiny-random-LlamaForCausalLM"
 SEED = 20260917
 
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"export {key}={value}")
     except TransformersMissing as err:
         print(f"SKIP: {err}")
-        return 77
+        return exit_codes.SKIPPED
     return 0
 
 

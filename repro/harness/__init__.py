@@ -1,0 +1,1 @@
+"""What every program of the package shares: exit codes (and, as the redesign goes on, launch and CLI)."""

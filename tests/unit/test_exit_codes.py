@@ -1,0 +1,32 @@
+"""Exit code 77 ("skipped") and its siblings are defined once: repro/harness/exit_codes.py."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import toxfile
+from patch_and_test.errors import Exit
+from repro import cli
+from repro.harness import exit_codes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_user_of_the_codes_reads_the_one_definition():
+    assert Exit.SKIPPED == cli.EXIT_SKIP == toxfile.SKIPPED == exit_codes.SKIPPED == 77
+    assert (cli.EXIT_HOLDS, cli.EXIT_DOES_NOT_HOLD, cli.EXIT_ERROR) == (Exit.OK, Exit.NOT_FIXED, Exit.ERROR)
+    assert cli.EXIT_INTERRUPTED == exit_codes.INTERRUPTED == 130
+
+
+def test_no_code_writes_77_as_a_bare_number():
+    """Docstrings and help texts may say 77; code compares with and returns the named constant."""
+    found = []
+    for path in [*ROOT.glob("repro/**/*.py"), *ROOT.glob("patch_and_test/**/*.py"), ROOT / "toxfile.py",
+                 ROOT / "noxfile.py", *ROOT.glob("benchmarks/*.py")]:
+        if path.name == "exit_codes.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and type(node.value) is int and node.value == 77:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, found
