@@ -13,10 +13,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from patch_and_test import source  # noqa: E402
-from patch_and_test.series import Manifest, load_manifest  # noqa: E402
+from patch_and_test.series import Manifest, load_manifest, parse_version  # noqa: E402
 
-# The versions the package supports and proves on PyPI sdists.
-SUPPORTED_PYPI = ("0.14.5", "0.15.4", "0.16.9", "0.17.6", "0.18.9", "0.19.4", "0.19.8")
+# The versions the package supports and proves on PyPI sdists: the lock file's, oldest first.
+SUPPORTED_PYPI = tuple(sorted(source.load_lock(), key=parse_version))
 # Their tags in the mirror (0.19.6 and later exist only on PyPI), plus the mirror's master.
 SUPPORTED_TAGS = ("v0.14.5", "v0.15.4", "v0.16.9", "v0.17.2", "v0.17.5", "v0.17.6", "v0.18.9", "v0.19.4", "master")
 
