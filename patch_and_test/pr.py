@@ -95,13 +95,15 @@ client's own code: {notice}.
 
 def _how_tested(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> str:
     """The counts that decide the review, each rendered from a result file in the bundle."""
-    lines = ["## How it was tested", "", "CPU only (gloo), real DeepSpeed processes and collectives; every number below "
+    lines = ["## How it was tested", "",
+             "CPU only (gloo), real DeepSpeed processes and collectives; every number below "
              "is rendered from a file in this bundle."]
     cells = {env: v for env, v in verdicts.items() if env.startswith("patch-and-test-ds")}
     ran = sorted((v for v in cells.values() if v.get("before") or v.get("after")), key=_version_key)
     if ran:
         outcomes = sorted({v["outcome"] for v in ran})
-        lines.append(f"* Reproducers (2 ranks, sp=2), unpatched → patched, {len(ran)} cell{'s' if len(ran) != 1 else ''} "
+        cells = f"{len(ran)} cell{'s' if len(ran) != 1 else ''}"
+        lines.append(f"* Reproducers (2 ranks, sp=2), unpatched → patched, {cells} "
                      f"({', '.join(_cell_label(v) for v in ran)}): {', '.join(outcomes)}.")
     not_run = sorted((v for v in cells.values() if not (v.get("before") or v.get("after"))), key=_version_key)
     if not_run:

@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     code = install.main(["--pypi", version])
     if code != 0:
         return code
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", *pytest_command(pytest_args, version, args.tier)]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
+           *pytest_command(pytest_args, version, args.tier)]
     print(f"$ {' '.join(cmd)}", flush=True)
     # pytest's own exit code, 5 (nothing collected) included: the caller treats anything but 0 as failure.
     return subprocess.run(cmd, env={**os.environ, "DEEPSPEED_VERSION": version}).returncode

@@ -56,7 +56,8 @@ def _add_arguments(parser) -> None:
     parser.add_argument("--mode", choices=MODES, default="quick",
                         help="quick: a covering subset (every factor level, every reduce path); full: the whole "
                         "space (default quick)")
-    parser.add_argument("--stage", type=int, action="append", choices=STAGES, help="only these ZeRO stages (repeatable)")
+    parser.add_argument("--stage", type=int, action="append", choices=STAGES,
+                        help="only these ZeRO stages (repeatable)")
     parser.add_argument("--dtype", action="append", choices=DTYPES, help="only these dtypes (repeatable)")
     parser.add_argument("--gas", type=int, action="append", choices=GAS_VALUES,
                         help="only these gradient_accumulation_steps (repeatable)")

@@ -31,7 +31,8 @@ EXPECTED = {
     "0.19.7": "master",
     "0.19.8": "v0.19.8",  # no LoCo branch in __avg_scatter_grads: master's patch 1 does not apply
 }
-SERIES = ["v0.14.0-v0.17.1", "v0.17.2-v0.17.5", "v0.17.6-v0.18.3", "v0.18.4-v0.18.9", "v0.19.0-v0.19.2", "master", "v0.19.8"]
+SERIES = ["v0.14.0-v0.17.1", "v0.17.2-v0.17.5", "v0.17.6-v0.18.3", "v0.18.4-v0.18.9", "v0.19.0-v0.19.2", "master",
+          "v0.19.8"]
 WITH_COMPANION = SERIES[1:]
 
 
@@ -125,7 +126,8 @@ def test_master_fix_keeps_the_autoep_unit_test_green(manifest):
     # attribute it now reads, and the test commit adds the sp=2 case of the same kind.
     master = manifest.by_name("master")
     fix, test = (p.path.read_text() for p in master.patches[:2])
-    assert "+++ b/tests/unit/v1/moe/test_autoep_unit.py" in fix and "+        optimizer.sequence_parallel_size = 1" in fix
+    assert "+++ b/tests/unit/v1/moe/test_autoep_unit.py" in fix
+    assert "+        optimizer.sequence_parallel_size = 1" in fix
     assert "+    def test_zero3_reduce_scatter_grads_sum_over_sequence_parallel(self, monkeypatch):" in test
     for series in manifest.series:
         # v0.19.8 carries master's v3 patches (their fix sets the attribute too); older releases lack the test

@@ -23,7 +23,8 @@ class Launch:
     report: dict | None
 
 
-def launch(script: Path, *argv: str, timeout: float = 600, env: dict | None = None, tmp_path: Path | None = None) -> Launch:
+def launch(script: Path, *argv: str, timeout: float = 600, env: dict | None = None,
+           tmp_path: Path | None = None) -> Launch:
     json_path = None
     if tmp_path is not None:
         json_path = tmp_path / f"{script.stem}-{abs(hash(argv))}.json"

@@ -104,7 +104,8 @@ def test_series_that_does_not_apply_leaves_the_checkout_alone(tmp_path, checkout
     stage3 = checkout / STAGE3
     text = stage3.read_text()
     assert FIXED_LINE in text
-    stage3.write_text(text.replace(FIXED_LINE, FIXED_LINE.replace("averaging_world_size =", "averaging_world_size =  ")))
+    spaced = FIXED_LINE.replace("averaging_world_size =", "averaging_world_size =  ")
+    stage3.write_text(text.replace(FIXED_LINE, spaced))
     subprocess.run(["git", "-C", str(checkout), "-c", "user.name=A User", "-c", "user.email=user@example.com",
                     "commit", "-q", "-am", "a local change on the line the fix touches"], check=True)
     before = repo_state(checkout)

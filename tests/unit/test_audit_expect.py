@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.audit_expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, KnownDiscrepancy, at_scale, error_at,
+from repro.audit_expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, KnownDiscrepancy, error_at,
                                 eval_factor, judge_row, load_known, point_category, point_holds, ratio_label,
                                 version_matches)
 from repro.audit_space import AuditPoint

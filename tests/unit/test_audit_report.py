@@ -58,7 +58,8 @@ def test_with_the_fix_fixed_holds():
 
 def test_summary_groups_disagreements_by_code_path_and_cause():
     pts = _points() + [_point(P_MIXED, (1.0, 0.5), "__avg_scatter_grads"),
-                       _point(AuditPoint(2, False, False, "fits", 2, 1), (0.9, 0.9), "stage_1_and_2.buffered_reduce_fallback")]
+                       _point(AuditPoint(2, False, False, "fits", 2, 1), (0.9, 0.9),
+                              "stage_1_and_2.buffered_reduce_fallback")]
     s = _report(pts).summary
     groups = {(g["path"], g["cause"]): g for g in s["disagreements"]}
     assert set(groups) == {("__avg_scatter_grads", "sp-bug"),
