@@ -102,8 +102,8 @@ def _how_tested(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> str:
     ran = sorted((v for v in cells.values() if v.get("before") or v.get("after")), key=_version_key)
     if ran:
         outcomes = sorted({v["outcome"] for v in ran})
-        cells = f"{len(ran)} cell{'s' if len(ran) != 1 else ''}"
-        lines.append(f"* Reproducers (2 ranks, sp=2), unpatched → patched, {cells} "
+        count = f"{len(ran)} cell{'s' if len(ran) != 1 else ''}"
+        lines.append(f"* Reproducers (2 ranks, sp=2), unpatched → patched, {count} "
                      f"({', '.join(_cell_label(v) for v in ran)}): {', '.join(outcomes)}.")
     not_run = sorted((v for v in cells.values() if not (v.get("before") or v.get("after"))), key=_version_key)
     if not_run:
