@@ -41,9 +41,3 @@ def deepspeed_version() -> str:
     import importlib.metadata
 
     return importlib.metadata.version("deepspeed")
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if "multiprocess" in str(item.fspath):
-            item.add_marker(pytest.mark.multiprocess)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.multiprocess  # starts real gloo ranks (plain torch)
+
 torch = pytest.importorskip("torch")
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from .conftest import REPRO, launch
 
+pytestmark = pytest.mark.multiprocess  # starts real DeepSpeed ranks
+
 ALST = REPRO / "alst_recipe.py"
 TIMEOUT = "1500"  # two cores shared with other jobs; a first run also JIT-builds DeepSpeed's CPU comm op
 

@@ -14,6 +14,8 @@ import pytest
 
 from .conftest import REPRO, launch
 
+pytestmark = pytest.mark.multiprocess  # starts real DeepSpeed ranks
+
 SCRIPT = REPRO / "downstream_clients.py"
 TIMEOUT = "1500"
 

@@ -10,6 +10,8 @@ import pytest
 
 from .conftest import REPRO, ROOT, launch
 
+pytestmark = pytest.mark.multiprocess  # starts real DeepSpeed ranks
+
 FAULTY = ROOT / "tests" / "helpers" / "faulty_rank.py"
 
 

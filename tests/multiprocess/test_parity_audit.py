@@ -14,7 +14,7 @@ import pytest
 
 from .conftest import REPRO, launch
 
-pytestmark = pytest.mark.slow_tier  # five launches, about two minutes: the slow tier
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow_tier]  # five launches, about two minutes: the slow tier
 
 AUDIT = REPRO / "parity_audit.py"
 AVG_SCATTER = "__avg_scatter_grads"

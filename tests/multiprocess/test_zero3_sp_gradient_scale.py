@@ -19,6 +19,8 @@ from repro.measure import ZERO3_CONFIGS
 
 from .conftest import REPRO, launch
 
+pytestmark = pytest.mark.multiprocess  # starts real DeepSpeed ranks
+
 PARAMS = [(c.reduce_scatter, c.contiguous_gradients, c.reduce_bucket_size) for c in ZERO3_CONFIGS]
 
 
