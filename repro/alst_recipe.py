@@ -241,8 +241,11 @@ def sp_engine(stage: int, model_dir: Path, mpu, sp: int):
     return engine, config
 
 
-def sp_shard(engine, dp_index: int):
-    """This rank's shard of sample ``dp_index`` through UlyssesSPDataLoaderAdapter: (batch, sp group, sp size)."""
+def sp_shard(engine, dp_index: int, notes: dict[str, str]):
+    """This rank's shard of sample ``dp_index`` through UlyssesSPDataLoaderAdapter: (batch, sp group, sp size).
+
+    ``notes`` (the caller's, it goes into its report's extra) gets "adapter" when the adapter cannot run here.
+    """
     import torch
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
     from deepspeed.utils import groups
@@ -259,10 +262,12 @@ def sp_shard(engine, dp_index: int):
     adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp_world_size,
                                          device=engine.device)
     # Every rank of an sp group holds the same sample, so the first micro-batch is it, sharded.
-    return _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size), sp_group, sp_world_size
+    batch = _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size, notes)
+    return batch, sp_group, sp_world_size
 
 
-def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str):
+def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str,
+           notes: dict[str, str]):
     """One engine, one step: {param: full gradient}, the full-sequence loss, {param: reduce path}."""
     from deepspeed.utils import safe_get_full_grad
 
@@ -271,7 +276,7 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
     engine, _config = sp_engine(stage, model_dir, mpu, sp)
     try:
         paths = _watch_reduce_paths(engine.optimizer) if stage == 3 else None
-        batch, sp_group, sp_world_size = sp_shard(engine, dp_index)
+        batch, sp_group, sp_world_size = sp_shard(engine, dp_index, notes)
         shift_labels = batch["shift_labels"].to(engine.device)
         outputs = engine(input_ids=batch["input_ids"].to(engine.device),
                          position_ids=batch["position_ids"].to(engine.device))
@@ -295,10 +300,8 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         gc.collect()
 
 
-ADAPTER_NOTE = {}  # filled when DeepSpeed's adapter cannot run here; goes into the report's extra
-
-
-def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_world_size: int) -> dict:
+def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_world_size: int,
+                 notes: dict[str, str]) -> dict:
     """The adapter's first micro-batch; on gloo, for DeepSpeed 0.17.x .. 0.19.6-dev, the same by hand.
 
     Those versions all_gather a 0-dim seqlen into 1-element tensors, which gloo rejects
@@ -314,8 +317,8 @@ def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_worl
     except RuntimeError as err:
         if "invalid tensor size" not in str(err):
             raise
-    ADAPTER_NOTE["adapter"] = ("manual sharding: this DeepSpeed's UlyssesSPDataLoaderAdapter all_gathers a 0-dim "
-                               "seqlen, which gloo rejects (fixed in 0.19.8)")
+    notes["adapter"] = ("manual sharding: this DeepSpeed's UlyssesSPDataLoaderAdapter all_gathers a 0-dim "
+                        "seqlen, which gloo rejects (fixed in 0.19.8)")
     shift = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
     chunk = input_ids.shape[1] // sp_world_size
     cut = slice(chunk * sp_rank, chunk * (sp_rank + 1))
@@ -354,10 +357,10 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     baseline_losses, expected = baseline(model_dir, dp, ctx.device)
     mpu = register_ulysses(model_dir, sp)
     gather_impl = all_gather_impl(ctx.backend, dp)
-    rows, losses = [], []
+    rows, losses, notes = [], [], {}
     for stage in STAGES:
         for recipe in RECIPES:
-            grads, full_loss, paths = run_sp(stage, recipe, model_dir, mpu, sp, dp_index, gather_impl)
+            grads, full_loss, paths = run_sp(stage, recipe, model_dir, mpu, sp, dp_index, gather_impl, notes)
             rows += [make_row(recipe, stage, name, grads[name], expected[name], sp, ctx.args.expect, paths[name])
                      for name in PARAMS]
             losses.append(loss_entry(recipe, stage, full_loss, baseline_losses[dp_index]))
@@ -377,7 +380,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
                "attn_implementation": ATTN, "all_gather": gather_impl, "seq_len": SEQ_LEN,
                "masked_prefix": MASKED_PREFIX,
                "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
-               "dtype": "float32", **ADAPTER_NOTE})
+               "dtype": "float32", **notes})
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
 
 

@@ -60,8 +60,9 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     mpu = alst_recipe.register_ulysses(model_dir, sp)
     fixed, marker = downstream_run.deepspeed_state()
     ds_version = downstream_run.dist_version("deepspeed") or "none"
+    notes: dict[str, str] = {}
     rows = downstream_run.measure_all(clients, model_dir, mpu, sp, dp_index, expected, ctx.args.expect == "fixed",
-                                      ds_version, marker)
+                                      ds_version, marker, notes)
     report = DownstreamReport(
         script=SCRIPT, deepspeed_version=ds_version, deepspeed_fixed=fixed, marker=marker,
         torch_version=torch.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
@@ -73,7 +74,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
                "callers": "transformers: accelerator and ParallelismConfig stand-ins (sp group, sp_backend, "
                           "sp_size) + a real HfDeepSpeedConfig; arctic_training: a stand-in SFTTrainer (engine, "
                           "module, device, sp group, config)",
-               **alst_recipe.ADAPTER_NOTE})
+               **notes})
     code = report.exit_code
     return launch.RankResult(1 if code == 1 else 0, report.to_dict() if ctx.rank == 0 else None)
 

@@ -210,7 +210,8 @@ def find_clients() -> list[Client]:
 # ----------------------------------------------------------------------------- one engine
 
 
-def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_index: int) -> dict[str, object]:
+def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_index: int,
+               notes: dict[str, str]) -> dict[str, object]:
     """One engine, one step, the client's loss: {param: full gradient (float64, CPU)}."""
     from deepspeed.utils import safe_get_full_grad
 
@@ -218,7 +219,7 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
 
     engine, config = alst_recipe.sp_engine(stage, model_dir, mpu, sp)
     try:
-        shard, sp_group, _ = alst_recipe.sp_shard(engine, dp_index)
+        shard, sp_group, _ = alst_recipe.sp_shard(engine, dp_index, notes)
         batch = {k: shard[k].to(engine.device) for k in ("input_ids", "position_ids", "shift_labels")}
         loss = client.call(engine, batch, sp_group, sp, config)
         engine.backward(loss)
@@ -265,14 +266,16 @@ def unmeasured_rows(client: Client) -> list[ClientRow]:
 
 
 def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: int, expected_grads: dict,
-                assume_fixed: bool, deepspeed_version: str, marker: bool) -> list[ClientRow]:
+                assume_fixed: bool, deepspeed_version: str, marker: bool,
+                notes: dict[str, str]) -> list[ClientRow]:
+    """Every client's rows; ``notes`` gets what the report's extra should say about how it ran."""
     rows: list[ClientRow] = []
     for client in clients:
         if client.call is None:
             rows += unmeasured_rows(client)
             continue
         for stage in STAGES:
-            grads = run_client(client, stage, model_dir, mpu, sp, dp_index)
+            grads = run_client(client, stage, model_dir, mpu, sp, dp_index, notes)
             rows.append(measured_row(client, stage, grads, expected_grads, sp, assume_fixed, deepspeed_version,
                                      marker))
     return rows

@@ -119,14 +119,16 @@ class _GlooShapeBug:
 
 def test_manual_sharding_matches_the_adapter_semantics():
     input_ids, position_ids, labels = alst_recipe.sample(0)
-    shards = [alst_recipe._first_shard(_GlooShapeBug(), input_ids, position_ids, labels, r, 2) for r in range(2)]
+    notes: dict[str, str] = {}
+    shards = [alst_recipe._first_shard(_GlooShapeBug(), input_ids, position_ids, labels, r, 2, notes)
+              for r in range(2)]
     import torch
 
     assert torch.equal(torch.cat([s["input_ids"] for s in shards], 1), input_ids)
     assert torch.equal(torch.cat([s["position_ids"] for s in shards], 1), position_ids)
     shift = torch.cat([s["shift_labels"] for s in shards], 1)
     assert torch.equal(shift[0, :-1], labels[0, 1:]) and int(shift[0, -1]) == -100
-    assert "gloo" in alst_recipe.ADAPTER_NOTE["adapter"]
+    assert "gloo" in notes["adapter"] and not hasattr(alst_recipe, "ADAPTER_NOTE")  # the caller's, not module state
 
 
 def test_other_adapter_errors_propagate():
@@ -138,4 +140,4 @@ def test_other_adapter_errors_propagate():
             raise RuntimeError("something else")
 
     with pytest.raises(RuntimeError, match="something else"):
-        alst_recipe._first_shard(Broken(), *alst_recipe.sample(0), 0, 2)
+        alst_recipe._first_shard(Broken(), *alst_recipe.sample(0), 0, 2, {})
