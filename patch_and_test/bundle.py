@@ -67,8 +67,8 @@ def current_inputs(cell: Cell, audit: bool = True) -> dict[str, Any]:
     from patch_and_test.series import series_for_version
     from patch_and_test.source import load_lock
 
-    return {"code": inputs.code_digest(), "series": inputs.series_digest(series_for_version(cell.version).directory),
-            "source": load_lock()[cell.version].sha256, "backend": cell.backend, "audit": audit}
+    return inputs.run_inputs(series_for_version(cell.version).directory, load_lock()[cell.version].sha256,
+                             cell.backend, audit)
 
 
 def reusable(verdict_path: Path, expected: dict[str, Any]) -> bool:

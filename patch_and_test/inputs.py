@@ -1,18 +1,28 @@
-"""Content hashes of what a pipeline run depends on: equal hashes, reusable results."""
+"""Content hashes of what a pipeline run depends on: equal inputs, reusable results.
+
+The code part is computed, not listed: every module of the package that the pipeline's entry points
+and the programs it launches import (followed through ``import`` statements, those inside functions
+included), plus the data files they read. A module added to that graph is covered at once.
+"""
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.metadata
+import platform
 from pathlib import Path
+from typing import Any
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-# The code whose behaviour a verdict reflects: the reproducers, the pipeline, the twin test. Not
-# what only reads verdicts (bundle.py, pr.py) or never runs in a pipeline (lint, reroll, selftest).
-PIPELINE_MODULES = ("__init__", "__main__", "checks", "errors", "inputs", "install", "pipeline", "series", "source",
-                    "verdict")
-CODE_GLOBS = ("repro/*.py", "repro/*.toml", *(f"patch_and_test/{m}.py" for m in PIPELINE_MODULES),
-              "tests/multiprocess/test_zero3_sp_gradient_scale.py", "tests/multiprocess/conftest.py",
-              "tests/conftest.py", "requirements/*.txt", "deepspeed-sdists.lock")
+# Where the pipeline starts, and the programs it runs as scripts (checks.REPRODUCERS, checks.AUDIT, the twin).
+ENTRY_POINTS = ("patch_and_test/__main__.py", "patch_and_test/pipeline.py", "repro/zero3_sp_grad_scale.py",
+                "repro/zero3_sp_mixed_bucket.py", "repro/parity_audit.py",
+                "tests/multiprocess/test_zero3_sp_gradient_scale.py")
+# What they read that is not Python (and the conftests pytest loads around the twin).
+DATA_GLOBS = ("repro/**/*.toml", "requirements/*.txt", "deepspeed-sdists.lock", "tests/conftest.py",
+              "tests/multiprocess/conftest.py")
+OWN_PACKAGES = ("repro", "patch_and_test", "tests")
 
 
 def sha256_file(path: Path) -> str:
@@ -26,14 +36,70 @@ def sha256_file(path: Path) -> str:
 def tree_digest(paths: list[Path], root: Path) -> str:
     """One hash over (relative path, content hash) pairs, order-independent."""
     digest = hashlib.sha256()
-    for path in sorted(paths, key=lambda p: p.relative_to(root).as_posix()):
+    for path in sorted(set(paths), key=lambda p: p.relative_to(root).as_posix()):
         digest.update(f"{path.relative_to(root).as_posix()}\0{sha256_file(path)}\n".encode())
     return digest.hexdigest()
 
 
+def _module_file(name: str, root: Path) -> Path | None:
+    base = root.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(path: Path, root: Path) -> set[str]:
+    """Names of the package's own modules that a file imports (relative imports resolved)."""
+    rel = path.relative_to(root).with_suffix("")
+    package = rel.parts[:-1] if rel.name != "__init__" else rel.parts[:-1]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package[:len(package) - node.level + 1]
+                module = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            names.add(module)
+            names.update(f"{module}.{a.name}" for a in node.names)  # from pkg import module
+    return {n for n in names if n.split(".")[0] in OWN_PACKAGES}
+
+
+def pipeline_files(root: Path = PACKAGE_ROOT) -> list[Path]:
+    """Every file of the package a pipeline run can execute or read, found from ENTRY_POINTS."""
+    todo = [root / p for p in ENTRY_POINTS]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        for name in _imported(path, root):
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):  # the packages' __init__ run too
+                found = _module_file(".".join(parts[:i]), root)
+                if found is not None:
+                    todo.append(found)
+    data = {p for g in DATA_GLOBS for p in root.glob(g) if p.is_file()}
+    return sorted(seen | data)
+
+
 def code_digest(root: Path = PACKAGE_ROOT) -> str:
-    return tree_digest([p for g in CODE_GLOBS for p in root.glob(g) if p.is_file()], root)
+    return tree_digest(pipeline_files(root), root)
 
 
 def series_digest(series_dir: Path) -> str:
     return tree_digest([p for p in series_dir.iterdir() if p.is_file()], series_dir)
+
+
+def run_inputs(series_dir: Path, source: str, backend: str, audit: bool) -> dict[str, Any]:
+    """What a pipeline run's results depend on; a bundle reuses a cell only when this is equal."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = None
+    return {"code": code_digest(), "series": series_digest(series_dir), "source": source, "backend": backend,
+            "audit": audit, "python": platform.python_version(), "torch": torch_version}

@@ -85,9 +85,8 @@ def _run_steps(r: _Run) -> None:
     version = None if cfg.src else (cfg.version or _newest())
     if version is not None:
         # Known before any download: a skipped cell is still tied to the inputs it would have used.
-        r.verdict.inputs = {"code": inputs.code_digest(),
-                            "series": inputs.series_digest(series_mod.series_for_version(version).directory),
-                            "source": _sdist_sha256(version), "backend": cfg.backend, "audit": cfg.audit}
+        r.verdict.inputs = inputs.run_inputs(series_mod.series_for_version(version).directory, _sdist_sha256(version),
+                                             cfg.backend, cfg.audit)
     if cfg.backend == "nccl" and gpu_count() < WORLD_SIZE:
         raise Skipped(f"nccl needs one GPU per rank: {WORLD_SIZE} ranks, {gpu_count()} GPU(s) visible")
 
@@ -102,9 +101,8 @@ def _run_steps(r: _Run) -> None:
     r.verdict.series = {"name": chosen.name, "version": chosen.version, "base_commit": chosen.base_commit,
                         "base_ref": chosen.base_ref, "range": chosen.range_text}
     # What these results depend on, so a later bundle can tell whether they are still current.
-    r.verdict.inputs = {"code": inputs.code_digest(), "series": inputs.series_digest(chosen.directory),
-                        "source": tree.upstream_commit or _sdist_sha256(tree.version), "backend": cfg.backend,
-                        "audit": cfg.audit}
+    r.verdict.inputs = inputs.run_inputs(chosen.directory, tree.upstream_commit or _sdist_sha256(tree.version),
+                                         cfg.backend, cfg.audit)
     r.verdict.already_fixed = series_mod.tree_has_fix(tree.path)
 
     # The series goes on first, onto our own copy of the source: a series that does not apply
