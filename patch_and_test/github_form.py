@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
 from patch_and_test import errors
-from patch_and_test.series import Series, apply_series, git
+from patch_and_test.gitrun import git, git_out
+from patch_and_test.series import Series, apply_series
 from patch_and_test.source import FIXED_IDENTITY, from_mirror
 
 BRANCH = "zero3-sp-grad-scale"
@@ -44,8 +44,7 @@ COMMITTER = {k: v for k, v in FIXED_IDENTITY.items() if k.startswith("GIT_COMMIT
 def _mailinfo(patch: Path, scratch: Path) -> tuple[dict[str, str], str, Path]:
     """(headers, message, diff file) of one format-patch file, as ``git am`` reads it."""
     msg, diff = scratch / "msg", scratch / "diff"
-    out = subprocess.run(["git", "mailinfo", str(msg), str(diff)], input=patch.read_bytes(),
-                         capture_output=True, check=True).stdout.decode()
+    out = git(None, "mailinfo", str(msg), str(diff), input=patch.read_bytes(), text=False).stdout.decode()
     info = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
     return info, msg.read_text(), diff
 
@@ -94,8 +93,7 @@ def squash_message(series: Series) -> str:
 def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
     """(repo, head) of ``BRANCH``: the series committed on ``series.base_commit`` in a scratch clone."""
     repo = work / "branch.git"
-    subprocess.run(["git", "clone", "-q", "--bare", "--shared", str(mirror), str(repo)], check=True,
-                   capture_output=True)
+    git_out(None, "clone", "-q", "--bare", "--shared", str(mirror), str(repo))
     if git(repo, "cat-file", "-e", f"{series.base_commit}^{{commit}}", check=False).returncode != 0:
         raise errors.BadInput(f"{series.base_commit[:12]} (the {series.name} series' base) is not in {mirror}")
     index = work / "index"
@@ -111,8 +109,7 @@ def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
         tree = git(repo, "write-tree", "--missing-ok", env=env).stdout.strip()
         author = {"GIT_AUTHOR_NAME": info["Author"], "GIT_AUTHOR_EMAIL": info["Email"], "GIT_AUTHOR_DATE": info["Date"]}
         full = f"{info['Subject']}\n\n{message}"
-        head = subprocess.run(["git", "-C", str(repo), "commit-tree", tree, "-p", head], input=full, text=True,
-                              capture_output=True, check=True, env={**env, **author}).stdout.strip()
+        head = git_out(repo, "commit-tree", tree, "-p", head, input=full, env={**env, **author}).strip()
     git(repo, "update-ref", f"refs/heads/{BRANCH}", head)
     return repo, head
 

@@ -19,6 +19,7 @@ import sysconfig
 from pathlib import Path
 
 from patch_and_test.errors import PipelineError
+from patch_and_test.gitrun import git, git_out
 from repro.env import cache_root
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -92,8 +93,7 @@ def _build_wheel(tree: Path, rev: str, wheel_dir: Path, installer: Installer, ou
     # Build from a clean export of the commit, not the work tree: what is cached is exactly that commit.
     export = tmp / "src"
     export.mkdir()
-    archive = subprocess.run(["git", "-C", str(tree), "archive", "--format=tar", rev], check=True,
-                             capture_output=True).stdout
+    archive = git(tree, "archive", "--format=tar", rev, text=False).stdout
     subprocess.run(["tar", "-x", "-C", str(export)], input=archive, check=True)
     env = {**os.environ, "DS_BUILD_OPS": "0"}
     _run(installer.wheel_cmd(export, tmp), out, env=env, cwd=export)
@@ -160,7 +160,7 @@ def _run(cmd: list[str], out, env=None, cwd=None) -> None:
 
 
 def _git(tree: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True, text=True).stdout.strip()
+    return git_out(tree, *args).strip()
 
 
 def main(argv: list[str] | None = None) -> int:

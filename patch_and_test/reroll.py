@@ -38,6 +38,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from patch_and_test import errors
+from patch_and_test.gitrun import git_out
 from patch_and_test.series import DEFAULT_MANIFEST, git
 from patch_and_test.source import FIXED_IDENTITY, clone_shared, prepare_working_copy
 
@@ -61,11 +62,7 @@ class Reroll:
 
 
 def _git(repo: Path, *args: str) -> str:
-    result = git(repo, *args, check=False)
-    if result.returncode != 0:
-        message = (result.stderr or result.stdout).strip().splitlines()
-        raise errors.BadInput(f"git {' '.join(args[:2])} failed in {repo}: {message[-1] if message else '?'}")
-    return result.stdout
+    return git_out(repo, *args)
 
 
 def _commit(repo: Path, rev: str) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -21,6 +20,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from patch_and_test import errors
+from patch_and_test.gitrun import git  # noqa: F401 (re-exported: callers import it from here)
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MANIFEST = PACKAGE_ROOT / "patches" / "series.toml"
@@ -266,15 +266,6 @@ def tree_has_fix(tree: Path | str) -> bool:
 
 
 # --- applying ---------------------------------------------------------------------------------
-
-
-def git(repo: Path | str, *args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run git in ``repo``; hooks are off so that a repo's own hooks cannot change what we do."""
-    return subprocess.run(["git", "-C", str(repo), "-c", "core.hooksPath=/dev/null", *args],
-                          capture_output=True,
-                          text=True,
-                          check=check,
-                          env=env)
 
 
 def work_tree_root(path: Path | str) -> Path:

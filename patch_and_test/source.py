@@ -44,6 +44,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from patch_and_test import errors
+from patch_and_test.gitrun import git_out
 from patch_and_test.inputs import sha256_file
 from repro.env import cache_root
 from patch_and_test.series import (PACKAGE_ROOT, STAGE3, ensure_clean, format_version, git, parse_version,
@@ -239,10 +240,7 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
 
 
 def _git_stdin(repo: Path, text: str, *args: str) -> str:
-    result = subprocess.run(["git", "-C", str(repo), *args], input=text, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise errors.BadInput(f"git {' '.join(args[:2])} in {repo} failed: {result.stderr.strip()}")
-    return result.stdout
+    return git_out(repo, *args, input=text)
 
 
 def _commit_fixed(repo: Path, message: str) -> None:
@@ -251,11 +249,7 @@ def _commit_fixed(repo: Path, message: str) -> None:
 
 
 def _git_ok(repo: Path, *args: str, env: dict | None = None) -> str:
-    result = git(repo, *args, check=False, env=env)
-    if result.returncode != 0:
-        message = (result.stderr or result.stdout).strip().splitlines()
-        raise errors.BadInput(f"git {' '.join(args[:2])} in {repo} failed: {message[-1] if message else '?'}")
-    return result.stdout
+    return git_out(repo, *args, env=env)
 
 
 # --- working copies of a git repo -------------------------------------------------------------
@@ -315,9 +309,7 @@ def _sparse_escape(path: str) -> str:
 
 def clone_shared(source: Path, dest: Path) -> None:
     """``git clone --shared --no-checkout``: reads ``source``'s objects, writes only into ``dest``."""
-    result = _run(["git", "clone", "-q", "--shared", "--no-checkout", str(source), str(dest)])
-    if result.returncode != 0:
-        raise errors.BadInput(f"git clone --shared {source} failed: {result.stderr.strip()}")
+    git_out(None, "clone", "-q", "--shared", "--no-checkout", str(source), str(dest))
 
 
 _MAX_COPIES = 64  # working copies of one source held at once; more means jobs that never ended
