@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 from patch_and_test import checks, install, series as series_mod, source as source_mod
 from patch_and_test.errors import BadInput, Exit, PipelineError
 from repro.downstream_rule import MARKER_NAME
+from repro.harness.files import write_json
 
 SCRIPT = "downstream_clients"
 RESULTS_ROOT = Path("results") / "downstream"
@@ -64,10 +64,7 @@ class DownstreamRun:
     schema: str = "zero3-sp-gradfix/downstream-run/v1"
 
     def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
-        tmp.replace(path)
+        write_json(path, dataclasses.asdict(self))
 
 
 # ----------------------------------------------------------------------------- the marker

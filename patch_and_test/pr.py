@@ -620,8 +620,6 @@ def _evidence(bundle: Path) -> str:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    return tomllib.loads(path.read_text()) if path.exists() else {}
+    from repro.harness.files import load_toml
+
+    return load_toml(path) if path.exists() else {}

@@ -32,12 +32,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 from patch_and_test import errors
+from repro.harness.files import TOMLDecodeError, load_toml
 from patch_and_test.gitrun import git_out
 from patch_and_test.series import DEFAULT_MANIFEST, git
 from patch_and_test.source import FIXED_IDENTITY, clone_shared, prepare_working_copy
@@ -218,9 +215,8 @@ def update_manifest(manifest: Path, name: str, version: int, upstream: str, base
 def _manifest_base(manifest_path: Path, name: str) -> str:
     """The base_commit of a series, read raw: a new series may not list any patch yet."""
     try:
-        with open(manifest_path, "rb") as fh:
-            blocks = tomllib.load(fh).get("series", [])
-    except (FileNotFoundError, tomllib.TOMLDecodeError):
+        blocks = load_toml(manifest_path).get("series", [])
+    except (FileNotFoundError, TOMLDecodeError):
         blocks = []
     for block in blocks:
         if block.get("name") == name and block.get("base_commit"):

@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 from patch_and_test import errors
+from repro.harness.files import TOMLDecodeError, load_toml
 from patch_and_test.gitrun import git  # noqa: F401 (re-exported: callers import it from here)
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -135,11 +132,10 @@ def _version_field(raw: dict, key: str, where: str) -> Version:
 def load_manifest(path: Path | str | None = None) -> Manifest:
     path = Path(path) if path is not None else DEFAULT_MANIFEST
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        data = load_toml(path)
     except FileNotFoundError:
         raise errors.BadInput(f"manifest not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except TOMLDecodeError as exc:
         raise errors.BadInput(f"{path}: not valid TOML: {exc}") from None
     if data.get("schema") != 1:
         raise errors.BadInput(f"{path}: unsupported schema {data.get('schema')!r} (expected 1)")

@@ -38,13 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 from patch_and_test import errors
 from patch_and_test.gitrun import git_out
+from repro.harness.files import load_toml
 from patch_and_test.inputs import sha256_file
 from repro.env import cache_root
 from patch_and_test.series import (PACKAGE_ROOT, STAGE3, ensure_clean, format_version, git, parse_version,
@@ -119,8 +116,7 @@ class LockEntry:
 def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
     path = path or DEFAULT_LOCK
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        data = load_toml(path)
     except FileNotFoundError:
         raise errors.BadInput(f"sdist lock file not found: {path}") from None
     return {

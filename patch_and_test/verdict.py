@@ -19,13 +19,13 @@ reported, and neither changes the outcome.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 from patch_and_test.checks import PytestCheck, ReproCheck
 from patch_and_test.affected import Selection
 from patch_and_test.errors import Exit
+from repro.harness.files import write_json
 from patch_and_test.upstream_suite import SuiteComparison, compare as compare_suites  # noqa: F401 (re-exported)
 
 SCHEMA = "zero3-sp-gradfix/verdict/v1"
@@ -79,10 +79,7 @@ class Verdict:
         return data
 
     def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        tmp.replace(path)
+        write_json(path, self.to_dict())
 
 
 def decide(v: Verdict) -> tuple[str, Exit]:

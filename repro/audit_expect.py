@@ -30,10 +30,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from repro.harness.files import load_toml
 
 AVG_SCATTER = "__avg_scatter_grads"
 EXPECTATIONS = ("fixed", "buggy")
@@ -192,7 +189,7 @@ class KnownDiscrepancy:
 def load_known(path: Path | str = DEFAULT_KNOWN_FILE, root: Path | None = None) -> list[KnownDiscrepancy]:
     """Read and validate the known-discrepancy file; ``root``: where write-up paths must exist."""
     path = Path(path)
-    data = tomllib.loads(path.read_text())
+    data = load_toml(path)
     if data.get("schema") != KNOWN_SCHEMA:
         raise ValueError(f"{path}: not a {KNOWN_SCHEMA} file (schema={data.get('schema')!r})")
     out, seen = [], set()

@@ -38,6 +38,7 @@ from typing import Callable
 from repro.cli import EXIT_DOES_NOT_HOLD, EXIT_ERROR, EXIT_HOLDS, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs
 from repro.env import rank_environment
 from repro.topology import Topology
+from repro.harness.files import write_json
 
 # Set by the parent in each child's environment: the folder its status file goes to.
 _CHILD_DIR_VAR = "REPRO_LAUNCH_DIR"
@@ -76,9 +77,7 @@ class RankStatus:
     at: float = dataclasses.field(default_factory=time.time)
 
     def write(self, folder: Path) -> None:
-        tmp = folder / f".rank{self.rank}.tmp"
-        tmp.write_text(json.dumps(dataclasses.asdict(self)))
-        tmp.replace(folder / f"rank{self.rank}.status.json")
+        write_json(folder / f"rank{self.rank}.status.json", dataclasses.asdict(self), indent=None)
 
     @classmethod
     def read(cls, folder: Path, rank: int) -> RankStatus | None:
@@ -345,9 +344,7 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
         _destroy_process_group()
         if result.report is not None:
             if status_dir is not None:
-                tmp = status_dir / f".{_REPORT_FILE}.tmp"
-                tmp.write_text(json.dumps(result.report))
-                tmp.replace(status_dir / _REPORT_FILE)
+                write_json(status_dir / _REPORT_FILE, result.report, indent=None)
             else:
                 sink(result.report, time.monotonic() - _STARTED)
         finish(RankStatus(rank, "ok", result.exit_code))

@@ -43,6 +43,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from repro.harness.files import write_json
+
 SCHEMA = "zero3-sp-gradfix/repro-report/v1"
 
 
@@ -100,11 +102,7 @@ class JsonReport:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     def write(self, path: Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=self.JSON_INDENT) + "\n")
-        tmp.replace(path)
+        write_json(path, self.to_dict(), indent=self.JSON_INDENT)
 
 
 @dataclasses.dataclass

@@ -1,0 +1,35 @@
+"""Reading TOML and writing JSON the one way the package does it.
+
+``tomllib`` is in the standard library from Python 3.11; on 3.10 the ``tomli`` backport (a
+dependency there) is the same module under another name. JSON results are written atomically
+(a temporary file, then a rename): a reader never sees half a report, even after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+TOMLDecodeError = tomllib.TOMLDecodeError
+
+
+def load_toml(path: Path | str) -> dict[str, Any]:
+    """The parsed file; raises FileNotFoundError and TOMLDecodeError like tomllib."""
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def write_json(path: Path | str, data: Any, indent: int | None = 2) -> Path:
+    """Write ``data`` as JSON (and a final newline) atomically; the parent folder is created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=indent, default=str) + "\n")
+    tmp.replace(path)
+    return path
