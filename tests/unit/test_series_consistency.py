@@ -64,6 +64,7 @@ def test_cover_letter_agrees_with_the_manifest(series):
         assert f"Changes in v{series.version}:" in letter
         assert f"Range-diff against v{series.version - 1}:" in letter
     assert not list(series.directory.glob("range-diff-*")), "the range-diff lives in the cover letter only"
+    assert not re.search(r"@@[A-Z_]+@@", letter), "a placeholder left in the cover letter"
     # Only series that exist, and their versions as the manifest says.
     names = {s.name for s in MANIFEST.series}
     for named in set(SERIES_NAME.findall(letter)):
