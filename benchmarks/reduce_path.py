@@ -17,7 +17,7 @@ the v0.19.8 series' fix patch).
 
 Timing (2 ranks, sp=2, gloo on CPU or nccl with 2 GPUs): inside one real ZeRO-3 engine's
 backward, on the bucket the engine is about to reduce, every implementation is timed on the
-same parameters, gradients and process group, the order rotated each round, after warm-up;
+same parameters, gradients and process group, in a seeded random order each round, after warm-up;
 the step time of a call is the slowest rank's. Cases: a bucket of many small parameters and
 one of a few large ones, in fp32 and bf16. Launches are repeated; the ratio after/before is
 reported as the median of the per-round paired ratios over all launches, with its spread and
@@ -232,7 +232,7 @@ METRICS = {"wall": "step_times_s", "cpu": "cpu_times_s"}
 
 
 def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
-    """Pool every launch's rounds per (case, dtype); ratios are paired per round (same rotation).
+    """Pool every launch's rounds per (case, dtype); ratios are paired per round (same round).
 
     wall: per round, the slowest rank's wall time of the call. cpu: per round, the CPU time all
     ranks spent in it (every thread of each rank process).
@@ -319,7 +319,7 @@ def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
                           ("cpu", "CPU time per call (all ranks, all threads)")):
         head = ["case", "precision", "bucket (comm dtype)"] + [f"{n} ms (median)" for n in impl_names]
         head += [f"{n}/before: paired median [p25, p75]; per launch" for n in others]
-        lines = [f"{title}; ratios are per round, same bucket, rotated order:", "",
+        lines = [f"{title}; ratios are per round, same bucket, random order each round:", "",
                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in rows:
             cells = [r["case"], r["dtype"], f"{r['params']} x {r['numel_each']} ({r['bucket']['communication_dtype']})"]
