@@ -52,7 +52,7 @@ def _module_file(name: str, root: Path) -> Path | None:
 def _imported(path: Path, root: Path) -> set[str]:
     """Names of the package's own modules that a file imports (relative imports resolved)."""
     rel = path.relative_to(root).with_suffix("")
-    package = rel.parts[:-1] if rel.name != "__init__" else rel.parts[:-1]
+    package = rel.parts[:-1]  # a module's package; for an __init__.py, its own
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):

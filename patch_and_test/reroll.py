@@ -32,12 +32,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from patch_and_test import errors
-from repro.harness.files import TOMLDecodeError, load_toml
-from patch_and_test.gitrun import git_out
-from patch_and_test.series import DEFAULT_MANIFEST, git
+from patch_and_test.gitrun import git, git_out
+from patch_and_test.series import DEFAULT_MANIFEST
 from patch_and_test.source import FIXED_IDENTITY, clone_shared, prepare_working_copy
+from repro.harness.files import TOMLDecodeError, load_toml
 
 # Pinned so that a user's git configuration cannot change the patches we write.
 FORMAT_CONFIG = ("-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "diff.relative=false", "-c",
@@ -58,10 +57,6 @@ class Reroll:
     scaffolding: tuple[str, ...]  # commits left out of the series
 
 
-def _git(repo: Path, *args: str) -> str:
-    return git_out(repo, *args)
-
-
 def _commit(repo: Path, rev: str) -> str:
     result = git(repo, "rev-parse", "-q", "--verify", f"{rev}^{{commit}}", check=False)
     if result.returncode != 0:
@@ -70,7 +65,7 @@ def _commit(repo: Path, rev: str) -> str:
 
 
 def _touched(repo: Path, commit: str) -> list[tuple[str, str]]:
-    out = _git(repo, "diff-tree", "--no-commit-id", "-r", "--name-status", "--no-renames", commit)
+    out = git_out(repo, "diff-tree", "--no-commit-id", "-r", "--name-status", "--no-renames", commit)
     return [tuple(line.split("\t", 1)) for line in out.splitlines() if line]  # type: ignore[misc]
 
 
@@ -80,10 +75,10 @@ def split_scaffolding(repo: Path, upstream: str, head: str) -> tuple[str, list[s
     Scaffolding: the commits right above upstream that only delete files none of the later commits
     touch, such as the "drop blogs/" commit of a history with missing blobs.
     """
-    commits = _git(repo, "rev-list", "--reverse", "--first-parent", f"{upstream}..{head}").split()
+    commits = git_out(repo, "rev-list", "--reverse", "--first-parent", f"{upstream}..{head}").split()
     if not commits:
         raise errors.BadInput(f"no commits between {upstream[:12]} and {head[:12]}")
-    if _git(repo, "rev-list", "--min-parents=2", f"{upstream}..{head}").strip():
+    if git_out(repo, "rev-list", "--min-parents=2", f"{upstream}..{head}").strip():
         raise errors.BadInput(f"{upstream[:12]}..{head[:12]} has merge commits; a series is a straight line")
     scaffolding: list[str] = []
     for commit in commits:
@@ -107,10 +102,10 @@ def split_scaffolding(repo: Path, upstream: str, head: str) -> tuple[str, list[s
 def check_signoffs(repo: Path, commits: list[str]) -> None:
     """DeepSpeed's DCO check: each commit signed off by its author (same name and email)."""
     for commit in commits:
-        author = _git(repo, "log", "-1", "--format=%an <%ae>", commit).strip()
-        trailers = _git(repo, "log", "-1", "--format=%(trailers:key=Signed-off-by,valueonly)", commit)
+        author = git_out(repo, "log", "-1", "--format=%an <%ae>", commit).strip()
+        trailers = git_out(repo, "log", "-1", "--format=%(trailers:key=Signed-off-by,valueonly)", commit)
         if author not in [t.strip() for t in trailers.splitlines()]:
-            subject = _git(repo, "log", "-1", "--format=%s", commit).strip()
+            subject = git_out(repo, "log", "-1", "--format=%s", commit).strip()
             raise errors.BadInput(f"{commit[:12]} ({subject}) is not signed off by its author {author}: "
                                   f"git commit --amend -s")
 
@@ -274,10 +269,10 @@ def reroll(repo: Path,
                 raise errors.BadInput(f"-v {version}: no previous version in {previous} to range-diff against")
             old_local_base, old_head, where = _rebuild_previous(repo, old_patches, tmpdir)
             extra = [f"--range-diff={old_local_base}..{old_head}"]
-            range_diff_text = _git(where, *FORMAT_CONFIG, "range-diff", "--no-color", f"{old_local_base}..{old_head}",
-                                   f"{local_base}..{head}")
-        _git(where, *FORMAT_CONFIG, "format-patch", "-q", "--cover-letter", f"--base={local_base}", "-v", str(version),
-             *extra, "-o", str(formatted), f"{local_base}..{head}")
+            range_diff_text = git_out(where, *FORMAT_CONFIG, "range-diff", "--no-color",
+                                      f"{old_local_base}..{old_head}", f"{local_base}..{head}")
+        git_out(where, *FORMAT_CONFIG, "format-patch", "-q", "--cover-letter", f"--base={local_base}", "-v",
+                str(version), *extra, "-o", str(formatted), f"{local_base}..{head}")
         files = sorted(formatted.glob("*.patch"))
         prefix = f"v{version}-"
         _fill_cover(files[0], subject, body, local_base, upstream, cid)

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-
 from patch_and_test import errors
-from repro.harness.files import TOMLDecodeError, load_toml
 from patch_and_test.gitrun import git  # noqa: F401 (re-exported: callers import it from here)
+from repro.harness.files import TOMLDecodeError, load_toml
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MANIFEST = PACKAGE_ROOT / "patches" / "series.toml"

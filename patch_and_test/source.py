@@ -38,12 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-
 from patch_and_test import errors
 from patch_and_test.gitrun import git_out
-from repro.harness.files import load_toml
 from patch_and_test.inputs import sha256_file
 from repro.env import cache_root
+from repro.harness.files import load_toml
 from patch_and_test.series import (PACKAGE_ROOT, STAGE3, ensure_clean, format_version, git, parse_version,
                                    series_for_version, work_tree_root)
 
@@ -212,12 +211,12 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
         staging = Path(tempfile.mkdtemp(prefix=f"deepspeed-{version}.", dir=_mkdir(repo.parent)))
         try:
             _unpack(archive, staging)
-            _git_ok(staging, "init", "-q", "-b", "main")
+            git_out(staging, "init", "-q", "-b", "main")
             (staging / ".git" / "info" / "exclude").write_text("\n".join(SDIST_EXCLUDES) + "\n")
-            _git_ok(staging, "-c", "core.autocrlf=false", "add", "-A")
+            git_out(staging, "-c", "core.autocrlf=false", "add", "-A")
             message = f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_file(archive)}"
             _commit_fixed(staging, message)
-            _git_ok(staging, "tag", "sdist")
+            git_out(staging, "tag", "sdist")
             os.replace(staging, repo)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -235,17 +234,9 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
                       claim=claim)
 
 
-def _git_stdin(repo: Path, text: str, *args: str) -> str:
-    return git_out(repo, *args, input=text)
-
-
 def _commit_fixed(repo: Path, message: str) -> None:
     """Commit the index with the fixed identity and date, no hooks, no signing."""
-    _git_ok(repo, "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message, env=_fixed_env())
-
-
-def _git_ok(repo: Path, *args: str, env: dict | None = None) -> str:
-    return git_out(repo, *args, env=env)
+    git_out(repo, "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message, env=_fixed_env())
 
 
 # --- working copies of a git repo -------------------------------------------------------------
@@ -253,7 +244,7 @@ def _git_ok(repo: Path, *args: str, env: dict | None = None) -> str:
 
 def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
     """Paths of ``commit`` whose blobs the repo (with its alternates) does not have."""
-    listing = _git_ok(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
+    listing = git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
     entries = []
     for record in listing.split("\0"):
         if not record:
@@ -264,8 +255,8 @@ def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
             entries.append((sha, path))
     if not entries:
         return ()
-    check = _git_stdin(repo, "".join(f"{sha}\n" for sha, _ in entries), "cat-file",
-                       "--batch-check=%(objectname) %(objecttype)")
+    check = git_out(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
+                    input="".join(f"{sha}\n" for sha, _ in entries))
     missing = []
     for (sha, path), line in zip(entries, check.splitlines()):
         if line.endswith(" missing"):
@@ -283,19 +274,19 @@ def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tu
     missing = missing_blob_paths(clone, commit)
     if missing:
         patterns = ["/*"] + ["!/" + _sparse_escape(p) for p in missing]
-        _git_stdin(clone, "\n".join(patterns) + "\n", "sparse-checkout", "set", "--no-cone", "--stdin")
+        git_out(clone, "sparse-checkout", "set", "--no-cone", "--stdin", input="\n".join(patterns) + "\n")
     elif git(clone, "config", "--bool", "core.sparseCheckout", check=False).stdout.strip() == "true":
         # A reused copy excluded paths for another commit: this one has every blob.
-        _git_ok(clone, "sparse-checkout", "disable")
-    _git_ok(clone, "checkout", "-q", "-f", "-B", branch, commit)
+        git_out(clone, "sparse-checkout", "disable")
+    git_out(clone, "checkout", "-q", "-f", "-B", branch, commit)
     if missing:
-        _git_stdin(clone, "\0".join(missing), "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-",
-                   "--pathspec-file-nul")
+        git_out(clone, "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-", "--pathspec-file-nul",
+                input="\0".join(missing))
         _commit_fixed(
             clone, f"Drop {len(missing)} path(s) whose blobs this repo lacks\n\n"
             "Local only (zero3-sp-gradfix): lets git am commit on a history with missing blobs.\n"
             "The series' base-commit is the parent of this commit.")
-    return _git_ok(clone, "rev-parse", "HEAD").strip(), missing
+    return git_out(clone, "rev-parse", "HEAD").strip(), missing
 
 
 def _sparse_escape(path: str) -> str:
@@ -338,7 +329,7 @@ def _working_copy(source: Path, commit: str, name: str, branch: str,
         else:
             git(dest, "am", "--abort", check=False)
         base, dropped = prepare_working_copy(dest, commit, branch)
-        _git_ok(dest, "clean", "-q", "-fd")
+        git_out(dest, "clean", "-q", "-fd")
     except BaseException:
         claim.close()
         raise
@@ -354,8 +345,8 @@ def from_checkout(path: Path | str, series_name: str | None = None, cache: Path 
     if not (root / STAGE3).is_file():
         raise errors.NotACheckout(f"{root} is a git work tree but not a DeepSpeed checkout (no {STAGE3})")
     ensure_clean(root)
-    head = _git_ok(root, "rev-parse", "HEAD").strip()
-    version = _git_ok(root, "show", f"{head}:version.txt").strip()
+    head = git_out(root, "rev-parse", "HEAD").strip()
+    version = git_out(root, "show", f"{head}:version.txt").strip()
     if series_name is None:
         series_name = series_for_version(version).name
     dest, base, dropped, claim = _working_copy(root, head, "checkout", f"zero3-sp-fix/{series_name}", cache)
