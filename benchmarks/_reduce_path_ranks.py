@@ -38,11 +38,12 @@ from typing import Callable
 import torch
 
 import _numerics as num
-from repro.launch import RankContext, RankResult
-from repro.measure import ZeroConfig, _destroy, _mangled, ds_config
+from repro.harness.launch import RankContext, RankResult
+from repro.harness.engine import destroy_engine, ds_config, mangled_name
+from repro.measure import ZeroConfig
 from repro.model import ParamSpec, ProbeModel, rank_inputs
 from repro.oracle import expected_gradient
-from repro.topology import build_mpu
+from repro.harness.topology import build_mpu
 
 AVG = "__avg_scatter_grads"
 CONTIGUOUS = "__avg_scatter_contiguous_grads"
@@ -164,7 +165,7 @@ def timing_program(plan: TimingPlan, impl_spec: dict[str, str]) -> Callable[[Ran
                     loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
                     engine.backward(loss)
                 finally:
-                    _destroy(engine)
+                    destroy_engine(engine)
                     del engine
                     gc.collect()
                 if not buckets:
@@ -185,7 +186,7 @@ def _launch_info() -> dict:
 
 def _wrap(optimizer, method: str, before_original: Callable) -> None:
     """Run ``before_original`` on every call of ``method`` for this engine, then the original."""
-    name = _mangled(optimizer, method)
+    name = mangled_name(optimizer, method)
     original = getattr(type(optimizer), name)
 
     def wrapped(first, comm_dtype):
@@ -385,7 +386,7 @@ def numerics_program(plan: NumericsPlan, impl_spec: dict[str, str]) -> Callable[
                 loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
                 engine.backward(loss)
             finally:
-                _destroy(engine)
+                destroy_engine(engine)
                 del engine
                 gc.collect()
             if not seen:

@@ -75,9 +75,9 @@ DEFAULT_TOPOLOGIES = ("2:2", "4:2", "4:4", "3:3")
 
 
 def launch_main(argv: list[str]) -> int:
-    """``--phase timing|numerics``: one multi-rank launch through repro.launch (also run by each rank)."""
-    from repro import launch
-    from repro.cli import main_guard
+    """``--phase timing|numerics``: one multi-rank launch through repro.harness.launch (also run by each rank)."""
+    from repro.harness import launch
+    from repro.harness.cli import main_guard
 
     import _reduce_path_ranks as ranks
 
@@ -442,7 +442,7 @@ def driver_main(argv: list[str]) -> int:
         raise SystemExit("error: 'before' is the installed DeepSpeed; name the patches otherwise")
     backend = args.backend
     if backend == "auto":
-        from repro.cli import gpu_count
+        from repro.harness.cli import gpu_count
 
         backend = "nccl" if gpu_count() >= 2 else "gloo"
     waited = _wait_for_quiet(args.max_load, args.max_wait)
@@ -555,7 +555,7 @@ def _run_line(info: dict) -> str:
 
 
 def _gpus_for(world: int) -> bool:
-    from repro.cli import gpu_count
+    from repro.harness.cli import gpu_count
 
     return gpu_count() >= world
 

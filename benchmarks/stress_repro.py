@@ -8,7 +8,7 @@ unpatched DeepSpeed) within its deadline. After each, nothing it started may be 
 segment that was not there before.
 
 Faults (run first), each under the same leak checks, with the exit code the reproducers document
-(``repro/cli.py``):
+(``repro/harness/cli.py``):
 
 * ``kill-rank``: rank 1 gets SIGKILL mid-run (after DeepSpeed is up, during the collectives):
   exit 2, naming rank 1;

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from patch_and_test.errors import PipelineError
 from patch_and_test.gitrun import git, git_out
-from repro.env import cache_root
+from repro.harness.env import cache_root
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
 # the launch's deadline, and two ranks' compilers beside the ranks themselves can exhaust memory.
 _PREBUILD = """
 import os
-from repro.env import torch_extensions_dir
+from repro.harness.env import torch_extensions_dir
 folder = torch_extensions_dir()
 # torch's build lock of a build that was killed stays forever and every later build waits on it;
 # nothing else builds into this install's folder while the job installs.

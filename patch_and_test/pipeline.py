@@ -19,7 +19,7 @@ from patch_and_test import affected, checks, client_check, inputs, install, seri
 from patch_and_test import upstream_suite
 from patch_and_test.errors import Exit, PipelineError, Skipped
 from patch_and_test.verdict import Step, Verdict, summary_table
-from repro.cli import gpu_count
+from repro.harness.cli import gpu_count
 
 WORLD_SIZE = 2  # the reproducers' default launch: sp=2, dp=1
 AUDIT_TIMEOUT_FACTOR = 3  # the job's audit is two launches of many engines each: minutes on shared cores

@@ -41,7 +41,7 @@ from typing import IO
 from patch_and_test import errors
 from patch_and_test.gitrun import git_out
 from patch_and_test.inputs import sha256_file
-from repro.env import cache_root
+from repro.harness.env import cache_root
 from repro.harness.files import load_toml
 from patch_and_test.series import (PACKAGE_ROOT, STAGE3, ensure_clean, format_version, git, parse_version,
                                    series_for_version, work_tree_root)
@@ -83,7 +83,7 @@ class SourceTree:
 
 
 def cache_dir() -> Path:
-    # One cache for the whole package (sdists, source repos, wheels, comm ops): repro.env owns it.
+    # One cache for the whole package (sdists, source repos, wheels, comm ops): repro.harness.env owns it.
     return cache_root()
 
 

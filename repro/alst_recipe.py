@@ -42,9 +42,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repro package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repro import launch, tiny_llama  # noqa: E402
+from repro import tiny_llama  # noqa: E402
+from repro.harness import launch  # noqa: E402
 from repro.alst_verdict import RECIPES, STAGES, AlstReport, emit, loss_entry, make_row  # noqa: E402
-from repro.cli import EXIT_SKIP, ReproArgs, main_guard  # noqa: E402
+from repro.harness.cli import EXIT_SKIP, ReproArgs, main_guard  # noqa: E402
 
 SCRIPT = "alst_recipe"
 # The gradients compared: DeepSpeed's test looks at layers[0].self_attn.q_proj.weight; the
@@ -271,11 +272,11 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
     """One engine, one step: {param: full gradient}, the full-sequence loss, {param: reduce path}."""
     from deepspeed.utils import safe_get_full_grad
 
-    from repro.measure import _destroy, _watch_reduce_paths
+    from repro.harness.engine import destroy_engine, watch_reduce_paths
 
     engine, _config = sp_engine(stage, model_dir, mpu, sp)
     try:
-        paths = _watch_reduce_paths(engine.optimizer) if stage == 3 else None
+        paths = watch_reduce_paths(engine.optimizer) if stage == 3 else None
         batch, sp_group, sp_world_size = sp_shard(engine, dp_index, notes)
         shift_labels = batch["shift_labels"].to(engine.device)
         outputs = engine(input_ids=batch["input_ids"].to(engine.device),
@@ -295,7 +296,7 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
             reduce_paths[name] = _path(stage, named[name], paths)
         return grads, full_loss, reduce_paths
     finally:
-        _destroy(engine)
+        destroy_engine(engine)
         del engine
         gc.collect()
 
@@ -391,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-        if not launch.external_launcher_env() and launch._CHILD_DIR_VAR not in os.environ:
+        if not launch.external_launcher_env() and launch.CHILD_DIR_VAR not in os.environ:
             reason = skip_reason()  # cheap, before any rank starts
             if reason:
                 print(f"SKIP: {reason}", flush=True)

@@ -10,7 +10,7 @@ Which code reduced the gradients is observed, not predicted, by wrapping methods
 engine's instances only (the calls pass straight through):
 
 * ZeRO-3: per parameter, ``__avg_scatter_grads`` or ``__avg_scatter_contiguous_grads``
-  (``measure._watch_reduce_paths``).
+  (``measure.watch_reduce_paths``).
 * ZeRO-1/2: which of ``gradient_reduction_w_predivide`` (average_tensor without
   reduce_scatter), ``average_tensor`` with reduce_scatter, ``buffered_reduce_fallback``
   (contiguous_gradients=False) ran. All parameters of a point take the same one.
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from repro.audit_space import AuditPoint
-from repro.measure import _destroy, _watch_reduce_paths, ds_config
+from repro.harness.engine import destroy_engine, ds_config, watch_reduce_paths
 from repro.model import ParamSpec, ProbeModel, rank_inputs
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -88,7 +88,7 @@ def run_point(point: AuditPoint, specs: tuple[ParamSpec, ...], rank: int, device
         outcome = PointOutcome("error", _one_line(exc))
     finally:
         try:
-            _destroy(engine)
+            destroy_engine(engine)
         finally:
             del engine, optimizer, model
     settle_heap()
@@ -118,7 +118,7 @@ def _measure(engine, point: AuditPoint, specs, rank: int, device: str) -> PointO
     from deepspeed.utils import safe_get_full_grad
 
     optimizer_name = type(engine.optimizer).__name__
-    z3_paths = _watch_reduce_paths(engine.optimizer) if point.stage == 3 else None
+    z3_paths = watch_reduce_paths(engine.optimizer) if point.stage == 3 else None
     calls: list[str] = []
     if point.stage in (1, 2):
         _watch_methods(engine.optimizer, STAGE_1_2_METHODS, calls)

@@ -30,8 +30,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repro package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repro import alst_recipe, downstream_run, launch, tiny_llama  # noqa: E402
-from repro.cli import EXIT_SKIP, ReproArgs, main_guard  # noqa: E402
+from repro import alst_recipe, downstream_run, tiny_llama  # noqa: E402
+from repro.harness import launch  # noqa: E402
+from repro.harness.cli import EXIT_SKIP, ReproArgs, main_guard  # noqa: E402
 from repro.downstream_rule import DownstreamReport, render_table  # noqa: E402
 
 SCRIPT = "downstream_clients"
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-        if not launch.external_launcher_env() and launch._CHILD_DIR_VAR not in os.environ:
+        if not launch.external_launcher_env() and launch.CHILD_DIR_VAR not in os.environ:
             reason = alst_recipe.skip_reason()  # cheap, before any rank starts
             if reason:
                 print(f"SKIP: {reason}", flush=True)

@@ -215,7 +215,7 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
     """One engine, one step, the client's loss: {param: full gradient (float64, CPU)}."""
     from deepspeed.utils import safe_get_full_grad
 
-    from repro.measure import _destroy
+    from repro.harness.engine import destroy_engine
 
     engine, config = alst_recipe.sp_engine(stage, model_dir, mpu, sp)
     try:
@@ -232,7 +232,7 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
             grads[name] = grad.detach().double().cpu().clone()
         return grads
     finally:
-        _destroy(engine)
+        destroy_engine(engine)
         del engine
         gc.collect()
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import platform
 from typing import Callable, Sequence
 
-from repro import launch
-from repro.cli import ReproArgs, main_guard
-from repro.env import deepspeed_version
+from repro.harness import launch
+from repro.harness.cli import ReproArgs, main_guard
+from repro.harness.env import deepspeed_version
 from repro.measure import Measured, ZeroConfig, run_config
 from repro.model import ParamSpec
 from repro.oracle import expected_gradients
 from repro.report import Report, Row, emit
-from repro.topology import build_mpu
+from repro.harness.topology import build_mpu
 from repro.verdict import ReducePath, classify, compare, matches, target_scale
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from repro.model import ParamSpec, ProbeModel, rank_inputs
-from repro.verdict import ReducePath
+from repro.harness.engine import destroy_engine, ds_config, watch_reduce_paths
+from repro.harness.scales import ReducePath
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,19 +61,6 @@ class Measured:
     path: ReducePath
 
 
-def ds_config(zero: ZeroConfig | dict[str, Any], **overrides: Any) -> dict[str, Any]:
-    """The DeepSpeed config of a run: ``zero`` is a ZeroConfig or a ready zero_optimization section."""
-    config: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "zero_optimization": dict(zero) if isinstance(zero, dict) else zero.zero_section(),
-        "zero_allow_untested_optimizer": True,
-        "steps_per_print": 2**30,
-    }
-    config.update(overrides)
-    return config
-
-
 def run_config(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device: str, mpu,
                config_overrides: dict[str, Any] | None = None) -> list[Measured]:
     import deepspeed
@@ -83,7 +71,7 @@ def run_config(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu,
                                       config=ds_config(zero, **(config_overrides or {})))
     try:
-        paths = _watch_reduce_paths(engine.optimizer) if zero.stage == 3 else None
+        paths = watch_reduce_paths(engine.optimizer) if zero.stage == 3 else None
         loss = engine(*rank_inputs(specs, rank, device=device))
         engine.backward(loss)
         named = dict(engine.module.named_parameters())
@@ -97,18 +85,9 @@ def run_config(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device
                                      _path_of(param, paths, zero)))
         return measured
     finally:
-        _destroy(engine)
+        destroy_engine(engine)
         del engine, optimizer, model
         gc.collect()
-
-
-def _destroy(engine) -> None:
-    # 0.14/0.15: ZeRO-3's destroy() deletes its flat bucket buffer, which exists only with
-    # contiguous_gradients=True, and raises AttributeError otherwise. Give it one to delete.
-    flat = "_DeepSpeedZeroOptimizer_Stage3__ipg_bucket_flat_buffer"
-    if type(engine.optimizer).__name__ == "DeepSpeedZeroOptimizer_Stage3" and not hasattr(engine.optimizer, flat):
-        setattr(engine.optimizer, flat, None)
-    engine.destroy()
 
 
 def _path_of(param, paths: dict[int, ReducePath] | None, zero: ZeroConfig) -> ReducePath:
@@ -119,45 +98,3 @@ def _path_of(param, paths: dict[int, ReducePath] | None, zero: ZeroConfig) -> Re
     if id(param) not in paths:
         raise RuntimeError(f"{zero.label()}: the gradient of a parameter went through neither ZeRO-3 reduce path")
     return paths[id(param)]
-
-
-def _watch_reduce_paths(optimizer) -> dict[int, ReducePath]:
-    """Record, per parameter id, which of ZeRO-3's reduce methods handled its gradient.
-
-    Both are name-mangled methods of DeepSpeedZeroOptimizer_Stage3, looked up on the instance
-    at call time, so an instance attribute wraps them for this engine only. The contiguous
-    one is handed a flat buffer: its parameters are the current bucket's (an attribute whose
-    name changed in 0.17: ``params_in_ipg_bucket`` before, ``ipg_buckets[dtype].params`` after).
-    """
-    seen: dict[int, ReducePath] = {}
-    avg = _mangled(optimizer, "__avg_scatter_grads")
-    contiguous = _mangled(optimizer, "__avg_scatter_contiguous_grads")
-
-    def avg_scatter(params_to_reduce, *args, **kwargs):
-        for p in params_to_reduce:
-            seen[id(p)] = ReducePath.AVG_SCATTER
-        return getattr(type(optimizer), avg)(optimizer, params_to_reduce, *args, **kwargs)
-
-    def avg_scatter_contiguous(buffer, *args, **kwargs):
-        for p in _bucket_params(optimizer, args, kwargs):
-            seen[id(p)] = ReducePath.CONTIGUOUS
-        return getattr(type(optimizer), contiguous)(optimizer, buffer, *args, **kwargs)
-
-    setattr(optimizer, avg, avg_scatter)
-    setattr(optimizer, contiguous, avg_scatter_contiguous)
-    return seen
-
-
-def _mangled(optimizer, method: str) -> str:
-    for cls in type(optimizer).__mro__:
-        name = f"_{cls.__name__}{method}"
-        if name in vars(cls):
-            return name
-    raise RuntimeError(f"{type(optimizer).__name__} has no {method}: not a ZeRO-3 optimizer this probe knows")
-
-
-def _bucket_params(optimizer, args, kwargs) -> list:
-    if hasattr(optimizer, "params_in_ipg_bucket"):
-        return list(optimizer.params_in_ipg_bucket)
-    dtype = args[0] if args else kwargs.get("communication_data_type")
-    return list(optimizer.ipg_buckets[dtype].params)

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 
 from repro.model import ParamSpec, local_gradients
-from repro.topology import Topology
+from repro.harness.topology import Topology
 
 
 def expected_gradient(local: Sequence[torch.Tensor], topology: Topology) -> torch.Tensor:

@@ -36,19 +36,18 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repro package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repro import launch  # noqa: E402
+from repro.harness import launch  # noqa: E402
 from repro.audit_expect import DEFAULT_KNOWN_FILE, load_known  # noqa: E402
 from repro.audit_report import AuditReport, raw_point, raw_row, render_summary, render_table  # noqa: E402
 from repro.audit_space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,  # noqa: E402
                                select, topologies)
-from repro.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, parse  # noqa: E402
+from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, parse  # noqa: E402
 
 SCRIPT = "parity_audit"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT_S = 3600.0
 # A launch with less than this left of the deadline is not started.
 MIN_LAUNCH_S = 20.0
-_CHILD_DIR_VAR = "REPRO_LAUNCH_DIR"  # set by repro.launch in the ranks it spawns
 
 
 def _add_arguments(parser) -> None:
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     if args.extra["from_json"] is not None:
         return _rejudge(args, known)
-    if _CHILD_DIR_VAR in os.environ:  # a rank this audit spawned for one topology
+    if launch.CHILD_DIR_VAR in os.environ:  # a rank this audit spawned for one topology
         return launch.run(args, _rank_program(args, [args.sp], known), lambda report, wall: None)
     selection = Selection.of(args)
     if launch.external_launcher_env():
@@ -295,10 +294,10 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
 
         from repro.audit_measure import DTYPES as TORCH_DTYPES
         from repro.audit_measure import run_point
-        from repro.env import deepspeed_version
+        from repro.harness.env import deepspeed_version
         from repro.model import SMALL_AND_LARGE
         from repro.oracle import expected_gradients
-        from repro.topology import Topology, build_mpu
+        from repro.harness.topology import Topology, build_mpu
         from repro.verdict import compare
 
         points_out, topos_out = [], []

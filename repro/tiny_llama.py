@@ -137,7 +137,7 @@ def build(folder: Path, seed: int = SEED) -> Path:
 
 
 def default_model_dir(seed: int = SEED) -> Path:
-    from repro.env import cache_root
+    from repro.harness.env import cache_root
 
     return cache_root() / "tiny-llama" / config_key(seed)
 

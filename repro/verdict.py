@@ -11,22 +11,11 @@ expectation predicts for the path the gradient took:
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 
 import torch
 
-
-class ReducePath(str, enum.Enum):
-    """Where DeepSpeed reduced a parameter's gradient."""
-
-    AVG_SCATTER = "__avg_scatter_grads"
-    CONTIGUOUS = "__avg_scatter_contiguous_grads"
-    STAGE_1_2 = "stage_1_and_2"
-    STAGE_0 = "engine.allreduce_gradients"
-
-    def __str__(self) -> str:
-        return self.value
+from repro.harness.scales import ReducePath
 
 
 EXPECTATIONS = ("fixed", "buggy")

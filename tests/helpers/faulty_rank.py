@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from repro import launch  # noqa: E402
-from repro.cli import main_guard  # noqa: E402
+from repro.harness import launch  # noqa: E402
+from repro.harness.cli import main_guard  # noqa: E402
 
 
 def _add(parser):

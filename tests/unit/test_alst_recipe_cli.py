@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from repro import alst_recipe, tiny_llama
-from repro.cli import ReproArgs
+from repro.harness.cli import ReproArgs
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "repro" / "alst_recipe.py"

@@ -1,6 +1,6 @@
 import pytest
 
-from repro.cli import UsageError, build_parser, parse
+from repro.harness.cli import UsageError, build_parser, parse
 
 
 def _parse(*argv):

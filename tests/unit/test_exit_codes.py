@@ -7,7 +7,7 @@ from pathlib import Path
 
 import toxfile
 from patch_and_test.errors import Exit
-from repro import cli
+from repro.harness import cli
 from repro.harness import exit_codes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ def test_the_module_list_is_what_the_pipeline_imports():
     names = _names(inputs.pipeline_files())
     # imported by the pipeline but missing from the old hand-written list / repro/*.py glob
     for needed in ("patch_and_test/upstream_suite.py", "patch_and_test/affected.py", "patch_and_test/client_check.py",
-                   "repro/harness/exit_codes.py", "repro/launch.py", "repro/known_discrepancies.toml"):
+                   "repro/harness/exit_codes.py", "repro/harness/launch.py", "repro/known_discrepancies.toml"):
         assert needed in names, needed
     # what only reads results, or never runs in a pipeline, does not invalidate them
     for not_needed in ("patch_and_test/bundle.py", "patch_and_test/pr.py", "patch_and_test/lint.py",

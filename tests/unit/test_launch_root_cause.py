@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from repro.cli import EXIT_ERROR
-from repro.launch import RankStatus, _Child, _report_failure
+from repro.harness.cli import EXIT_ERROR
+from repro.harness.launch import RankStatus, _Child, _report_failure
 
 
 def _exited(tmp_path, rank: int, code: int) -> _Child:
@@ -80,7 +80,7 @@ def test_ranks_that_did_not_fail_are_not_blamed(tmp_path, capsys, other):
 def test_the_watchdog_reports_the_main_threads_stack_not_its_own():
     import threading
 
-    from repro.launch import main_thread_stack
+    from repro.harness.launch import main_thread_stack
 
     seen = {}
     worker = threading.Thread(target=lambda: seen.update(stack=main_thread_stack()))

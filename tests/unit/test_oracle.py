@@ -3,7 +3,7 @@ import torch
 
 from repro.model import SMALL_AND_LARGE, local_gradients
 from repro.oracle import expected_gradient, expected_gradients
-from repro.topology import Topology
+from repro.harness.topology import Topology
 
 
 def test_sums_over_sp_and_averages_over_dp():

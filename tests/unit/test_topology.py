@@ -1,6 +1,6 @@
 import pytest
 
-from repro.topology import Topology
+from repro.harness.topology import Topology
 
 
 def test_groups_sp2_dp2():

@@ -35,13 +35,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Callable
 
-from repro.cli import EXIT_DOES_NOT_HOLD, EXIT_ERROR, EXIT_HOLDS, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs
-from repro.env import rank_environment
-from repro.topology import Topology
+from repro.harness.cli import EXIT_DOES_NOT_HOLD, EXIT_ERROR, EXIT_HOLDS, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs
+from repro.harness.env import rank_environment
+from repro.harness.topology import Topology
 from repro.harness.files import write_json
 
 # Set by the parent in each child's environment: the folder its status file goes to.
-_CHILD_DIR_VAR = "REPRO_LAUNCH_DIR"
+CHILD_DIR_VAR = "REPRO_LAUNCH_DIR"
 _REPORT_FILE = "report.json"
 _POLL_S = 0.05
 _KILL_GRACE_S = 3.0
@@ -104,13 +104,13 @@ _STARTED = time.monotonic()
 
 def external_launcher_env() -> bool:
     """True when torchrun / the deepspeed launcher started this process as one rank."""
-    return _CHILD_DIR_VAR not in os.environ and "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    return CHILD_DIR_VAR not in os.environ and "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 def run(args: ReproArgs, program: RankProgram, sink: ReportSink) -> int:
     """Entry point of every reproducer: parent, spawned child, or externally launched rank."""
-    if _CHILD_DIR_VAR in os.environ:
-        _run_rank(args, program, sink, Path(os.environ[_CHILD_DIR_VAR]))
+    if CHILD_DIR_VAR in os.environ:
+        _run_rank(args, program, sink, Path(os.environ[CHILD_DIR_VAR]))
     if external_launcher_env():
         _run_rank(args, program, sink, None)
     return _spawn_and_wait(args, sink)
@@ -143,7 +143,7 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink) -> int:
             env.update(rank_environment(args.backend, args.world_size, args.world_size))
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.world_size),
                        LOCAL_WORLD_SIZE=str(args.world_size), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(store.port), **{_CHILD_DIR_VAR: str(workdir)})
+                       MASTER_PORT=str(store.port), **{CHILD_DIR_VAR: str(workdir)})
             log = workdir / f"rank{rank}.log"
             with open(log, "wb") as out:
                 proc = subprocess.Popen([sys.executable, str(script), *sys.argv[1:]], env=env, stdout=out,

@@ -1,0 +1,75 @@
+"""What every family does to a real DeepSpeed engine: its config, watching ZeRO-3's reduce paths, tearing it down.
+
+Nothing here changes what DeepSpeed computes: the reduce methods are wrapped per engine instance and
+every call passes straight through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from repro.harness.scales import ReducePath
+
+
+def ds_config(zero: Any, **overrides: Any) -> dict[str, Any]:
+    """The DeepSpeed config of a run: ``zero`` has ``zero_section()`` or is a ready zero_optimization section."""
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": dict(zero) if isinstance(zero, dict) else zero.zero_section(),
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 2**30,
+    }
+    config.update(overrides)
+    return config
+
+
+def destroy_engine(engine) -> None:
+    # 0.14/0.15: ZeRO-3's destroy() deletes its flat bucket buffer, which exists only with
+    # contiguous_gradients=True, and raises AttributeError otherwise. Give it one to delete.
+    flat = "_DeepSpeedZeroOptimizer_Stage3__ipg_bucket_flat_buffer"
+    if type(engine.optimizer).__name__ == "DeepSpeedZeroOptimizer_Stage3" and not hasattr(engine.optimizer, flat):
+        setattr(engine.optimizer, flat, None)
+    engine.destroy()
+
+
+def watch_reduce_paths(optimizer) -> dict[int, ReducePath]:
+    """Record, per parameter id, which of ZeRO-3's reduce methods handled its gradient.
+
+    Both are name-mangled methods of DeepSpeedZeroOptimizer_Stage3, looked up on the instance
+    at call time, so an instance attribute wraps them for this engine only. The contiguous
+    one is handed a flat buffer: its parameters are the current bucket's (an attribute whose
+    name changed in 0.17: ``params_in_ipg_bucket`` before, ``ipg_buckets[dtype].params`` after).
+    """
+    seen: dict[int, ReducePath] = {}
+    avg = mangled_name(optimizer, "__avg_scatter_grads")
+    contiguous = mangled_name(optimizer, "__avg_scatter_contiguous_grads")
+
+    def avg_scatter(params_to_reduce, *args, **kwargs):
+        for p in params_to_reduce:
+            seen[id(p)] = ReducePath.AVG_SCATTER
+        return getattr(type(optimizer), avg)(optimizer, params_to_reduce, *args, **kwargs)
+
+    def avg_scatter_contiguous(buffer, *args, **kwargs):
+        for p in _bucket_params(optimizer, args, kwargs):
+            seen[id(p)] = ReducePath.CONTIGUOUS
+        return getattr(type(optimizer), contiguous)(optimizer, buffer, *args, **kwargs)
+
+    setattr(optimizer, avg, avg_scatter)
+    setattr(optimizer, contiguous, avg_scatter_contiguous)
+    return seen
+
+
+def mangled_name(optimizer, method: str) -> str:
+    for cls in type(optimizer).__mro__:
+        name = f"_{cls.__name__}{method}"
+        if name in vars(cls):
+            return name
+    raise RuntimeError(f"{type(optimizer).__name__} has no {method}: not a ZeRO-3 optimizer this probe knows")
+
+
+def _bucket_params(optimizer, args, kwargs) -> list:
+    if hasattr(optimizer, "params_in_ipg_bucket"):
+        return list(optimizer.params_in_ipg_bucket)
+    dtype = args[0] if args else kwargs.get("communication_data_type")
+    return list(optimizer.ipg_buckets[dtype].params)

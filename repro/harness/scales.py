@@ -1,0 +1,113 @@
+"""Scales and ratios, for every family: the one rule, the one fit, the one label. Pure logic.
+
+The rule. A gradient read back from DeepSpeed, divided by the true gradient of the same samples
+(sum over the sp ranks, mean over dp), is the product of two factors:
+
+* the loss recipe's factor ``m``: 1 when each sp rank backprops its own token-weighted share
+  (``none`` / ``own_share``, the convention DeepSpeed's reductions assume); sp for ``allgather``
+  (every rank backprops the full-sequence loss gathered with the differentiable all_gather, whose
+  backward sums the sp ranks' identical gradients); sp for an ``own_share`` client that
+  *compensates* (multiplies its ZeRO-3 share by sp because it believes DeepSpeed averages over sp).
+* DeepSpeed's factor ``r``: 1/sp for a gradient reduced by ZeRO-3's ``__avg_scatter_grads`` with
+  sp > 1 when the fix is absent (``buggy``: it divides by the whole world instead of world/sp),
+  1 on every other path and with the fix (``fixed``).
+
+The fit: ``ratio = <o, e> / <e, e>`` and ``residual = ||o - ratio e|| / ||e||``; since
+``o - ratio e`` is orthogonal to ``e``, the norm-wise relative error against any scale ``s`` is
+``sqrt(residual^2 + (ratio - s)^2) / s`` (``error_at``).
+
+The label: the simple fraction (``"1"``, ``"1/2"``, ``"2"``, denominator <= 64) the ratio is at,
+within a tolerance, else ``"other"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from fractions import Fraction
+
+EXPECTATIONS = ("fixed", "buggy")
+RECIPES = ("none", "allgather", "own_share")
+LABEL_TOL = 1e-3  # the default tolerance of ``label``: norm-wise relative error
+MAX_DENOMINATOR = 64
+
+
+class ReducePath(str, enum.Enum):
+    """Where DeepSpeed reduced a parameter's gradient."""
+
+    AVG_SCATTER = "__avg_scatter_grads"
+    CONTIGUOUS = "__avg_scatter_contiguous_grads"
+    STAGE_1_2 = "stage_1_and_2"
+    STAGE_0 = "engine.allreduce_gradients"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def default_path(stage: int) -> ReducePath:
+    """The path a stage's default config takes (ZeRO-3: ``reduce_scatter=True``, ``__avg_scatter_grads``)."""
+    return {0: ReducePath.STAGE_0, 1: ReducePath.STAGE_1_2, 2: ReducePath.STAGE_1_2, 3: ReducePath.AVG_SCATTER}[stage]
+
+
+def deepspeed_factor(path: ReducePath | str, sp: int, expect: str) -> Fraction:
+    """``r`` of the rule: DeepSpeed's reduced gradient over the sum of the sp ranks' local gradients."""
+    if expect not in EXPECTATIONS:
+        raise ValueError(f"unknown expectation {expect!r}")
+    if sp < 1:
+        raise ValueError(f"sp must be >= 1, got {sp}")
+    return Fraction(1, sp) if expect == "buggy" and ReducePath(path) is ReducePath.AVG_SCATTER else Fraction(1)
+
+
+def recipe_factor(recipe: str, sp: int, compensates: bool = False) -> Fraction:
+    """``m`` of the rule: the sum over the sp ranks of what they backprop, over the true loss."""
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
+    if recipe == "allgather" or (recipe == "own_share" and compensates):
+        return Fraction(sp)
+    return Fraction(1)
+
+
+def expected_scale(path: ReducePath | str, sp: int, expect: str, recipe: str = "none",
+                   compensates: bool = False) -> float:
+    """The rule: the scale of the gradient over the true gradient (module docstring)."""
+    return float(recipe_factor(recipe, sp, compensates) * deepspeed_factor(path, sp, expect))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """``observed`` against ``expected``: the best scalar fit and what is left over."""
+
+    observed_norm: float
+    expected_norm: float
+    ratio: float  # <observed, expected> / <expected, expected>
+    residual: float  # ||observed - ratio * expected|| / ||expected||: 0 when they are parallel
+
+
+def fit(observed, expected) -> Fit:
+    """The best scalar fit of ``observed`` to ``expected`` (float64, on CPU)."""
+    o = observed.detach().double().flatten().cpu()
+    e = expected.detach().double().flatten().cpu()
+    e_norm = float(e.norm())
+    if e_norm == 0.0:
+        raise ValueError("the expected gradient is zero: the check cannot tell scales apart")
+    ratio = float(o.dot(e) / e.dot(e))
+    residual = float((o - ratio * e).norm()) / e_norm
+    return Fit(float(o.norm()), e_norm, ratio, residual)
+
+
+def error_at(ratio: float, residual: float, scale: float) -> float:
+    """Norm-wise relative error of the observed gradient against ``scale`` x the expected one."""
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    return math.hypot(residual, ratio - scale) / scale
+
+
+def label(ratio: float, residual: float = 0.0, tol: float = LABEL_TOL) -> str:
+    """The simple fraction the ratio is at ("1", "1/2", "2", "3/2") within ``tol``, else "other"."""
+    if not ratio > 0 or math.isinf(ratio):
+        return "other"
+    frac = Fraction(ratio).limit_denominator(MAX_DENOMINATOR)
+    if frac > 0 and error_at(ratio, residual, float(frac)) <= tol:
+        return str(frac)
+    return "other"
