@@ -143,7 +143,10 @@ def _count_numel(spec: str) -> tuple[int, int]:
 def installed_package_dir(python: str) -> Path:
     out = subprocess.run([python, "-c", "import importlib.util as u; "
                           "print(u.find_spec('deepspeed').submodule_search_locations[0])"],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"error: {python} cannot import deepspeed (give --python an interpreter with torch and "
+                         "DeepSpeed installed)")
     return Path(out.stdout.strip())
 
 
