@@ -6,7 +6,8 @@
   nox -s upstream-lint | bundle | verify-bundle
   nox -s downstream                        the real clients' sp loss code, one session per client version
 
-Versions come from deepspeed-sdists.lock, so a release added there is in the matrix at once.
+Versions come from deepspeed-sdists.lock, so a release added there is in the matrix at once; torch's
+and the lint tools' from requirements/pins.txt (``$TORCH_SPEC`` overrides torch's), as in tox.ini.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import nox
 ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT))
 from patch_and_test.__main__ import build_parser, results_dir  # noqa: E402
+from patch_and_test import pins  # noqa: E402
 from patch_and_test.errors import Exit  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -31,7 +33,7 @@ if "PIP_FIND_LINKS" in os.environ:  # uv ignores pip's config; see tox.ini
     os.environ.setdefault("UV_FIND_LINKS", os.environ["PIP_FIND_LINKS"])
 os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 
-TORCH = "torch" + os.environ.get("TORCH_SPEC", "==2.13.0")
+TORCH = pins.torch_requirement()
 BACKENDS = ["gloo", "nccl"]
 
 
@@ -94,7 +96,7 @@ def tests(session: nox.Session, version: str) -> None:
 
 @nox.session(name="upstream-lint")
 def upstream_lint(session: nox.Session) -> None:
-    session.install("yapf==0.40.0", "flake8==5.0.4", "codespell==2.1.0")
+    session.install("-c", str(pins.PINS_FILE), "yapf", "flake8", "codespell", "-r", "requirements/package.txt")
     session.run("python", "-m", "patch_and_test.lint", *session.posargs, env=_env())
 
 
@@ -106,6 +108,7 @@ def bundle(session: nox.Session) -> None:
 
 @nox.session(name="verify-bundle")
 def verify_bundle(session: nox.Session) -> None:
+    session.install("-r", "requirements/package.txt")
     session.run("python", "-m", "patch_and_test.bundle", "verify", *session.posargs, env=_env())
 
 

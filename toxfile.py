@@ -4,6 +4,9 @@ An nccl cell on a machine with fewer GPUs than ranks writes a "skipped" verdict 
 tox has no skip exit code: the cell would read FAIL and `tox -m matrix` could never pass on a
 CPU-only machine, while `ignore_outcome` would let a real failure pass too. The reason the job
 printed becomes tox's "skipped because ..." line, so the skip stays visible in the summary.
+
+It also gives the envs their torch: ``{torch_requirement}`` in tox.ini is ``torch`` + ``$TORCH_SPEC``
+where that is set, else the pin in requirements/pins.txt (patch_and_test/pins.py, the one place).
 """
 
 from __future__ import annotations
@@ -16,16 +19,16 @@ from tox.plugin import impl
 from tox.tox_env.errors import Skip
 
 
-def _exit_codes() -> Any:
+def _load(rel: str, name: str) -> Any:
     # Loaded by path: tox's own interpreter has the plugin's folder, not the package, on its path.
-    path = Path(__file__).resolve().parent / "repro" / "harness" / "exit_codes.py"
-    spec = importlib.util.spec_from_file_location("zero3_sp_exit_codes", path)
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / rel)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-SKIPPED = _exit_codes().SKIPPED
+SKIPPED = _load("repro/harness/exit_codes.py", "zero3_sp_exit_codes").SKIPPED
+_PINS = _load("patch_and_test/pins.py", "zero3_sp_pins")
 
 
 def skip_reason(outcome: Any) -> str:
@@ -37,7 +40,24 @@ def skip_reason(outcome: Any) -> str:
     return lines[-1] if lines else f"exit {SKIPPED}"
 
 
+def skip_for(exit_code: int, outcomes: list[Any]) -> str | None:
+    """Why the env is skipped, or None when tox's own handling of the exit code stands.
+
+    Only an env whose last command itself exited 77 is skipped: its status is its first failure.
+    """
+    if exit_code == SKIPPED and outcomes and outcomes[-1].exit_code == SKIPPED:
+        return skip_reason(outcomes[-1])
+    return None
+
+
+@impl
+def tox_add_core_config(core_conf: Any, state: Any) -> None:
+    core_conf.add_config(keys=["torch_requirement"], of_type=str, default=_PINS.torch_requirement(),
+                         desc="the torch every env installs: torch$TORCH_SPEC, else requirements/pins.txt's pin")
+
+
 @impl
 def tox_after_run_commands(tox_env: Any, exit_code: int, outcomes: list[Any]) -> None:
-    if exit_code == SKIPPED and outcomes and outcomes[-1].exit_code == SKIPPED:
-        raise Skip(skip_reason(outcomes[-1]))
+    reason = skip_for(exit_code, outcomes)
+    if reason is not None:
+        raise Skip(reason)

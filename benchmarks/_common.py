@@ -6,11 +6,13 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "benchmarks"
@@ -47,11 +49,45 @@ def environment(python: str) -> dict:
             "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()}
 
 
+def _machine_prefixes() -> list[tuple[str, str]]:
+    """This machine's folders a result could name -> what a kept result says instead, longest first."""
+    names = {str(Path.home()): "~", sys.base_prefix: "<python>", sys.prefix: "<python>"}
+    for python in {sys.executable, default_python()}:
+        for exe in (Path(python), Path(python).resolve()):  # the interpreter's venv, and what it links to
+            names[str(exe.parent.parent)] = "<python>"
+    names[str(ROOT)] = "."
+    return sorted(((k, v) for k, v in names.items() if len(k) > 1), key=lambda kv: -len(kv[0]))
+
+
+def portable(value: Any, prefixes: list[tuple[str, str]] | None = None) -> Any:
+    """The value with this machine's folders (the checkout, the interpreters, home) replaced by "." /
+    "<python>" / "~": a kept result names versions (environment()), not where things were."""
+    prefixes = _machine_prefixes() if prefixes is None else prefixes
+    if isinstance(value, dict):
+        return {k: portable(v, prefixes) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v, prefixes) for v in value]
+    if isinstance(value, Path):
+        value = str(value)
+    if isinstance(value, str):
+        for prefix, name in prefixes:
+            value = re.sub(re.escape(prefix) + r"(?=/|$|[\s\"'])", lambda _: name, value)
+        return value[2:] if value.startswith("./") else value  # a path in the checkout: relative to it
+    return value
+
+
 def write_result(name: str, payload: dict, out: Path | None) -> Path:
     path = out or RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    path.write_text(json.dumps(portable(payload), indent=2) + "\n")
     return path
+
+
+def finish(name: str, payload: dict, out: Path | None, summary: str) -> int:
+    """Write the result, print the one-line summary and where it went; exit 0 when the target is met, else 1."""
+    path = write_result(name, payload, out)
+    print(f"{summary}; {path}")
+    return 0 if payload["meets_target"] else 1
 
 
 def default_python() -> str:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, environment, write_result  # noqa: E402
+from _common import ROOT, environment, finish  # noqa: E402
 
 TARGET = 0.10
 
@@ -51,10 +51,9 @@ def main() -> int:
                "first_build_summary": first_line, "first_run_s_given": args.first_run_s, "second_build_s": second,
                "second_build_summary": second_line, "ratio_second_over_first": ratio, "target": TARGET,
                "meets_target": ratio < TARGET and "reused" in second_line}
-    path = write_result("bundle_reuse", payload, args.out)
-    print(f"first {first:.1f} s ({first_line}); second {second:.1f} s ({second_line}); ratio {ratio} against "
-          f"{reference:.1f} s (target < {TARGET}); {path}")
-    return 0 if payload["meets_target"] else 1
+    return finish("bundle_reuse", payload, args.out,
+                  f"first {first:.1f} s ({first_line}); second {second:.1f} s ({second_line}); ratio {ratio} "
+                  f"against {reference:.1f} s (target < {TARGET})")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, default_python, environment, median, timed_run, write_result  # noqa: E402
+from _common import ROOT, default_python, environment, finish, median, timed_run  # noqa: E402
 
 SCRIPT = ROOT / "repro" / "zero3_sp_grad_scale.py"
 TARGET = 1.5
@@ -44,10 +44,9 @@ def main() -> int:
                "median_wall_s": med, "ratio_all_six_over_single": ratio, "target": TARGET,
                "meets_target": ratio <= TARGET and not failed,
                "runs": {k: [r.__dict__ for r in v] for k, v in runs.items()}}
-    path = write_result("launch_cost", payload, args.out)
-    print(f"all six: {med['all_six']} s, single: {med['single']} s (medians of {args.repeats}); "
-          f"ratio {ratio} (target <= {TARGET}) -> {'OK' if payload['meets_target'] else 'MISSED'}; {path}")
-    return 0 if payload["meets_target"] else 1
+    return finish("launch_cost", payload, args.out,
+                  f"all six: {med['all_six']} s, single: {med['single']} s (medians of {args.repeats}); "
+                  f"ratio {ratio} (target <= {TARGET}) -> {'OK' if payload['meets_target'] else 'MISSED'}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, environment, write_result  # noqa: E402
+from _common import RESULTS, ROOT, environment, finish  # noqa: E402
 
 TARGET = 2.0
 REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
@@ -65,11 +65,10 @@ def main() -> int:
                "launches_total_s": launch_total, "overhead_s": round(total - launch_total, 3),
                "ratio_total_over_launches": ratio, "target": TARGET, "meets_target": ratio <= TARGET and cached,
                "verdict": str(results / "verdict.json")}
-    path = write_result("pipeline_overhead", payload, out)
-    print(f"{'warm' if cached else 'NOT warm (a wheel was built)'} job {total:.1f} s; its four reproducer launches "
-          f"{launch_total:.1f} s; ratio {ratio} (target <= {TARGET}): "
-          f"{'met' if payload['meets_target'] else 'NOT met'}; {path}")
-    return 0 if payload["meets_target"] else 1
+    return finish("pipeline_overhead", payload, out,
+                  f"{'warm' if cached else 'NOT warm (a wheel was built)'} job {total:.1f} s; its four reproducer "
+                  f"launches {launch_total:.1f} s; ratio {ratio} (target <= {TARGET}): "
+                  f"{'met' if payload['meets_target'] else 'NOT met'}")
 
 
 if __name__ == "__main__":

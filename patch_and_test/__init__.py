@@ -1,1 +1,1 @@
-"""The patch-and-test pipeline: source -> series -> reproducers -> verdict -> bundle."""
+"""The patch-and-test pipeline: get source -> apply series -> run reproducers -> verdict -> bundle."""

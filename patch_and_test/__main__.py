@@ -1,12 +1,12 @@
 """``python -m patch_and_test``: the whole job for one DeepSpeed source, one backend.
 
 Get DeepSpeed (the newest supported PyPI release by default, pinned by sha256 in
-deepspeed-sdists.lock; or your checkout via DEEPSPEED_SRC, never modified), install it
-unpatched and show the bug with both reproducers, apply the series the manifest picks,
-install the patched build (it stays installed here), show the bug gone (reproducers, the
-twin of the upstream regression test, the parity audit, and DeepSpeed's own tests where the
-source has them),
-and write results/<env>/verdict.json.
+deepspeed-sdists.lock; or your checkout via DEEPSPEED_SRC, never modified), apply the series
+the manifest picks to a copy of it (a series that does not apply ends the run before any
+build), install the unpatched base and show the bug with both reproducers, install the patched
+build (it stays installed here), show the bug gone (reproducers, the twin of the upstream
+regression test, the parity audit, and DeepSpeed's own tests where the source has them), and
+write results/<env>/verdict.json.
 """
 
 from __future__ import annotations

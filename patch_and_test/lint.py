@@ -8,16 +8,17 @@ Each series is applied (``git am``) to a working copy: of ``--tree``, else of th
 PyPI sdist of the newest locked version the series covers (the sdist has no ``tests/``: the test
 patches are then not linted, and the report says so). Every file the series touches is checked:
 
-* yapf 0.40.0 (the tree's ``.style.yapf``, else pep8 with column_limit 119)
-* flake8 5.0.4 ``--select=E9,F,W6`` (the tree's ``.flake8``, else a copy of DeepSpeed's)
-* codespell 2.1.0 with DeepSpeed's arguments
+* yapf (the tree's ``.style.yapf``, else pep8 with column_limit 119)
+* flake8 ``--select=E9,F,W6`` (the tree's ``.flake8``, else a copy of DeepSpeed's)
+* codespell with DeepSpeed's arguments
 * trailing whitespace, final newline, CRLF
 * the ``SPDX-License-Identifier: Apache-2.0`` and ``DeepSpeed Team`` header
 * no ``torch.distributed`` but ``torch.distributed.nn``; no ``torch.cuda`` without ``#ignore-cuda``,
   no ``.cuda()``, no ``.is_cuda`` (DeepSpeed's check-torchdist / check-torchcuda, with their excludes)
 
-and every patch is signed off by its author (DCO). Exit 0: no finding; 1: findings, one per line;
-2: could not run (a tool missing, the series does not apply, ...).
+and every patch is signed off by its author (DCO). yapf, flake8 and codespell run at the versions
+DeepSpeed's pre-commit uses, pinned in requirements/pins.txt. Exit 0: no finding; 1: findings, one
+per line; 2: could not run (a tool missing, the series does not apply, ...).
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from patch_and_test import errors, source
+from packaging.version import InvalidVersion, Version
+
+from patch_and_test import errors, pins, source
 from patch_and_test.series import Manifest, Series, apply_series, load_manifest, parse_version, series_for_tree
 
-TOOLS = {"yapf": "0.40.0", "flake8": "5.0.4", "codespell": "2.1.0"}
+TOOLS = {name: pins.version(name) for name in ("yapf", "flake8", "codespell")}  # requirements/pins.txt
 DEFAULT_YAPF_STYLE = "{based_on_style: pep8, column_limit: 119}"
 # DeepSpeed's .flake8, for trees that lack it (PyPI sdists ship no dotfiles).
 DEFAULT_FLAKE8 = ("--select=E9,F,W6", "--ignore=E,F403,F405,F541,F841,W", "--per-file-ignores=__init__.py:F401")
@@ -77,10 +80,17 @@ def _tool(name: str) -> tuple[str, ...]:
             f"{name} is not installed: pip install {' '.join(f'{t}=={v}' for t, v in TOOLS.items())}")
     out = subprocess.run([exe, "--version"], capture_output=True, text=True)
     found = re.search(r"\d+\.\d+\.\d+", out.stdout + out.stderr)
-    if not found or found[0] != TOOLS[name]:
+    if not found or _version(found[0]) != _version(TOOLS[name]):
         raise errors.BadInput(f"{name} {found[0] if found else '?'} found at {exe}; DeepSpeed's rules need "
                               f"{name}=={TOOLS[name]}")
     return (exe, )
+
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
 
 
 def touched_files(series: Series, patch_files: list[Path] | None = None) -> list[str]:
@@ -198,7 +208,7 @@ def run_tools(tree: Path, files: list[str]) -> list[Finding]:
             if header:
                 changed = sum(1 for line in section.splitlines()
                               if line.startswith("+") and not line.startswith("+++"))
-                findings.append(Finding(header[1], "yapf", f"yapf 0.40.0 would reformat {changed} line(s)"))
+                findings.append(Finding(header[1], "yapf", f"yapf {TOOLS['yapf']} would reformat {changed} line(s)"))
         config = ["--config=.flake8"] if (tree / ".flake8").is_file() else list(DEFAULT_FLAKE8)
         out = subprocess.run([*_tool("flake8"), *config, *py], cwd=tree, capture_output=True, text=True)
         for line in out.stdout.splitlines():
@@ -264,7 +274,8 @@ def trees_for(manifest: Manifest,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m patch_and_test.lint",
                                      description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     epilog=__doc__.split("\n\n", 1)[1] + "\npinned: "
+                                     + " ".join(f"{t}=={v}" for t, v in TOOLS.items()) + "\n",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, help="a DeepSpeed git checkout (only read: a copy is patched)")
     parser.add_argument("--manifest", type=Path, help="patches/series.toml (default: the package's)")

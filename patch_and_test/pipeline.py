@@ -1,4 +1,12 @@
-"""patch-and-test: source -> unpatched install -> bug seen -> series -> patched install -> bug gone.
+"""patch-and-test: source -> apply series -> install unpatched -> before -> install patched -> after -> verdict.
+
+The README's "get source -> apply series -> run reproducers -> verdict", step by step (the names are
+the verdict's steps): get the source; apply the series to our own copy of it (a series that does
+not apply ends the run before anything is built); install the unpatched build (the base commit)
+and see the bug ("before": the reproducers, the parity audit, the ALST recipe where the release
+has it, and DeepSpeed's affected tests where the source has them); install the patched build and
+see it gone ("after": the same, plus the downstream clients, the twin of the upstream test and the
+upstream regression test); the verdict compares the two.
 
 Each step appends to the verdict and writes its log under ``results/<env>/``; the verdict JSON
 is written whatever happens, and the DeepSpeed left installed in this interpreter is the

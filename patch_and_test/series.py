@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import packaging.version
+
 from patch_and_test import errors
 from patch_and_test.gitrun import git  # noqa: F401 (re-exported: callers import it from here)
 from repro.harness.files import TOMLDecodeError, load_toml
@@ -32,19 +34,23 @@ Version = tuple[int, int, int]
 #   companion: a change that must land with the fix in DeepSpeed's own tests and docs (the ALST
 #              recipe that relied on the bug); needs tests/ and docs/
 ROLES: dict[str, tuple[str, ...]] = {"fix": (), "test": ("tests", ), "companion": ("tests", "docs")}
-_VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)\.(\d+)")
 
 
 def parse_version(text: str) -> Version:
-    """``0.19.6``, ``v0.19.6``, ``0.19.6+fe7b53c``, ``0.19.6.dev0`` -> (0, 19, 6).
+    """``0.19.6``, ``v0.19.6``, ``0.19.6+fe7b53c``, ``0.19.6.dev0`` -> (0, 19, 6): the one version parser.
 
-    DeepSpeed's master carries the next release's number in version.txt (0.19.6 while 0.19.5 is
-    the newest tag), so a dev or local suffix maps to the release it leads up to.
+    Built on ``packaging.version.Version`` (PEP 440); every version the package reads or compares
+    goes through here. DeepSpeed's master carries the next release's number in version.txt (0.19.6
+    while 0.19.5 is the newest tag), so a dev, pre or local suffix maps to the release it leads up to.
+    A DeepSpeed version has three numbers: ``0.19`` is refused.
     """
-    match = _VERSION_RE.match(text)
-    if not match:
+    try:
+        parsed = packaging.version.Version(text.strip())
+    except packaging.version.InvalidVersion:
+        parsed = None
+    if parsed is None or parsed.epoch or len(parsed.release) != 3:
         raise errors.UnknownVersion(f"cannot read a DeepSpeed version from {text.strip()!r}")
-    return (int(match[1]), int(match[2]), int(match[3]))
+    return parsed.release
 
 
 def format_version(version: Version) -> str:

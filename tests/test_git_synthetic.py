@@ -73,6 +73,14 @@ def upstream(tmp_path) -> tuple[Path, str]:
     return repo, commit
 
 
+def commit_files(repo: Path, message: str, files: dict[str, str], signoff: bool = True) -> None:
+    """Write the files and commit them all (signed off unless asked not to)."""
+    for rel, text in files.items():
+        write(repo, rel, text)
+    run(repo, "add", "-A")
+    run(repo, "commit", "-q", *(["-s"] if signoff else []), "-m", message)
+
+
 def make_branch(upstream_repo: Path, commit: str, dest: Path) -> Path:
     """A developer's clone: sparse "drop blogs/" commit, then a signed-off fix and test."""
     source.clone_shared(upstream_repo, dest)
@@ -100,14 +108,45 @@ patches = [
 """
 
 
-def test_reroll_v1_then_v2_with_range_diff(upstream, tmp_path):
+@pytest.fixture
+def dev(upstream, tmp_path) -> Path:
+    """The developer's clone (make_branch): branch "work" with the fix and the test on the upstream commit."""
     repo, commit = upstream
-    dev = make_branch(repo, commit, tmp_path / "dev")
+    return make_branch(repo, commit, tmp_path / "dev")
+
+
+@pytest.fixture
+def series_files(upstream, tmp_path) -> tuple[Path, Path]:
+    """A manifest with an empty "demo" series on the upstream commit, and a cover letter text. (manifest, cover)"""
+    _, commit = upstream
     manifest = tmp_path / "patches" / "series.toml"
     manifest.parent.mkdir()
     manifest.write_text(MANIFEST.format(commit=commit))
     cover = tmp_path / "cover.txt"
     cover.write_text("Scale by sp\n\nWhy and how.\n")
+    return manifest, cover
+
+
+@pytest.fixture
+def user_checkout(upstream, tmp_path) -> Path:
+    """A user's plain clone of the upstream repo, on a branch "mine" at its commit."""
+    repo, commit = upstream
+    user = tmp_path / "user"
+    source.clone_shared(repo, user)
+    source.prepare_working_copy(user, commit, "mine")
+    return user
+
+
+def tree_with_docs(repo: Path, commit: str, cache: Path) -> source.SourceTree:
+    """A fresh working copy of the upstream commit with a docs/ folder committed on top."""
+    tree = source.from_mirror(commit, mirror=repo, cache=cache)
+    commit_files(tree.path, "docs", {"docs/index.md": "docs\n"}, signoff=False)
+    return tree
+
+
+def test_reroll_v1_then_v2_with_range_diff(upstream, dev, series_files, tmp_path):
+    _, commit = upstream
+    manifest, cover = series_files
 
     first = reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
     names = [p.name for p in first.files]
@@ -140,17 +179,9 @@ def test_reroll_v1_then_v2_with_range_diff(upstream, tmp_path):
     assert sorted(p.name for p in (tmp_path / "patches" / "demo").iterdir()) == names
 
 
-def test_reroll_refuses_unsigned_and_mixed_commits(upstream, tmp_path):
-    repo, commit = upstream
-    dev = make_branch(repo, commit, tmp_path / "dev")
-    manifest = tmp_path / "series.toml"
-    manifest.write_text(MANIFEST.format(commit=commit))
-    cover = tmp_path / "cover.txt"
-    cover.write_text("Subject\n\nBody\n")
-    write(dev, "deepspeed/x.py", "x = 1\n")
-    write(dev, "docs/x.md", "x\n")
-    run(dev, "add", "-A")
-    run(dev, "commit", "-q", "-m", "mixed, unsigned")
+def test_reroll_refuses_unsigned_and_mixed_commits(dev, series_files, tmp_path):
+    manifest, cover = series_files
+    commit_files(dev, "mixed, unsigned", {"deepspeed/x.py": "x = 1\n", "docs/x.md": "x\n"}, signoff=False)
     with pytest.raises(errors.BadInput, match="not signed off"):
         reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest, out=tmp_path / "out")
     run(dev, "commit", "-q", "--amend", "-s", "--no-edit")
@@ -158,20 +189,16 @@ def test_reroll_refuses_unsigned_and_mixed_commits(upstream, tmp_path):
         reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest, out=tmp_path / "out")
 
 
-def test_fix_with_test_edits_is_a_fix_and_applies_without_tests(upstream, tmp_path):
+def test_fix_with_test_edits_is_a_fix_and_applies_without_tests(upstream, series_files, tmp_path):
     """A fix commit that also edits an existing test stays role fix; a tree without tests/ gets the code only."""
     repo, commit = upstream
+    manifest, cover = series_files
     dev = tmp_path / "dev"
     source.clone_shared(repo, dev)
     source.prepare_working_copy(dev, commit, "work")
     write(dev, "deepspeed/runtime/zero/stage3.py", FIXED)
     write(dev, "tests/unit/test_zero.py", "def test():\n    assert True\n")
     run(dev, "commit", "-q", "-a", "-s", "-m", "Scale by sp, keep the unit test green")
-    manifest = tmp_path / "patches" / "series.toml"
-    manifest.parent.mkdir()
-    manifest.write_text(MANIFEST.format(commit=commit))
-    cover = tmp_path / "cover.txt"
-    cover.write_text("Scale by sp\n\nWhy and how.\n")
     reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
     series = load_manifest(manifest).by_name("demo")
     assert [p.role for p in series.patches] == ["fix"] and series.fix_patches == series.patches
@@ -190,19 +217,12 @@ def test_fix_with_test_edits_is_a_fix_and_applies_without_tests(upstream, tmp_pa
     assert run(tree.path, "status", "--porcelain") == ""
 
 
-def test_companion_role_reroll_and_apply(upstream, tmp_path):
+def test_companion_role_reroll_and_apply(upstream, dev, series_files, tmp_path):
     """A commit touching only tests/ and docs/ is a companion: rerolled as such, skipped without docs/."""
     repo, commit = upstream
-    dev = make_branch(repo, commit, tmp_path / "dev")
-    write(dev, "docs/tutorial.md", "backprop each rank's own share\n")
-    write(dev, "tests/unit/test_zero.py", "def test():\n    assert 1\n")
-    run(dev, "add", "-A")
-    run(dev, "commit", "-q", "-s", "-m", "Companion")
-    manifest = tmp_path / "patches" / "series.toml"
-    manifest.parent.mkdir()
-    manifest.write_text(MANIFEST.format(commit=commit))
-    cover = tmp_path / "cover.txt"
-    cover.write_text("Scale by sp\n\nWhy and how.\n")
+    manifest, cover = series_files
+    commit_files(dev, "Companion", {"docs/tutorial.md": "backprop each rank's own share\n",
+                                    "tests/unit/test_zero.py": "def test():\n    assert 1\n"})
     result = reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
     assert "Subject: [PATCH v1 0/3] Scale by sp" in result.files[0].read_text()
     series = load_manifest(manifest).by_name("demo")
@@ -218,41 +238,25 @@ def test_companion_role_reroll_and_apply(upstream, tmp_path):
     assert skip.file == series.patches[2].file and "needs tests/ and docs/" in skip.reason and "no docs/" in skip.reason
 
     # With docs/ the whole series applies; asked not to, test and companion are both left out.
-    tree = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
-    write(tree.path, "docs/index.md", "docs\n")
-    run(tree.path, "add", "-A")
-    run(tree.path, "commit", "-q", "-m", "docs")
+    tree = tree_with_docs(repo, commit, tmp_path / "cache")
     assert apply_series(tree.path, series).applied == tuple(p.file for p in series.patches)
-    tree = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
-    write(tree.path, "docs/index.md", "docs\n")
-    run(tree.path, "add", "-A")
-    run(tree.path, "commit", "-q", "-m", "docs")
+    tree = tree_with_docs(repo, commit, tmp_path / "cache")
     only_fix = apply_series(tree.path, series, skip_tests=True)
     assert only_fix.applied == (series.patches[0].file, )
     assert [s.reason for s in only_fix.skipped] == ["test patches were not asked for",
                                                     "companion patches were not asked for"]
 
     # docs/ together with code is refused like tests/ with code.
-    write(dev, "docs/tutorial.md", "changed\n")
-    write(dev, "deepspeed/x.py", "x = 1\n")
-    run(dev, "add", "-A")
-    run(dev, "commit", "-q", "-s", "-m", "mixed")
+    commit_files(dev, "mixed", {"docs/tutorial.md": "changed\n", "deepspeed/x.py": "x = 1\n"})
     with pytest.raises(errors.BadInput, match="split it"):
         reroll.reroll(dev, "work", "demo", 2, manifest_path=manifest, out=tmp_path / "out")
 
 
-def test_alst_test_alone_is_a_companion(upstream, tmp_path):
+def test_alst_test_alone_is_a_companion(dev, series_files):
     """Where a release has no tutorial the companion changes only the ALST test: still a companion."""
-    repo, commit = upstream
-    dev = make_branch(repo, commit, tmp_path / "dev")
-    write(dev, "tests/unit/ulysses_alst/test_ulysses_sp_hf.py", "def test():\n    assert 2\n")
-    run(dev, "add", "-A")
-    run(dev, "commit", "-q", "-s", "-m", "Companion, test only")
-    manifest = tmp_path / "patches" / "series.toml"
-    manifest.parent.mkdir()
-    manifest.write_text(MANIFEST.format(commit=commit))
-    cover = tmp_path / "cover.txt"
-    cover.write_text("Scale by sp\n\nWhy and how.\n")
+    manifest, cover = series_files
+    commit_files(dev, "Companion, test only",
+                 {"tests/unit/ulysses_alst/test_ulysses_sp_hf.py": "def test():\n    assert 2\n"})
     reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
     assert [p.role for p in load_manifest(manifest).by_name("demo").patches] == ["fix", "test", "companion"]
 
@@ -282,14 +286,10 @@ def format_patches(repo: Path, rev_range: str, out: Path) -> list[Path]:
     return sorted(out.glob("*.patch"))
 
 
-def test_user_checkout_is_untouched_by_success_and_failure(upstream, tmp_path):
-    repo, commit = upstream
-    dev = make_branch(repo, commit, tmp_path / "dev")
+def test_user_checkout_is_untouched_by_success_and_failure(dev, user_checkout, tmp_path):
     good = format_patches(dev, "work~2..work", tmp_path / "good")
     # The "user checkout": a plain clone with an extra branch, an ignored file, and its index as git left it.
-    user = tmp_path / "user"
-    source.clone_shared(repo, user)
-    source.prepare_working_copy(user, commit, "mine")
+    user = user_checkout
     run(user, "branch", "other")
     write(user, ".git/info/exclude", "*.log\n")
     write(user, "build.log", "ignored\n")
@@ -316,14 +316,10 @@ def test_user_checkout_is_untouched_by_success_and_failure(upstream, tmp_path):
     assert repo_state(user) == before
 
 
-def test_two_jobs_at_once_get_their_own_working_copies(upstream, tmp_path):
+def test_two_jobs_at_once_get_their_own_working_copies(dev, user_checkout, tmp_path):
     """A held copy is never handed out again: the second job patches a copy of its own."""
-    repo, commit = upstream
-    dev = make_branch(repo, commit, tmp_path / "dev")
     series = _series(tmp_path / "good", format_patches(dev, "work~2..work", tmp_path / "good"), ["fix", "test"])
-    user = tmp_path / "user"
-    source.clone_shared(repo, user)
-    source.prepare_working_copy(user, commit, "mine")
+    user = user_checkout
     cache = tmp_path / "cache"
 
     first = source.from_checkout(user, "demo", cache=cache)
@@ -341,19 +337,15 @@ def test_two_jobs_at_once_get_their_own_working_copies(upstream, tmp_path):
     third.release()
 
 
-def test_checkout_with_missing_blobs_gets_a_sparse_copy(upstream, tmp_path):
+def test_checkout_with_missing_blobs_gets_a_sparse_copy(upstream, user_checkout, tmp_path):
     repo, commit = upstream
-    user = tmp_path / "user"
-    source.clone_shared(repo, user)
-    source.prepare_working_copy(user, commit, "mine")
     # A user checkout that still has the unreadable path checked in: ask the upstream repo itself.
     copy = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
     assert copy.dropped_paths == ("blogs/big.jpg", ) and not (copy.path / "blogs").exists()
     assert run(copy.path, "rev-parse", "HEAD~1").strip() == commit and copy.has_tests
 
 
-def test_refusals(upstream, tmp_path):
-    repo, commit = upstream
+def test_refusals(user_checkout, tmp_path):
     with pytest.raises(errors.NotACheckout, match="not a git work tree"):
         source.from_checkout(tmp_path)
     with pytest.raises(errors.NotACheckout, match="not a directory"):
@@ -366,9 +358,7 @@ def test_refusals(upstream, tmp_path):
     run(other, "commit", "-q", "-m", "x")
     with pytest.raises(errors.NotACheckout, match="not a DeepSpeed checkout"):
         source.from_checkout(other)
-    user = tmp_path / "user"
-    source.clone_shared(repo, user)
-    source.prepare_working_copy(user, commit, "mine")
+    user = user_checkout
     with pytest.raises(errors.NotACheckout, match="pass its root"):
         apply_series(user / "deepspeed", _series(tmp_path, [], []))
     write(user, "deepspeed/runtime/zero/stage3.py", FIXED)

@@ -22,6 +22,7 @@ home (a status file), the parent tears every rank down, and skips have their own
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import json
 import os
 import signal
@@ -42,6 +43,11 @@ from repro.harness.files import write_json
 
 # Set by the parent in each child's environment: the folder its status file goes to.
 CHILD_DIR_VAR = "REPRO_LAUNCH_DIR"
+# Set by the parent too: the launch's deadline (time.time()). Each rank's watchdog fires then, dumps
+# every thread's stack into its status file and exits; the parent waits _REPORT_GRACE_S longer, so
+# it reports those stacks rather than only "still running".
+DEADLINE_VAR = "REPRO_LAUNCH_DEADLINE"
+_REPORT_GRACE_S = 5.0
 _REPORT_FILE = "report.json"
 _POLL_S = 0.05
 _KILL_GRACE_S = 3.0
@@ -136,14 +142,15 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="repro-launch-"))
     script = Path(sys.argv[0]).resolve()
     children: list[_Child] = []
-    deadline = time.monotonic() + args.timeout
+    deadline = time.monotonic() + args.timeout + _REPORT_GRACE_S
+    rank_deadline = f"{time.time() + args.timeout:.3f}"
     try:
         for rank in range(args.world_size):
             env = dict(os.environ)
             env.update(rank_environment(args.backend, args.world_size, args.world_size))
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.world_size),
                        LOCAL_WORLD_SIZE=str(args.world_size), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(store.port), **{CHILD_DIR_VAR: str(workdir)})
+                       MASTER_PORT=str(store.port), **{CHILD_DIR_VAR: str(workdir), DEADLINE_VAR: rank_deadline})
             log = workdir / f"rank{rank}.log"
             with open(log, "wb") as out:
                 proc = subprocess.Popen([sys.executable, str(script), *sys.argv[1:]], env=env, stdout=out,
@@ -355,23 +362,41 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
                           traceback.format_exc()))
 
 
-def main_thread_stack() -> str:
-    """Where the main thread is now: the rank's program, stuck (not the timer thread that asks)."""
-    frame = sys._current_frames().get(threading.main_thread().ident)
-    return "".join(traceback.format_stack(frame)) if frame is not None else "(main thread not found)\n"
+def all_threads_stack() -> str:
+    """Every thread's stack now, most recent call first (``faulthandler``'s dump, one block per thread).
+
+    The main thread is the rank's program, stuck; the others can be why (a DeepSpeed or torch
+    helper thread holding a lock, a collective waiting in a communication thread). The thread that
+    asks (the watchdog's timer) is marked "Current thread".
+    """
+    with tempfile.TemporaryFile("w+") as dump:  # faulthandler writes to a file descriptor
+        faulthandler.dump_traceback(file=dump, all_threads=True)
+        dump.seek(0)
+        return dump.read()
 
 
-def _start_watchdog(timeout: float, rank: int, status_dir: Path | None) -> None:
+def _start_watchdog(timeout: float, rank: int, status_dir: Path | None) -> threading.Timer:
+    """After the deadline: every thread's stack into the status file (the parent prints it), exit 2.
+
+    The deadline is the parent's (DEADLINE_VAR) in a local launch, else ``timeout`` from now.
+    """
+    wall_deadline = os.environ.get(DEADLINE_VAR) if status_dir is not None else None
+    delay = max(0.0, float(wall_deadline) - time.time()) if wall_deadline else timeout
+
     def expire() -> None:
         msg = f"deadline of {timeout:.0f} s exceeded"
+        stacks = all_threads_stack()
         if status_dir is not None:
-            RankStatus(rank, "error", EXIT_ERROR, msg, main_thread_stack()).write(status_dir)
+            RankStatus(rank, "error", EXIT_ERROR, msg, stacks).write(status_dir)
+        else:  # under torchrun / deepspeed: no parent of ours reads a status file; the log is the report
+            print(_indent(stacks, f"[rank {rank}] "), file=sys.stderr)
         print(f"error: rank {rank}: {msg}", file=sys.stderr, flush=True)
         os._exit(EXIT_ERROR)
 
-    timer = threading.Timer(timeout, expire)
+    timer = threading.Timer(delay, expire)
     timer.daemon = True
     timer.start()
+    return timer
 
 
 def _init_process_group(args: ReproArgs, rank: int, world_size: int, local_rank: int, spawned: bool) -> str:

@@ -82,16 +82,10 @@ class SequenceParallelMpu:
 
         return dist.get_rank()
 
-    def get_data_parallel_group(self):
-        return self._sdp
-
-    def get_data_parallel_world_size(self) -> int:
-        return self._topology.world_size
-
-    def get_data_parallel_rank(self) -> int:
-        from deepspeed import comm as dist
-
-        return dist.get_rank()
+    # ZeRO's "data-parallel group" is the sequence+data-parallel one: every sp x dp rank (see above).
+    get_data_parallel_group = get_sequence_data_parallel_group
+    get_data_parallel_world_size = get_sequence_data_parallel_world_size
+    get_data_parallel_rank = get_sequence_data_parallel_rank
 
     def get_model_parallel_group(self):
         return self._mp

@@ -26,10 +26,19 @@ def _add(parser):
     parser.add_argument("--fault", choices=["raise", "hang", "skip", "abort"], required=True)
 
 
+def _write_pid(rank: int | str) -> None:
+    Path(os.environ["FAULTY_PID_DIR"], f"rank{rank}.pid").write_text(str(os.getpid()))
+
+
 def main() -> int:
+    if launch.CHILD_DIR_VAR in os.environ:
+        # A rank of a local launch: known from its start, whatever the deadline finds it doing (on a
+        # loaded machine still importing torch before the program runs).
+        _write_pid(os.environ["RANK"])
+
     def run(args):
         def program(ctx: launch.RankContext) -> launch.RankResult:
-            Path(os.environ["FAULTY_PID_DIR"], f"rank{ctx.rank}.pid").write_text(str(os.getpid()))
+            _write_pid(ctx.rank)
             fault = ctx.args.extra["fault"]
             if fault == "raise":
                 if ctx.rank == 1:

@@ -77,17 +77,74 @@ def test_ranks_that_did_not_fail_are_not_blamed(tmp_path, capsys, other):
     assert err.startswith("error: rank 1 failed: ValueError") and "rank 0" not in err
 
 
-def test_the_watchdog_reports_the_main_threads_stack_not_its_own():
+def _a_helper_thread_holds_the_lock(release):
+    release.wait(30)
+
+
+def _the_rank_program_is_stuck_here(done):
+    done.wait(30)
+
+
+def test_the_stack_dump_has_every_thread_not_only_the_asking_one():
     import threading
 
-    from repro.harness.launch import main_thread_stack
+    from repro.harness.launch import all_threads_stack
 
-    seen = {}
-    worker = threading.Thread(target=lambda: seen.update(stack=main_thread_stack()))
+    release, seen = threading.Event(), {}
+    helper = threading.Thread(target=_a_helper_thread_holds_the_lock, args=(release, ), daemon=True)
+    helper.start()
+    asker = threading.Thread(target=lambda: seen.update(stack=all_threads_stack()))
+    try:
+        asker.start()
+        asker.join(30)  # the main thread waits in this test function meanwhile
+    finally:
+        release.set()
+        helper.join(30)
+    stack = seen["stack"]
+    assert "test_the_stack_dump_has_every_thread_not_only_the_asking_one" in stack  # the main thread
+    assert "_a_helper_thread_holds_the_lock" in stack  # a thread that is neither main nor asking
+    assert stack.count("Thread 0x") + stack.count("Current thread 0x") >= 3
 
-    def stuck_in_the_program():
-        worker.start()
-        worker.join()
 
-    stuck_in_the_program()
-    assert "stuck_in_the_program" in seen["stack"] and "main_thread_stack" not in seen["stack"]
+def _expiring_watchdog(monkeypatch, tmp_path, timeout: float):
+    """Start the rank watchdog with os._exit caught; the main thread then waits in a known function."""
+    import threading
+
+    from repro.harness import launch
+
+    exited, release = threading.Event(), threading.Event()
+    codes = []
+    monkeypatch.setattr(launch.os, "_exit", lambda code: (codes.append(code), exited.set()))
+    helper = threading.Thread(target=_a_helper_thread_holds_the_lock, args=(release, ), daemon=True)
+    helper.start()
+    timer = launch._start_watchdog(timeout, 3, tmp_path)
+    try:
+        _the_rank_program_is_stuck_here(exited)
+    finally:
+        timer.cancel()
+        release.set()
+        helper.join(30)
+    return codes, RankStatus.read(tmp_path, 3)
+
+
+def test_the_watchdog_writes_every_threads_stack_to_the_status_file(monkeypatch, tmp_path):
+    monkeypatch.delenv("REPRO_LAUNCH_DEADLINE", raising=False)
+    codes, status = _expiring_watchdog(monkeypatch, tmp_path, timeout=0.2)
+    assert codes == [EXIT_ERROR]
+    assert status is not None and status.status == "error" and status.message == "deadline of 0 s exceeded"
+    # What the parent prints: the rank's program where it is stuck, and the other threads.
+    assert "_the_rank_program_is_stuck_here" in status.traceback
+    assert "_a_helper_thread_holds_the_lock" in status.traceback
+
+
+def test_a_spawned_ranks_watchdog_fires_at_the_parents_deadline(monkeypatch, tmp_path):
+    # The parent's deadline, not the rank's own start + timeout: the rank reports before the parent gives up.
+    import time
+
+    from repro.harness import launch
+
+    monkeypatch.setenv(launch.DEADLINE_VAR, f"{time.time() + 0.3:.3f}")
+    start = time.monotonic()
+    codes, status = _expiring_watchdog(monkeypatch, tmp_path, timeout=3600)
+    assert codes == [EXIT_ERROR] and time.monotonic() - start < 20
+    assert status is not None and "_the_rank_program_is_stuck_here" in status.traceback

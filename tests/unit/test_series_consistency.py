@@ -12,7 +12,7 @@ import re
 import pytest
 
 from patch_and_test.github_form import TRAILER
-from patch_and_test.series import load_manifest
+from patch_and_test.series import load_manifest, parse_version
 
 MAX_BODY_LINES = 20
 ISSUE_LINK = "Link: https://github.com/deepspeedai/DeepSpeed/issues/8692"
@@ -30,10 +30,6 @@ def message(text: str) -> tuple[str, list[str], list[str]]:
     while body and not body[-1].strip():
         body.pop()
     return subject, body, trailers
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.lstrip("v").split("."))
 
 
 @pytest.mark.parametrize("series", MANIFEST.series, ids=lambda s: s.name)
@@ -80,8 +76,8 @@ def test_cover_letter_agrees_with_the_manifest(series):
         assert made_on and made_on[1] == series.base_ref, series.name
         span = re.search(r"^Subject: .*\((v[\d.]+)(?: to (v[\d.]+))? backport\)", letter, re.M)
         assert span and "-".join(filter(None, span.groups())) == series.name, series.name
-        last = version_tuple(span[2] or span[1])
-        assert version_tuple(span[1]) == series.min_version <= last < series.below_version
+        last = parse_version(span[2] or span[1])
+        assert parse_version(span[1]) == series.min_version <= last < series.below_version
 
 
 def test_patches_outside_the_series_have_short_messages_too():

@@ -73,6 +73,14 @@ def test_unreadable_versions(manifest, text):
 def test_parse_version():
     assert parse_version("0.19.6+fe7b53c59") == (0, 19, 6)
     assert parse_version("v0.14.5") == (0, 14, 5)
+    assert parse_version("0.19.6rc1") == parse_version("0.19.6.post2") == (0, 19, 6)
+
+
+@pytest.mark.parametrize("text", ["0.19.6garbage", "0.19.6.1", "0.19.6 and more", "0.19.6/x", "1!0.19.6"])
+def test_parse_version_is_pep440_not_a_prefix_match(text):
+    # packaging.version.Version reads the whole string: a version with trailing text is not one.
+    with pytest.raises(errors.UnknownVersion):
+        parse_version(text)
 
 
 def test_manifest_shape(manifest):

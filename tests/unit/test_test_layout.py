@@ -31,3 +31,42 @@ def test_every_multiprocess_module_declares_its_marker():
 def test_no_conftest_marks_tests_by_path():
     for conftest in TESTS.rglob("conftest.py"):
         assert "item.fspath" not in conftest.read_text() and "item.path" not in conftest.read_text(), conftest
+
+
+BUILTIN_MARKS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings"}
+
+
+def _pytest_options() -> dict:
+    from repro.harness.files import load_toml
+
+    return load_toml(TESTS.parent / "pyproject.toml")["tool"]["pytest"]["ini_options"]
+
+
+def _marks_used() -> dict[str, list[str]]:
+    """Every ``pytest.mark.X`` in the tests -> where."""
+    used: dict[str, list[str]] = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        if "fixtures" in path.relative_to(TESTS).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"
+                    and isinstance(node.value.value, ast.Name) and node.value.value.id == "pytest"):
+                used.setdefault(node.attr, []).append(f"{path.relative_to(TESTS)}:{node.lineno}")
+    return used
+
+
+def test_pytest_runs_strict():
+    addopts = _pytest_options()["addopts"]
+    assert {"--strict-markers", "--strict-config", "-ra"} <= set(addopts), addopts
+    # The one pytest configuration: a pytest.ini, setup.cfg or tox.ini [pytest] would take precedence over it.
+    root = TESTS.parent
+    assert not (root / "pytest.ini").exists() and not (root / "setup.cfg").exists()
+    assert "[pytest]" not in (root / "tox.ini").read_text()
+
+
+def test_every_marker_used_is_registered():
+    registered = {line.split(":", 1)[0].strip() for line in _pytest_options()["markers"]}
+    used = _marks_used()
+    assert {"multiprocess", "git_tools", "slow_tier"} <= set(used)  # the scan sees the markers in use
+    unregistered = {name: where for name, where in used.items() if name not in registered | BUILTIN_MARKS}
+    assert not unregistered, unregistered

@@ -1,0 +1,97 @@
+"""requirements/pins.txt is the one place torch's and the lint tools' versions are written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from patch_and_test import pins
+
+ROOT = Path(__file__).resolve().parents[2]
+# Records of what ran (results, the docs' measured environments) and DeepSpeed's own files are not pins.
+NOT_PINS = ("patches/", "docs/", "results/", "benchmarks/results/")
+TEXT_SUFFIXES = {".py", ".ini", ".toml", ".txt", ".cfg", ".md", ".sh", ".yaml", ".yml", ""}
+
+
+def _candidate_files() -> list[Path]:
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    files = []
+    for rel in sorted(set(listed.stdout.splitlines())):
+        path = ROOT / rel
+        if (rel == "requirements/pins.txt" or rel.startswith(NOT_PINS) or path.suffix not in TEXT_SUFFIXES
+                or not path.is_file()):
+            continue
+        files.append(path)
+    return files
+
+
+def copies(text: str, name: str, version: str) -> list[str]:
+    """Lines of text that carry name's pinned version: the name and the version on one line."""
+    pattern = re.compile(rf"(?<![\w.-]){re.escape(name)}(?![\w-])")
+    exact = re.compile(rf"(?<![\w.]){re.escape(version)}(?![\w.])")
+    return [line.strip() for line in text.splitlines() if pattern.search(line) and exact.search(line)]
+
+
+def test_pins_file_has_every_pin_once():
+    found = pins.pins()
+    assert set(found) == {"torch", "ruff", "yapf", "flake8", "codespell"}, found
+    assert all(re.fullmatch(r"\d+(\.\d+)+", v) for v in found.values()), found
+
+
+def test_no_second_copy_of_a_pin():
+    files = _candidate_files()
+    assert any(p.name == "tox.ini" for p in files) and any(p.name == "noxfile.py" for p in files)
+    found = []
+    for path in files:
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for name, version in pins.pins().items():
+            found += [f"{path.relative_to(ROOT)}: {line}" for line in copies(text, name, version)]
+    assert not found, "a pin written outside requirements/pins.txt:\n" + "\n".join(found)
+
+
+# The shapes the copies had before pins.txt (made-up versions: this file must not carry the real ones).
+@pytest.mark.parametrize("line", ["deps = ruff==9.8.7", "    torch{env:TORCH_SPEC:==9.8.7}",
+                                  'TOOLS = {"yapf": "9.8.7", "flake8": "1.2.3"}',
+                                  'session.install("codespell==9.8.7")', 'TORCH = "torch" + spec("==9.8.7")'])
+def test_copies_are_recognised(line):
+    assert any(copies(line, name, "9.8.7") for name in ("ruff", "torch", "yapf", "codespell"))
+
+
+def test_not_copies():
+    # A measured fact about a torch release, another package's version, a longer version.
+    assert not copies("torch 9.8's gloo path", "torch", "9.8.7")
+    assert not copies("torchvision==9.8.7", "torch", "9.8.7")
+    assert not copies("ruff==9.8.70", "ruff", "9.8.7")
+
+
+def test_torch_requirement_follows_torch_spec():
+    assert pins.torch_requirement({}) == f"torch=={pins.version('torch')}"
+    assert pins.torch_requirement({"TORCH_SPEC": "==9.8.7"}) == "torch==9.8.7"
+
+
+def test_readers_take_the_pins_file():
+    from patch_and_test import lint
+
+    assert lint.TOOLS == {t: pins.version(t) for t in ("yapf", "flake8", "codespell")}
+    tox = (ROOT / "tox.ini").read_text()
+    assert tox.count("-c requirements/pins.txt") == 2 and tox.count("{torch_requirement}") == 2
+    assert "pins.torch_requirement()" in (ROOT / "noxfile.py").read_text()
+
+
+def test_pins_file_refuses_what_it_cannot_read(tmp_path):
+    bad = tmp_path / "pins.txt"
+    bad.write_text("torch>=2\n")
+    with pytest.raises(ValueError, match="not a name==version pin"):
+        pins.pins(bad)
+    bad.write_text("ruff==1.0.0\nruff==1.0.1\n")
+    with pytest.raises(ValueError, match="pinned twice"):
+        pins.pins(bad)

@@ -1,0 +1,71 @@
+"""What the repository keeps is this repository's: no facts referred to outside it, no machine's folders."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root|home|tmp)/")
+
+
+def _tracked(*patterns: str) -> list[Path]:
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard",
+                             *patterns], capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    return [ROOT / rel for rel in sorted(set(listed.stdout.splitlines())) if (ROOT / rel).is_file()]
+
+
+def _common():
+    spec = importlib.util.spec_from_file_location("bench_common", ROOT / "benchmarks" / "_common.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_common", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_reference_to_notes_outside_the_repository():
+    # Facts the code relies on are in docs/; a finding kept elsewhere is not there for a reader.
+    found = []
+    for path in _tracked("*.py", "*.md", "*.toml", "*.ini", "*.txt"):
+        if path == Path(__file__).resolve():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if re.search(r"FINDINGS|\.\./shared|see shared", line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, found
+
+
+def test_kept_results_name_no_folder_of_this_machine():
+    kept = _tracked("benchmarks/results/*.json", "benchmarks/results/**/*.json", "docs/*.json", "docs/**/*.json")
+    assert any("benchmarks/results" in str(p) for p in kept)
+    found = [f"{p.relative_to(ROOT)}: {m[0]}" for p in kept for m in MACHINE_PATH.finditer(p.read_text())]
+    assert not found, found
+
+
+def test_results_are_written_with_versions_not_paths(tmp_path):
+    common = _common()
+    payload = {"verdict": common.ROOT / "results" / "benchmarks" / "run" / "verdict.json",
+               "python": sys.executable, "traceback": f'File "{sys.base_prefix}/lib/x.py", line 3',
+               "load": [1.5, 2.0], "numbers": {"wall_s": 12.25}}
+    written = common.write_result("x", payload, tmp_path / "x.json").read_text()
+    assert not MACHINE_PATH.search(written.replace(str(tmp_path), "")), written
+    assert '"results/benchmarks/run/verdict.json"' in written and '"wall_s": 12.25' in written
+    assert '"<python>/' in written
+
+
+def test_the_mirror_is_the_users_not_a_built_in_folder(monkeypatch, tmp_path):
+    from patch_and_test import source
+
+    assert not hasattr(source, "DEFAULT_MIRROR")
+    monkeypatch.setenv("DEEPSPEED_MIRROR", str(tmp_path / "ds.git"))
+    assert source.mirror_path() == tmp_path / "ds.git"
+    monkeypatch.delenv("DEEPSPEED_MIRROR")
+    monkeypatch.setenv("ZERO3_SP_CACHE", str(tmp_path / "cache"))
+    assert source.mirror_path().name == "deepspeed-mirror"
