@@ -9,9 +9,12 @@
      (``github/``: PR title and body, squash message, the branch as a git bundle; ``github_form``);
   4. write ``MANIFEST.sha256`` (every file, plus the inputs: sdists, checkout commits, series)
      and ``dist/<name>-v<series version>.tar.gz``.
-``python -m patch_and_test.bundle verify [PATH]`` (``tox -e verify-bundle``) re-checks every hash
-and re-renders PR.md from the bundle's own results: any edited number, byte or file fails. With a
-DeepSpeed mirror it also fetches the branch into a clone at the base and compares it with git am.
+``python -m patch_and_test.bundle verify [PATH]`` (``tox -e verify-bundle``) re-checks every hash,
+validates every report the bundle carries (each ``results/*/verdict.json`` by ``Verdict``, every
+other JSON file whose ``schema`` names a model of ``patch_and_test.schemas``: no unknown key, and
+no stored verdict that its own rows contradict) and re-renders PR.md from the bundle's own
+results: any edited number, byte or file fails. With a DeepSpeed mirror it also fetches the branch
+into a clone at the base and compares it with git am.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from patch_and_test import downstream_table, github_form, inputs, source
+from pydantic import ValidationError
+
+from patch_and_test import downstream_table, github_form, inputs, schemas, source
 from patch_and_test.errors import Exit, PipelineError
 from patch_and_test.pr import ISSUE, MAX_HEAD_LINES, head_lines, render_pr
+from patch_and_test.verdict import Verdict
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 NAME = "zero3-sp-gradfix"
@@ -72,9 +78,13 @@ def current_inputs(cell: Cell, audit: bool = True) -> dict[str, Any]:
 
 
 def reusable(verdict_path: Path, expected: dict[str, Any]) -> bool:
+    """A verdict that validates and was made from the same inputs (one that does not validate is run again)."""
     if not verdict_path.exists():
         return False
-    return json.loads(verdict_path.read_text()).get("inputs") == expected
+    try:
+        return Verdict.load(verdict_path).inputs == expected
+    except ValueError:
+        return False
 
 
 def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool = True) -> dict[str, str]:
@@ -150,8 +160,14 @@ def _master_series():
     return load_manifest().by_name("master")
 
 
-def _verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted((bundle / "results").glob("*/verdict.json"))}
+def _verdicts(bundle: Path) -> dict[str, Verdict]:
+    verdicts = {}
+    for path in sorted((bundle / "results").glob("*/verdict.json")):
+        try:
+            verdicts[path.parent.name] = Verdict.load(path)
+        except ValueError as err:
+            raise PipelineError(f"{path}: not a valid verdict: {_reason(err)}") from err
+    return verdicts
 
 
 def _bundle_files(bundle: Path) -> list[Path]:
@@ -162,7 +178,10 @@ def manifest_inputs(bundle: Path) -> list[str]:
     """The inputs the results depend on, read from the bundle's own verdicts."""
     lines = set()
     for verdict_path in (bundle / "results").glob("*/verdict.json"):
-        v = json.loads(verdict_path.read_text())
+        try:
+            v = json.loads(verdict_path.read_text())
+        except ValueError:  # verify reports it (validate_reports)
+            continue
         src = v.get("source") or {}
         if v.get("inputs", {}).get("source"):
             kind = "checkout-commit" if src.get("upstream_commit") else f"sdist:deepspeed-{src.get('version')}"
@@ -200,14 +219,24 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
             problems.append(f"{name}: sha256 differs from {MANIFEST}")
     if sorted(line for line in manifest.read_text().splitlines() if "  input:" in line) != manifest_inputs(bundle):
         problems.append(f"{MANIFEST}: its input lines do not match the bundle's verdicts")
+    found, notes = validate_reports(bundle)
+    problems += found
+    for note in notes:
+        print(f"note: {note}")
     notice = bundle / "downstream-notice.md"
     if notice.exists():
         text = notice.read_text()
-        rendered = downstream_table.render_into(text, bundle)
-        problems += [f"downstream-notice.md: {p}" for p in _diff_lines(text, rendered)]
+        try:
+            rendered = downstream_table.render_into(text, bundle)
+            problems += [f"downstream-notice.md: {p}" for p in _diff_lines(text, rendered)]
+        except ValueError as err:  # a report that does not validate (listed above)
+            problems.append(f"downstream-notice.md: cannot be rendered from the results: {_reason(err)}")
     pr = bundle / "PR.md"
     if pr.exists():
-        problems += [f"PR.md: {p}" for p in _diff_lines(pr.read_text(), render_pr(bundle))]
+        try:
+            problems += [f"PR.md: {p}" for p in _diff_lines(pr.read_text(), render_pr(bundle))]
+        except ValueError as err:
+            problems.append(f"PR.md: cannot be rendered from the results: {_reason(err)}")
         if head_lines(pr.read_text()) > MAX_HEAD_LINES or f"Fixes #{ISSUE}" not in pr.read_text():
             problems.append(f"PR.md: more than {MAX_HEAD_LINES} lines before the fold, or no 'Fixes #{ISSUE}'")
     if (bundle / "github").is_dir():
@@ -224,6 +253,42 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
             if p.is_file() and (not twin.exists() or twin.read_bytes() != p.read_bytes()):
                 problems.append(f"patches/{rel}: differs from the repository's patches/")
     return problems
+
+
+def validate_reports(bundle: Path) -> tuple[list[str], list[str]]:
+    """(problems, notes): every report in the bundle read back through its model, one line per file that fails."""
+    models, skipped = schemas.load_models()
+    known = schemas.by_schema(models)
+    problems = []
+    for path in sorted(bundle.rglob("*.json")):
+        rel = path.relative_to(bundle).as_posix()
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            problems.append(f"{rel}: not JSON ({err})")
+            continue
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if path.name == "verdict.json" and path.parent.parent == bundle / "results":
+            model = Verdict
+        else:
+            model = known.get(schema) if isinstance(schema, str) else None
+        if model is None:
+            continue
+        try:
+            model.from_dict(data)
+        except ValueError as err:  # pydantic's ValidationError is one too
+            problems.append(f"{rel}: not a valid {model.SCHEMA} report: {_reason(err)}")
+    notes = [f"reports of a model that does not import are not validated: {why}" for why in skipped.values()]
+    return problems, notes
+
+
+def _reason(err: ValueError) -> str:
+    """A validation error on one line: the first few fields and why."""
+    if isinstance(err, ValidationError):
+        errors = err.errors(include_url=False)
+        parts = [f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg']}" for e in errors[:3]]
+        return "; ".join(parts) + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else "")
+    return str(err).replace("\n", " ")
 
 
 def _diff_lines(shipped: str, rendered: str) -> list[str]:
@@ -257,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     build_p.add_argument("--backends", nargs="*", default=list(BACKENDS))
     build_p.add_argument("--timeout", type=float, default=600.0)
     build_p.add_argument("--no-audit", action="store_true", help="cells without the parity audit (quicker)")
-    verify_p = sub.add_parser("verify", help="re-check a bundle's hashes and every number in its PR.md")
+    verify_p = sub.add_parser("verify", help="re-check a bundle's hashes, its reports and every number in its PR.md")
     verify_p.add_argument("path", nargs="?", type=Path, default=None, help="default: the newest bundle in dist/")
     verify_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
     args = parser.parse_args(argv if argv is not None else (sys.argv[1:] or ["build"]))
@@ -272,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [c for c in matrix()
                  if (not args.versions or c.version in args.versions) and c.backend in args.backends]
         bundle = build(args.results, args.dist, cells, args.timeout, audit=not args.no_audit)
-        bad = {env: v["outcome"] for env, v in _verdicts(bundle).items() if v["outcome"] not in GOOD_OUTCOMES}
+        bad = {env: v.outcome for env, v in _verdicts(bundle).items() if v.outcome not in GOOD_OUTCOMES}
         if bad:
             print(f"error: bundle written, but not every cell is fixed or skipped: {bad}", file=sys.stderr)
             return int(Exit.NOT_FIXED)

@@ -14,75 +14,92 @@ An upstream suite whose run crashed, hit its deadline, or collected fewer tests 
 before is an ``error`` [2], never "no regressions". Its tests that fail both before and after
 are pre-existing, and a test that failed once and passed on a rerun is flaky: both are
 reported, and neither changes the outcome.
+
+``Verdict`` is a pydantic v2 model on the reports' base (``repro.harness.report.JsonReport``):
+``write`` gives ``results/<env>/verdict.json`` with ``outcome`` and ``exit_code`` included, and
+``Verdict.load`` / ``from_dict`` validate a file read back (no unknown key, every check typed) and
+reject one whose stored outcome or exit code is not what ``decide`` gives from its own checks. Its
+JSON schema is ``docs/schemas/verdict.schema.json`` (``python -m patch_and_test.schemas``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from patch_and_test.checks import PytestCheck, ReproCheck
+from pydantic import Field, computed_field
+
 from patch_and_test.affected import Selection
+from patch_and_test.checks import PytestCheck, ReproCheck
 from patch_and_test.errors import Exit
-from repro.harness.files import write_json
-from patch_and_test.upstream_suite import SuiteComparison, compare as compare_suites  # noqa: F401 (re-exported)
+from patch_and_test.upstream_suite import SuiteComparison
+from repro.harness.report import JsonReport, Record
 
 SCHEMA = "zero3-sp-gradfix/verdict/v1"
+Outcome = Literal["fixed", "not-fixed", "bug-not-reproduced", "regression", "already-fixed", "skipped", "error",
+                  "series-does-not-apply"]
+STEP_FIELDS = ("name", "status", "detail", "duration_s", "log")
 
 
-@dataclasses.dataclass
-class Step:
+class Step(Record):
+    """One step of the run, as the pipeline printed it (``Step(name, status, detail, duration_s, log)``)."""
+
     name: str
-    status: str  # "ok" | "failed" | "skipped" | "error" | "warning" (a check that warns, never fails the job)
+    status: Literal["ok", "failed", "skipped", "error", "warning"] = Field(
+        description='"warning": a check that warns, never fails the job')
     detail: str
     duration_s: float = 0.0
     log: str | None = None
 
+    def __init__(self, *args: Any, **data: Any) -> None:
+        if len(args) > len(STEP_FIELDS):
+            raise TypeError(f"Step takes at most {len(STEP_FIELDS)} positional arguments ({len(args)} given)")
+        given = dict(zip(STEP_FIELDS, args))
+        if both := sorted(given.keys() & data.keys()):
+            raise TypeError(f"Step got multiple values for {', '.join(both)}")
+        super().__init__(**given, **data)
 
-@dataclasses.dataclass
-class Verdict:
+
+class Verdict(JsonReport):
+    """``results/<env>/verdict.json``: every step and check of one run; ``outcome`` and ``exit_code`` derived."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
+
     env: str
-    source: dict[str, Any]
-    series: dict[str, Any] | None
+    source: dict[str, Any] = Field(description="where the DeepSpeed tree came from (patch_and_test.source)")
+    series: dict[str, Any] | None = Field(description="the series chosen for the tree, what applied and what not")
     deepspeed_before: str | None
     deepspeed_after: str | None
     backend: str
     steps: list[Step]
     before: list[ReproCheck]
     after: list[ReproCheck]
-    tests: list[PytestCheck]  # run once, after the series (twin, upstream regression test)
-    suites: list[SuiteComparison]  # DeepSpeed's tests the series can reach, run before and after
+    tests: list[PytestCheck] = Field(description="run once, after the series (twin, upstream regression test)")
+    suites: list[SuiteComparison] = Field(
+        description="DeepSpeed's tests the series can reach, run before and after")
     already_fixed: bool = False
-    affected: Selection | None = None  # the DeepSpeed test files the series can reach, and why
-    inputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # content hashes (patch_and_test.inputs)
-    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    affected: Selection | None = Field(None, description="the DeepSpeed test files the series can reach, and why")
+    inputs: dict[str, Any] = Field(default_factory=dict, description="content hashes (patch_and_test.inputs)")
+    environment: dict[str, Any] = Field(default_factory=dict)
     wall_time_s: float | None = None
-    # Installed clients (transformers, ...) whose sp gradients the downstream rule says are mis-scaled with the
-    # patched build (patch_and_test.client_check): warnings, not failures of the fix.
-    client_warnings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    error: str | None = None  # a PipelineError's one-line message, when one ended the run
-    error_exit: int | None = None
-    schema: str = SCHEMA
+    client_warnings: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="installed clients (transformers, ...) whose sp gradients the downstream rule says are mis-scaled "
+                    "with the patched build (patch_and_test.client_check): warnings, not failures of the fix")
+    error: str | None = Field(None, description="a PipelineError's one-line message, when one ended the run")
+    error_exit: Exit | None = Field(None, description="the PipelineError's exit code")
 
+    @computed_field(description="decided by patch_and_test.verdict.decide (see its module docstring)")
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         return decide(self)[0]
 
+    @computed_field(description="the job's exit code for the outcome (patch_and_test.errors.Exit)")
     @property
     def exit_code(self) -> int:
         return int(decide(self)[1])
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data.update(outcome=self.outcome, exit_code=self.exit_code)
-        return data
 
-    def write(self, path: Path) -> None:
-        write_json(path, self.to_dict())
-
-
-def decide(v: Verdict) -> tuple[str, Exit]:
+def decide(v: Verdict) -> tuple[Outcome, Exit]:
     if v.error is not None:
         code = Exit(v.error_exit if v.error_exit is not None else Exit.ERROR)
         return {Exit.SKIPPED: "skipped", Exit.SERIES_DOES_NOT_APPLY: "series-does-not-apply",

@@ -1,0 +1,120 @@
+"""bundle verify reads every report of the bundle back through its model: an edited report fails
+with its file and the reason, even when the manifest was rewritten to match it.
+
+The bundle is a copy of ``tests/fixtures/bundle`` (a trimmed real 0.14.5 gloo run), with the
+GitHub form written without a mirror and a fresh manifest; no DeepSpeed, no ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from patch_and_test import bundle as bundle_mod
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bundle"
+CELL = "results/patch-and-test-ds0.14.5-gloo"
+
+
+@pytest.fixture
+def bundle(tmp_path) -> Path:
+    from patch_and_test import github_form
+    from patch_and_test.series import load_manifest
+
+    b = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, b)
+    github_form.write(b, load_manifest().by_name("master"), None)  # no mirror: a note, no branch
+    bundle_mod.write_manifest(b)
+    return b
+
+
+def _edit(b: Path, rel: str, change) -> None:
+    path = b / rel
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    bundle_mod.write_manifest(b)  # the hashes match: only the report's own content can tell
+
+
+def test_the_fixture_bundle_verifies(bundle):
+    assert bundle_mod.verify(bundle) == []
+
+
+def test_a_verdict_whose_checks_contradict_its_outcome_fails(bundle):
+    _edit(bundle, f"{CELL}/verdict.json", lambda d: d["after"][0].update(exit_code=1))
+    assert bundle_mod.verify(bundle) == [
+        f"{CELL}/verdict.json: not a valid zero3-sp-gradfix/verdict/v1 report: "
+        "zero3-sp-gradfix/verdict/v1: stored outcome='fixed' but its rows give 'not-fixed'"]
+
+
+def test_a_verdict_with_an_unknown_key_fails(bundle):
+    _edit(bundle, f"{CELL}/verdict.json", lambda d: d["steps"][0].update(note="added"))
+    (problem, ) = bundle_mod.verify(bundle)
+    assert problem.startswith(f"{CELL}/verdict.json: not a valid zero3-sp-gradfix/verdict/v1 report: steps.0.note: ")
+
+
+def test_a_verdict_is_validated_even_without_its_schema_key(bundle):
+    _edit(bundle, f"{CELL}/verdict.json", lambda d: d.pop("schema"))
+    (problem, ) = bundle_mod.verify(bundle)
+    assert problem.startswith(f"{CELL}/verdict.json: not a valid zero3-sp-gradfix/verdict/v1 report: ")
+    assert "schema=None" in problem
+
+
+def test_an_edited_hash_is_still_caught_first_hand(bundle):
+    path = bundle / CELL / "verdict.json"
+    data = json.loads(path.read_text())
+    data["outcome"] = "not-fixed"
+    path.write_text(json.dumps(data))  # the manifest left as it was
+    problems = bundle_mod.verify(bundle)
+    assert f"{CELL}/verdict.json: sha256 differs from {bundle_mod.MANIFEST}" in problems
+    assert any(p.startswith(f"{CELL}/verdict.json: not a valid") for p in problems)
+
+
+def test_a_downstream_report_with_an_unknown_key_fails(bundle):
+    rel = "results/downstream/downstream-tf5.25/patched/downstream_clients.json"
+    _edit(bundle, rel, lambda d: d.update(comment="looks fine"))
+    problems = bundle_mod.verify(bundle)
+    assert any(p.startswith(f"{rel}: not a valid zero3-sp-gradfix/downstream-clients-report/v1 report: ")
+               and "comment" in p for p in problems), problems
+
+
+def test_a_reproducer_row_whose_ok_flag_was_edited_fails(bundle):
+    from patch_and_test.schemas import MODELS, import_model
+
+    try:
+        import_model(MODELS["repro-report"])
+    except (ImportError, AttributeError, TypeError) as err:
+        pytest.skip(f"the reproducer's report model does not import yet: {err}")
+    rel = f"{CELL}/before/zero3_sp_grad_scale.json"
+
+    def flip(d):
+        row = next(r for r in d["rows"] if r["path"] == "__avg_scatter_grads")
+        row["ok"] = not row["ok"]
+
+    _edit(bundle, rel, flip)
+    (problem, ) = bundle_mod.verify(bundle)
+    assert problem.startswith(f"{rel}: not a valid zero3-sp-gradfix/repro-report/v1 report: "), problem
+
+
+@pytest.mark.parametrize("rel", [f"{CELL}/after/zero3_sp_grad_scale.json", f"{CELL}/verdict.json"])
+def test_a_file_that_is_not_json_fails(bundle, rel):
+    (bundle / rel).write_text("{half")
+    problems = bundle_mod.verify(bundle)
+    assert f"{rel}: sha256 differs from {bundle_mod.MANIFEST}" in problems
+    assert any(p.startswith(f"{rel}: not JSON") for p in problems), problems
+
+
+def test_a_kept_verdict_that_does_not_validate_is_not_reused(tmp_path):
+    from patch_and_test.verdict import Verdict
+
+    path = tmp_path / "verdict.json"
+    shutil.copyfile(FIXTURE / CELL / "verdict.json", path)
+    inputs = Verdict.load(path).inputs
+    assert bundle_mod.reusable(path, inputs)
+    data = json.loads(path.read_text())
+    data["outcome"] = "not-fixed"
+    path.write_text(json.dumps(data))
+    assert not bundle_mod.reusable(path, inputs)

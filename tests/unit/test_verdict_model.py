@@ -1,0 +1,122 @@
+"""The pipeline's verdict as a pydantic model: written as before, validated when read back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from patch_and_test.checks import PytestCheck, ReproCheck
+from patch_and_test.errors import Exit
+from patch_and_test.verdict import SCHEMA, Step, Verdict, decide, summary_table
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bundle" / "results" / "patch-and-test-ds0.14.5-gloo"
+# The keys verdict.json had as a dataclass (dataclasses.asdict, then outcome and exit_code): kept.
+KEYS = {"env", "source", "series", "deepspeed_before", "deepspeed_after", "backend", "steps", "before", "after",
+        "tests", "suites", "already_fixed", "affected", "inputs", "environment", "wall_time_s", "client_warnings",
+        "error", "error_exit", "schema", "outcome", "exit_code"}
+
+
+def _check(phase: str, expect: str, exit_code: int = 0) -> ReproCheck:
+    return ReproCheck(f"{phase}/zero3_sp_grad_scale", "zero3_sp_grad_scale", expect, exit_code, expect, None, "l", 1.0)
+
+
+def _verdict(**changes) -> Verdict:
+    twin = PytestCheck("twin", 0, {"t::a": "passed", "t::b": "passed"}, "twin.xml", "twin.log", 2.0)
+    fields = dict(env="patch-and-test-ds0.19.8-gloo", source={"version": "0.19.8"}, series={"name": "v0.19.8"},
+                  deepspeed_before="0.19.8", deepspeed_after="0.19.8+abc", backend="gloo",
+                  steps=[Step("source", "ok", "pypi sdist", 1.5), Step("install patched", "ok", "cached wheel")],
+                  before=[_check("before", "buggy")], after=[_check("after", "fixed")], tests=[twin], suites=[],
+                  inputs={"code": "c0de"})
+    return Verdict(**{**fields, **changes})
+
+
+def test_written_with_the_same_keys_and_read_back_equal(tmp_path):
+    v = _verdict()
+    v.write(tmp_path / "verdict.json")
+    data = json.loads((tmp_path / "verdict.json").read_text())
+    assert set(data) == KEYS
+    assert data["schema"] == SCHEMA and data["outcome"] == "fixed" and data["exit_code"] == 0
+    assert data["steps"][0] == {"name": "source", "status": "ok", "detail": "pypi sdist", "duration_s": 1.5,
+                                "log": None}
+    back = Verdict.load(tmp_path / "verdict.json")
+    assert back == v and back.to_dict() == data
+    assert isinstance(back.before[0], ReproCheck) and back.before[0].holds
+    assert summary_table(back) == summary_table(v)
+
+
+def test_a_run_kept_from_before_the_model_still_loads():
+    # Written by the dataclass version (a real 0.14.5 gloo run, trimmed: tests/fixtures/bundle).
+    data = json.loads((FIXTURE / "verdict.json").read_text())
+    v = Verdict.load(FIXTURE / "verdict.json")
+    assert (v.outcome, v.exit_code) == ("fixed", 0) and v.to_dict() == data
+
+
+def test_the_pipeline_fills_it_in_place():
+    # As pipeline.run does: an empty verdict, then steps appended and fields assigned.
+    v = _verdict(steps=[], before=[], after=[], tests=[], series=None)
+    v.steps.append(Step("error", "error", "boom"))
+    v.error, v.error_exit = "boom", int(Exit.SERIES_DOES_NOT_APPLY)
+    v.client_warnings = [{"message": "m"}]
+    assert v.error_exit is Exit.SERIES_DOES_NOT_APPLY
+    assert (v.outcome, v.exit_code) == ("series-does-not-apply", int(Exit.SERIES_DOES_NOT_APPLY))
+    assert Verdict.from_dict(v.to_dict()) == v
+
+
+def test_step_takes_its_fields_in_order_or_by_name():
+    assert Step("a", "warning", "d", 2.0, "x.log") == Step(name="a", status="warning", detail="d", duration_s=2.0,
+                                                           log="x.log")
+    with pytest.raises(TypeError):
+        Step("a", "ok", "d", name="b")
+    with pytest.raises(ValueError):
+        Step("a", "fine", "d")  # not a status
+
+
+@pytest.mark.parametrize("field,value,outcome", [
+    ("before", [_check("before", "buggy", 1)], "bug-not-reproduced"),
+    ("after", [_check("after", "fixed", 1)], "not-fixed"),
+    ("after", [_check("after", "fixed", 77)], "skipped"),
+    ("already_fixed", True, "already-fixed"),
+])
+def test_a_stored_outcome_its_checks_contradict_is_rejected(field, value, outcome):
+    data = _verdict().to_dict()
+    edited = {**data, field: _verdict(**{field: value}).to_dict()[field]}
+    assert decide(Verdict.model_validate({k: v for k, v in edited.items() if k not in ("outcome", "exit_code")})
+                  )[0] == outcome
+    with pytest.raises(ValueError, match="stored outcome='fixed'"):
+        Verdict.from_dict(edited)
+
+
+def test_a_stored_exit_code_alone_edited_is_rejected():
+    with pytest.raises(ValueError, match="stored exit_code=1"):
+        Verdict.from_dict({**_verdict().to_dict(), "exit_code": 1})
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(note="x"),  # an unknown key
+    lambda d: d["before"][0].update(ok=True),  # in a check
+    lambda d: d["steps"][0].update(status="fine"),
+    lambda d: d["tests"][0].update(exit_code="zero"),
+    lambda d: d.update(error_exit=42),  # not an exit code
+    lambda d: d.pop("env"),
+])
+def test_a_file_that_does_not_validate_is_rejected(edit):
+    data = json.loads(json.dumps(_verdict().to_dict()))
+    edit(data)
+    with pytest.raises(ValueError):
+        Verdict.from_dict(data)
+
+
+def test_another_schema_is_rejected():
+    with pytest.raises(ValueError, match="not a zero3-sp-gradfix/verdict/v1 report"):
+        Verdict.from_dict({**_verdict().to_dict(), "schema": "zero3-sp-gradfix/repro-report/v1"})
+    with pytest.raises(ValueError, match="schema=None"):
+        Verdict.from_dict({k: v for k, v in _verdict().to_dict().items() if k != "schema"})
+
+
+def test_its_json_schema_names_every_outcome():
+    schema = Verdict.json_schema()
+    assert schema["$id"] == SCHEMA and schema["additionalProperties"] is False
+    assert set(schema["properties"]) == KEYS
+    assert "fixed" in schema["properties"]["outcome"]["enum"] and schema["properties"]["outcome"]["readOnly"]
