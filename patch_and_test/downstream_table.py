@@ -1,9 +1,10 @@
 """The downstream clients table, rendered from the reports of ``tox -e downstream`` only.
 
 ``results/downstream/<env>/{unpatched,patched}/downstream_clients.json`` (schema
-``zero3-sp-gradfix/downstream-clients-report/v1``) -> one Markdown table; the documents that
-show it hold it between two marker lines, and ``python -m patch_and_test.downstream_table``
-rewrites that block (``--check`` fails when a document's block differs from the results).
+``zero3-sp-gradfix/downstream-clients-report/v1``) -> typed rows (``table_rows``) -> one Markdown
+table (``templates/downstream_table.md.j2``); the documents that show it hold it between two
+marker lines, and ``python -m patch_and_test.downstream_table`` rewrites that block (``--check``
+fails when a document's block differs from the results).
 The bundle carries the reports and ``verify-bundle`` re-renders the block from its copies.
 """
 
@@ -14,8 +15,12 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Optional
 
-from repro.downstream_rule import DownstreamReport, deepspeed_label
+from repro.downstream.report import DownstreamReport, deepspeed_label
+
+from patch_and_test import templating
+from patch_and_test.templating import Model
 
 BEGIN = "<!-- downstream-table:begin (rendered by python -m patch_and_test.downstream_table; do not edit) -->"
 END = "<!-- downstream-table:end -->"
@@ -37,48 +42,60 @@ def reports(root: Path) -> list[tuple[str, str, DownstreamReport]]:
     return found
 
 
-def _cell(report: DownstreamReport, client: str, version: str, stage: int) -> str:
-    for r in report.rows:
-        if r.client == client and r.client_version == version and r.stage == stage and r.status == "measured":
-            mark = "" if r.matches_rule else " MISMATCH"
-            return f"{r.ratio:.3f} (rule {r.expected:.1f}){mark}"
-    return "-"
+class StageResult(Model):
+    stage: int
+    ratio: float
+    expected: float
+    matches_rule: Optional[bool]
+    scaled: bool  # the rule expects a gradient other than the true one
 
 
-def _summary(rows) -> str:
-    """'true gradient', 'ZeRO-3 mis-scaled x2.0', or 'MISMATCH ...' when a row left the rule."""
-    bad = [r for r in rows if not r.matches_rule]
-    if bad:
-        return "; ".join(f"ZeRO-{r.stage} MISMATCH: rule {r.expected:.1f}, measured {r.ratio:.3f}" for r in bad)
-    off = [r for r in rows if abs(r.expected - 1.0) > 1e-9]
-    text = ("true gradient (as the rule predicts)" if not off else
-            ", ".join(f"ZeRO-{r.stage} mis-scaled x{r.expected:.1f}" for r in off) + " (as the rule predicts)")
-    return text + _left_out(rows)
+class LeftOut(Model):
+    """A parameter the row's fit left out (the report's note says why), with its measured ratio per stage."""
+    param: str
+    ratios: list[float]
 
 
-def _left_out(rows) -> str:
-    """Parameters a row's fit left out (the report's note says why), with their own measured ratios."""
-    names = [p for p in rows[0].param_ratios if p in rows[0].note]
-    if not names:
-        return ""
-    parts = [f"{p} left out of the fit, its ratio " + " / ".join(f"{r.param_ratios[p]:.3g}" for r in rows)
-             for p in names]
-    return "; " + "; ".join(parts) + " (why: the report's note)"
+class Recipe(Model):
+    """The client's loss recipe and version gate, as ``repro``'s classifier read them from its code."""
+    kind: Optional[str]
+    gate: Optional[str]
+    gate_version: Optional[str]
 
 
-def _recipe(row) -> str:
-    if row.kind == "allgather":
-        return "differentiable all_gather"
-    gate = {"none": "", "version": f", x sp on ZeRO-3 if deepspeed < {row.gate_version}",
-            "marker-or-version": f", x sp on ZeRO-3 unless the marker or deepspeed >= {row.gate_version}"}
-    return "own share" + gate.get(row.gate or "none", f", gate {row.gate}")
+class Measured(Model):
+    recipe: Recipe
+    zero2: Optional[StageResult]
+    zero3: Optional[StageResult]
+    stages: list[StageResult]
+    left_out: list[LeftOut]
 
 
-def render(root: Path, shown_root: str = "results/downstream") -> str:
-    """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once."""
-    lines = ["| env | client | recipe (read from its code) | DeepSpeed | ZeRO-2 | ZeRO-3 | verdict | report |",
-             "|---|---|---|---|---|---|---|---|"]
-    shown_na = set()
+class TableRow(Model):
+    """One line of the table: a client measured on one DeepSpeed build, or a client the check does not apply to."""
+    env: str
+    client: str
+    deepspeed: str
+    report: str
+    verdict: Optional[str]
+    measured: Optional[Measured]
+
+
+def _measured(rows) -> Measured:
+    """A client's measured rows (one per stage) on one DeepSpeed build."""
+    stages = [StageResult(stage=r.stage, ratio=r.ratio, expected=r.expected, matches_rule=r.matches_rule,
+                          scaled=abs(r.expected - 1.0) > 1e-9) for r in rows]
+    first = rows[0]
+    left_out = [LeftOut(param=p, ratios=[r.param_ratios[p] for r in rows])
+                for p in first.param_ratios if p in first.note]
+    return Measured(recipe=Recipe(kind=first.kind, gate=first.gate, gate_version=first.gate_version),
+                    zero2=next((s for s in stages if s.stage == 2), None),
+                    zero3=next((s for s in stages if s.stage == 3), None), stages=stages, left_out=left_out)
+
+
+def table_rows(root: Path, shown_root: str = "results/downstream") -> list[TableRow]:
+    """One row per env x DeepSpeed x client; a not-applicable client once per verdict."""
+    out, shown_na = [], set()
     for env, phase, rep in reports(root):
         ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
         path = f"`{shown_root}/{env}/{phase}/{REPORT}`"
@@ -88,18 +105,20 @@ def render(root: Path, shown_root: str = "results/downstream") -> str:
             if key in seen:
                 continue
             seen.append(key)
-            client = f"{r.client} {r.client_version}"
+            row = dict(env=env, client=f"{r.client} {r.client_version}", deepspeed=ds, report=path)
             if r.status != "measured":
                 if (key, r.verdict) not in shown_na:
                     shown_na.add((key, r.verdict))
-                    lines.append(f"| {env} | {client} | - | {ds} | - | - | {r.verdict} | {path} |")
+                    out.append(TableRow(**row, verdict=r.verdict, measured=None))
                 continue
-            rows = [x for x in rep.rows if (x.client, x.client_version) == key and x.status == "measured"]
-            lines.append(f"| {env} | {client} | {_recipe(rows[0])} | {ds} | {_cell(rep, *key, 2)} | "
-                         f"{_cell(rep, *key, 3)} | {_summary(rows)} | {path} |")
-    if len(lines) == 2:
-        lines.append("| (no results) | | | | | | | |")
-    return "\n".join(lines)
+            measured = [x for x in rep.rows if (x.client, x.client_version) == key and x.status == "measured"]
+            out.append(TableRow(**row, verdict=None, measured=_measured(measured)))
+    return out
+
+
+def render(root: Path, shown_root: str = "results/downstream") -> str:
+    """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once."""
+    return templating.render("downstream_table.md.j2", rows=table_rows(root, shown_root)).rstrip("\n")
 
 
 def plain_table(root: Path) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from patch_and_test.downstream import MARKER_LINES, marker_insert_line, with_marker
 from patch_and_test.downstream_table import BEGIN, END, block_of, render, replace_block
-from tests.unit.test_downstream_rule import _report, _row
+from tests.unit.test_downstream_expect import _report, _row
 
 
 def test_marker_goes_after_the_imports_once():

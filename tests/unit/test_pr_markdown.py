@@ -1,11 +1,11 @@
 """PR.md assembly: an included document's headings nest under the PR's own sections."""
 
-from patch_and_test.pr import _demote_headings
+from patch_and_test.pr_context import demote_headings
 
 
 def test_headings_go_one_level_down_but_code_blocks_stay():
     doc = "## What changes\ntext\n```bash\n# a shell comment\n```\n### Detail\n#hashtag"
-    assert _demote_headings(doc).splitlines() == [
+    assert demote_headings(doc).splitlines() == [
         "### What changes", "text", "```bash", "# a shell comment", "```", "#### Detail", "#hashtag"]
 
 
@@ -50,3 +50,33 @@ def test_pr_is_one_screen_then_folded_and_squash_ready(tmp_path):
     assert "DeepSpeed's own tests the series can reach (quick tier; master 0.19.6, " in head
     assert ", 0 regressions (table below)." in head
     assert "| master 0.19.6 (`" in text.split(FOLD)[1]
+
+
+def test_the_context_is_typed_and_read_only():
+    from pathlib import Path
+
+    import pydantic
+    import pytest
+
+    from patch_and_test.pr_context import PrContext, load_context
+
+    ctx = load_context(Path(__file__).resolve().parents[1] / "fixtures" / "bundle")
+    assert isinstance(ctx, PrContext)
+    assert ctx.how_tested.ran == ["0.14.5 gloo"] and ctx.how_tested.outcomes == ["fixed"]
+    assert (ctx.how_tested.downstream_held, ctx.how_tested.downstream_measured) == (16, 16)
+    assert ctx.fix is not None and ctx.fix.master.name == "master" and ctx.fix.backports == 6
+    assert ctx.matrix is not None and ctx.matrix.rows[0].values[0].before is not None
+    with pytest.raises(pydantic.ValidationError):
+        ctx.how_tested.ran = []  # frozen
+
+
+def test_templates_are_strict():
+    import jinja2
+    import pytest
+
+    from patch_and_test import templating
+
+    env = templating.environment()
+    assert env.undefined is jinja2.StrictUndefined and not env.autoescape and env.keep_trailing_newline
+    with pytest.raises(jinja2.UndefinedError):
+        templating.render("PR.md.j2", title="t", issue=1, fold="f")  # no ctx

@@ -1,0 +1,685 @@
+"""The typed context PR.md is rendered from, read from one bundle's files by ``load_context``.
+
+Every number and name the templates (``patch_and_test/templates/``) show is a field here; the
+templates hold the prose and the formatting. The report files are read by one function per
+report kind (``load_verdict``, ``load_gradscale_report``, ``load_alst_report``,
+``load_audit_report``, ``load_downstream_report``, ``load_affected``, ``load_reduce_path``), so
+that each can validate with its family's model without touching the rest: the reproducers',
+ALST and downstream reports are validated (``repro.gradscale.report.Report``,
+``repro.alst.report.AlstReport``, ``repro.downstream.report.DownstreamReport``); the others are
+still read as plain JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from patch_and_test.templating import Model
+
+if TYPE_CHECKING:
+    from repro.alst.report import AlstReport
+    from repro.downstream.report import ClientRow, DownstreamReport
+    from repro.gradscale.report import Report
+
+Scalar = Optional[Union[str, int, float, bool]]
+Counts = dict[str, int]
+
+
+# -- the report files, one loader per kind ------------------------------------------------------
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def load_verdict(path: Path) -> dict[str, Any]:
+    """``results/<env>/verdict.json`` (schema ``zero3-sp-gradfix/verdict/v1``)."""
+    return _json(path)
+
+
+def load_gradscale_report(path: Path) -> Report:
+    """A grad-scale reproducer's report (``zero3-sp-gradfix/repro-report/v1``), validated."""
+    from repro.gradscale.report import Report
+
+    return Report.from_dict(_json(path))
+
+
+def load_alst_report(path: Path) -> AlstReport:
+    """The ALST recipe's report (``zero3-sp-gradfix/alst-recipe-report/v1``), validated."""
+    from repro.alst.report import AlstReport
+
+    return AlstReport.from_dict(_json(path))
+
+
+def load_audit_report(path: Path) -> dict[str, Any]:
+    """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``)."""
+    return _json(path)
+
+
+def load_downstream_report(path: Path) -> DownstreamReport:
+    """A downstream clients report (``zero3-sp-gradfix/downstream-clients-report/v1``), validated."""
+    from repro.downstream.report import DownstreamReport
+
+    return DownstreamReport.from_dict(_json(path))
+
+
+def load_affected(path: Path) -> dict[str, Any]:
+    """``results/affected/<tree>/affected.json`` (``python -m patch_and_test.affected_job``)."""
+    return _json(path)
+
+
+def load_reduce_path(path: Path) -> dict[str, Any]:
+    """``results/benchmarks/reduce_path.json`` (``benchmarks/reduce_path.py``)."""
+    return _json(path)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    from repro.harness.files import load_toml
+
+    return load_toml(path) if path.exists() else {}
+
+
+# -- the context --------------------------------------------------------------------------------
+
+class PatchRef(Model):
+    subject: str
+    role: str
+
+
+class Series(Model):
+    name: str
+    version: Scalar
+    min_version: str
+    below_version: str
+    base_ref: str
+    base_commit: str
+    patches: list[PatchRef]
+
+
+class Fix(Model):
+    """The master series, and how many backport series there are from which release on."""
+    master: Series
+    backports: int
+    backports_from: Optional[str]
+
+
+class TestResult(Model):
+    cell: str
+    counts: Counts
+
+
+class TestSummary(Model):
+    name: str
+    results: list[TestResult]
+
+
+class AffectedSummary(Model):
+    tier: str
+    trees: list[str]
+    before: int
+    new: int
+    regressions: int
+    errors: list[str]
+
+
+class HowTested(Model):
+    ran: list[str]
+    outcomes: list[str]
+    not_run: list[str]
+    not_run_reason: Optional[str]
+    tests: list[TestSummary]
+    affected: Optional[AffectedSummary]
+    downstream_held: int
+    downstream_measured: int
+
+
+class RatioPair(Model):
+    before: Optional[float]
+    after: Optional[float]
+
+
+class MatrixRow(Model):
+    script: str
+    config: str
+    param: str
+    values: list[Optional[RatioPair]]
+
+
+class MatrixCell(Model):
+    label: str
+    verdict: str
+    outcome: str
+    exit_code: Scalar
+    deepspeed_before: Scalar
+    deepspeed_after: Scalar
+    series: Scalar
+
+
+class SkippedCell(Model):
+    label: str
+    outcome: str
+    error: Optional[str]
+
+
+class Matrix(Model):
+    cells: list[MatrixCell]
+    rows: list[MatrixRow]
+    skipped: list[SkippedCell]
+
+
+class TestRow(Model):
+    name: str
+    counts: Counts
+    junit: str
+
+
+class SuiteRow(Model):
+    name: str
+    tier: Optional[str]
+    files: int
+    before: Counts
+    after: Counts
+    regressions: int
+    pre_existing: int
+    flaky: int
+    wall_s_before: Optional[float]
+    wall_s_after: Optional[float]
+    after_dir: str
+
+
+class CellTests(Model):
+    label: str
+    tests: list[TestRow]
+    suites: list[SuiteRow]
+
+
+class Tests(Model):
+    cells: list[CellTests]
+    pre_existing: list[str]
+
+
+class AffectedSuite(Model):
+    tier: str
+    files: int
+    collected_before: int
+    collected_after: int
+    before: Counts
+    after: Counts
+    regressions: int
+    pre_existing: int
+    fixed: int
+    new: int
+    flaky: int
+    wall_s_before: float
+    wall_s_after: float
+
+
+class AffectedTree(Model):
+    name: str
+    outcome: Scalar
+    error: Scalar
+    version: Optional[str]
+    base: str
+    suite: Optional[AffectedSuite]
+
+
+class Reason(Model):
+    """A test that did not pass both times (or a file not collected), and the trees it did so on."""
+    kind: str
+    subject: str
+    why: str
+    trees: list[str]
+
+
+class AffectedTable(Model):
+    trees: list[AffectedTree]
+    reasons: list[Reason]
+
+
+class LogRow(Model):
+    name: str
+    path: str
+    counts: str
+    failed: list[str]
+
+
+class Span(Model):
+    lo: float
+    hi: float
+
+
+class AlstRow(Model):
+    cell: str
+    phase: str
+    report: str
+    deepspeed: str
+    spans: list[Optional[Span]]
+    pattern: str
+
+
+class AuditRow(Model):
+    cell: str
+    phase: str
+    report: str
+    mode: str
+    layouts: list[str]
+    expect: str
+    holds: bool
+    counts: Counts
+
+
+class KnownHit(Model):
+    id: str
+    doc: Optional[str]
+    versions: list[str]
+
+
+class Audit(Model):
+    rows: list[AuditRow]
+    known: list[KnownHit]
+
+
+class TimingRow(Model):
+    case: str
+    params: Scalar
+    numel_each: Scalar
+    dtype: str
+    ratios: list[float]
+    extra: list[Scalar]
+
+
+class UlpRow(Model):
+    world: Scalar
+    sp: Scalar
+    dtype: str
+    before: Optional[float]
+    forms: list[Optional[float]]
+    contiguous: Optional[float]
+    equal: list[Optional[bool]]
+
+
+class Numerics(Model):
+    report: str
+    recommended: str
+    forms: list[str]
+    impls: list[str]
+    target_max_ratio: Scalar
+    target_case: Scalar
+    timing: list[TimingRow]
+    ulp: list[UlpRow]
+    conclusion: Optional[str]
+
+
+class EnvRow(Model):
+    os: Scalar
+    python: Scalar
+    torch: Scalar
+    machine: Scalar
+    cpus: Scalar
+    gpus: Scalar
+    backends: list[Scalar]
+
+
+class PrContext(Model):
+    fix: Optional[Fix]
+    how_tested: HowTested
+    series: list[Series]
+    notice: Optional[str]
+    matrix: Optional[Matrix]
+    tests: Optional[Tests]
+    affected: Optional[AffectedTable]
+    upstream_logs: list[LogRow]
+    alst: list[AlstRow]
+    audit: Optional[Audit]
+    numerics: Optional[Numerics]
+    environment: list[EnvRow]
+    evidence: list[str]
+
+
+# -- the loader ---------------------------------------------------------------------------------
+
+def load_context(bundle: Path) -> PrContext:
+    """Everything PR.md shows, read from the bundle's ``patches/``, ``results/`` and notice only."""
+    verdicts = _load_verdicts(bundle)
+    series = _series(bundle)
+    affected = affected_results(bundle / "results" / "affected")
+    notice = bundle / "downstream-notice.md"
+    return PrContext(
+        fix=_fix(series), how_tested=_how_tested(bundle, verdicts, affected), series=series,
+        notice=_notice(notice) if notice.exists() else None, matrix=_matrix(bundle, verdicts),
+        tests=_tests(bundle, verdicts), affected=affected_context(affected) if affected else None,
+        upstream_logs=_upstream_logs(bundle), alst=_alst(bundle, verdicts), audit=_audit(bundle, verdicts),
+        numerics=_numerics(bundle), environment=_environment(verdicts), evidence=_evidence(bundle))
+
+
+def _load_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
+    return {path.parent.name: load_verdict(path) for path in sorted((bundle / "results").glob("*/verdict.json"))}
+
+
+def _cells(verdicts: dict[str, dict[str, Any]]) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict]]]:
+    """(env, verdict) of the pipeline's cells that ran (unpatched or patched) and of those that did not."""
+    cells = [(env, v) for env, v in _by_version(verdicts) if env.startswith("patch-and-test-ds")]
+    return ([(env, v) for env, v in cells if v.get("before") or v.get("after")],
+            [(env, v) for env, v in cells if not (v.get("before") or v.get("after"))])
+
+
+def _by_version(verdicts: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return sorted(verdicts.items(), key=lambda kv: version_key(kv[1]))
+
+
+def rel(bundle: Path, path: str | Path) -> str:
+    """A result's path inside the bundle (verdicts store the paths of the run that wrote them)."""
+    p = Path(path)
+    parts = p.parts
+    if "results" in parts:
+        i = len(parts) - 1 - parts[::-1].index("results")
+        return Path(*parts[i:]).as_posix()
+    try:
+        return p.relative_to(bundle).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def version_key(verdict: dict[str, Any]) -> tuple:
+    version = (verdict.get("source") or {}).get("version") or verdict.get("env", "")
+    nums = tuple(int(x) for x in re.findall(r"\d+", str(version))[:3])
+    return nums, verdict.get("backend", "")
+
+
+def num_key(text: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", text))
+
+
+def cell_label(verdict: dict[str, Any]) -> str:
+    m = re.search(r"ds([\d.]+)-(\w+)$", verdict.get("env", ""))
+    return f"{m.group(1)} {m.group(2)}" if m else verdict.get("env", "?")
+
+
+def test_counts(outcomes: dict[str, str]) -> Counts:
+    return {k: sum(1 for o in outcomes.values() if o == k) for k in ("passed", "failed", "error", "skipped")}
+
+
+def _series(bundle: Path) -> list[Series]:
+    manifest = _read_toml(bundle / "patches" / "series.toml")
+    return [Series(name=s["name"], version=s["version"], min_version=s["min_version"],
+                   below_version=s["below_version"], base_ref=s["base_ref"], base_commit=s["base_commit"],
+                   patches=[PatchRef(subject=patch_subject(bundle / "patches" / s["name"] / p["file"]),
+                                     role=p["role"]) for p in s["patches"]])
+            for s in manifest.get("series", [])]
+
+
+def patch_subject(path: Path) -> str:
+    if not path.exists():
+        return path.name
+    text = path.read_text(errors="replace")
+    m = re.search(r"^Subject: (.*(?:\n .*)*)", text, re.M)
+    subject = re.sub(r"\s+", " ", m.group(1)) if m else path.name
+    return re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
+
+
+def _fix(series: list[Series]) -> Fix | None:
+    master = next((s for s in series if s.name == "master"), None)
+    if master is None:
+        return None
+    backports = [s for s in series if s.name != "master"]
+    return Fix(master=master, backports=len(backports),
+               backports_from=min(s.min_version for s in backports) if backports else None)
+
+
+def _how_tested(bundle: Path, verdicts: dict[str, dict[str, Any]],
+                affected: list[tuple[str, dict[str, Any]]]) -> HowTested:
+    ran, not_run = ([v for _, v in c] for c in _cells(verdicts))
+    # One line per test name, whatever the number of cells: the screen stays one screen.
+    by_test: dict[str, list[TestResult]] = {}
+    for v in ran:
+        for t in v.get("tests", []):
+            by_test.setdefault(t["name"], []).append(TestResult(cell=cell_label(v), counts=test_counts(t["outcomes"])))
+    suites = [(name, data, data.get("suite") or {}) for name, data in affected]
+    summary = None
+    if suites:
+        summary = AffectedSummary(
+            tier=suites[0][2].get("tier", "?"),
+            trees=[f"{name} {data.get('version') or ''}".strip() for name, data, _ in suites],
+            before=sum(s["collected_before"] for _, _, s in suites if s),
+            new=sum(sum(1 for r in s["results"] if r["category"] == "new") for _, _, s in suites if s),
+            regressions=sum(len(s.get("regressions", [])) for _, _, s in suites if s),
+            errors=[name for name, _, s in suites if not s or s.get("status") == "error"])
+    rows = _downstream_rows(bundle)
+    return HowTested(ran=[cell_label(v) for v in ran], outcomes=sorted({v["outcome"] for v in ran}),
+                     not_run=[cell_label(v) for v in not_run],
+                     not_run_reason=(not_run[0].get("error") or not_run[0]["outcome"]) if not_run else None,
+                     tests=[TestSummary(name=n, results=r) for n, r in by_test.items()], affected=summary,
+                     downstream_held=sum(1 for r in rows if r.matches_rule), downstream_measured=len(rows))
+
+
+def _downstream_rows(bundle: Path) -> list[ClientRow]:
+    rows = []
+    for path in sorted((bundle / "results" / "downstream").glob("*/*/downstream_clients.json")):
+        rows += [r for r in load_downstream_report(path).rows if r.status == "measured"]
+    return rows
+
+
+def affected_results(root: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(tree name, affected.json) under ``root``: master first, then the newest tree first."""
+    found = [(p.parent.name, load_affected(p)) for p in sorted(root.glob("*/affected.json"))]
+    return sorted(found, key=lambda f: (f[0] != "master", [-n for n in num_key(f[1].get("version") or "")]))
+
+
+def affected_context(found: list[tuple[str, dict[str, Any]]]) -> AffectedTable:
+    """Per tree: the selection's tests before and after the series, and the pre-existing failures' reasons."""
+    trees, reasons = [], {}
+    for name, data in found:
+        s = data.get("suite") or {}
+        suite = None
+        if s:
+            suite = AffectedSuite(
+                tier=s["tier"], files=len(s["files"]), collected_before=s["collected_before"],
+                collected_after=s["collected_after"], before=s["before"], after=s["after"],
+                regressions=len(s["regressions"]), pre_existing=len(s["pre_existing"]), fixed=len(s["fixed"]),
+                new=sum(1 for r in s["results"] if r["category"] == "new"), flaky=len(s["flaky"]),
+                wall_s_before=s["wall_s_before"], wall_s_after=s["wall_s_after"])
+            found_reasons = [(r["category"], r["test"], r["reason"]) for r in s["results"]
+                             if r["category"] in ("pre-existing", "regression", "flaky")]
+            found_reasons += [("not collectable", path, why)
+                              for path, why in sorted((s.get("not_collectable") or {}).items())]
+            for key in found_reasons:
+                reasons.setdefault(key, set()).add(name)
+        trees.append(AffectedTree(name=name, outcome=data.get("outcome"), error=data.get("error"),
+                                  version=data.get("version"), base=data.get("base") or "", suite=suite))
+    ordered = sorted(reasons.items(), key=lambda kv: f"{kv[0][0]}: `{kv[0][1]}`: {kv[0][2]}")
+    return AffectedTable(trees=trees, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names))
+                                               for (k, t, w), names in ordered])
+
+
+def _gradscale_ratios(bundle: Path, check: dict[str, Any]) -> dict[tuple[str, str, str], float]:
+    if not check.get("report") or check.get("script") not in GRAD_SCALE_SCRIPTS:
+        return {}
+    path = bundle / rel(bundle, check["report"])
+    if not path.exists():
+        return {}
+    return {(check["script"], r.config, r.param): r.ratio for r in load_gradscale_report(path).rows}
+
+
+GRAD_SCALE_SCRIPTS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
+_ORDER = ["zero1", "zero2", "zero3 rs=False cg=True bucket=500", "zero3 rs=False cg=False bucket=500",
+          "zero3 rs=True cg=True bucket=500", "zero3 rs=False cg=True bucket=16"]
+
+
+def _config_order(config: str) -> int:
+    return _ORDER.index(config) if config in _ORDER else len(_ORDER)
+
+
+def _matrix(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Matrix | None:
+    ran, skipped = _cells(verdicts)
+    if not ran and not skipped:
+        return None
+    table: dict[tuple[str, str, str], dict[str, RatioPair]] = {}
+    for env, v in ran:
+        before = {k: r for c in v["before"] for k, r in _gradscale_ratios(bundle, c).items()}
+        after = {k: r for c in v["after"] for k, r in _gradscale_ratios(bundle, c).items()}
+        for key in set(before) | set(after):
+            table.setdefault(key, {})[env] = RatioPair(before=before.get(key), after=after.get(key))
+    rows = [MatrixRow(script=script, config=config, param=param, values=[row.get(env) for env, _ in ran])
+            for (script, config, param), row in sorted(table.items(),
+                                                       key=lambda kv: (kv[0][0], _config_order(kv[0][1]), kv[0][2]))]
+    cells = [MatrixCell(label=cell_label(v), verdict=rel(bundle, Path("results") / env / "verdict.json"),
+                        outcome=v["outcome"], exit_code=v["exit_code"], deepspeed_before=v.get("deepspeed_before"),
+                        deepspeed_after=v.get("deepspeed_after"), series=(v.get("series") or {}).get("name"))
+             for env, v in ran]
+    return Matrix(cells=cells, rows=rows, skipped=[SkippedCell(label=cell_label(v), outcome=v["outcome"],
+                                                               error=v.get("error")) for _, v in skipped])
+
+
+def _tests(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Tests | None:
+    cells = []
+    for env, v in _by_version(verdicts):
+        tests = [TestRow(name=t["name"], counts=test_counts(t["outcomes"]), junit=rel(bundle, t["junit"]))
+                 for t in v.get("tests", [])]
+        suites = [SuiteRow(name=s["name"], tier=s.get("tier"), files=len(s.get("files", [])), before=s["before"],
+                           after=s["after"], regressions=len(s["regressions"]), pre_existing=len(s["pre_existing"]),
+                           flaky=len(s.get("flaky", [])), wall_s_before=s.get("wall_s_before"),
+                           wall_s_after=s.get("wall_s_after"), after_dir=rel(bundle, Path("results") / env / "after"))
+                  for s in v.get("suites", [])]
+        if tests or suites:
+            cells.append(CellTests(label=cell_label(v), tests=tests, suites=suites))
+    if not cells:
+        return None
+    pre = sorted({t for v in verdicts.values() for s in v.get("suites", []) for t in s["pre_existing"]})
+    return Tests(cells=cells, pre_existing=pre)
+
+
+def _notice(path: Path) -> str:
+    """The notice's body under our heading: its own title dropped, its sections one level down."""
+    body = re.sub(r"^#+ .*\n+", "", path.read_text().strip(), count=1)
+    return demote_headings(body)
+
+
+def demote_headings(markdown: str) -> str:
+    """One level down, so an included document's sections nest under ours (code blocks untouched)."""
+    out, fenced = [], False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        out.append("#" + line if not fenced and re.match(r"#+ ", line) else line)
+    return "\n".join(out)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def pytest_summary(text: str) -> tuple[str, list[str]]:
+    """The counts of a pytest log's final line, and the tests it lists as FAILED."""
+    lines = [_ANSI.sub("", line) for line in text.splitlines()]
+    summary = next((m.group(1) for line in reversed(lines)
+                    for m in [re.match(r"^=+ (.* in [\d.]+s.*?) =+$", line.strip())] if m), "no summary line")
+    counts = re.sub(r"\s*in [\d.]+s.*$", "", summary)
+    counts = ", ".join(part for part in counts.split(", ") if "warning" not in part and "deselected" not in part)
+    failed = sorted({m.group(1) for line in lines for m in [re.match(r"^FAILED (\S+)", line.strip())] if m})
+    return counts, failed
+
+
+def _upstream_logs(bundle: Path) -> list[LogRow]:
+    """DeepSpeed's own tests, run by hand on real checkouts of the mirror (their logs are in the bundle)."""
+    rows = []
+    for log in sorted((bundle / "results" / "upstream").glob("*.log")):
+        counts, failed = pytest_summary(log.read_text(errors="replace"))
+        rows.append(LogRow(name=log.stem, path=rel(bundle, log), counts=counts,
+                           failed=[t.split("::", 1)[-1] for t in failed]))
+    return rows
+
+
+def _checks(bundle: Path, verdicts: dict[str, dict[str, Any]], script: str, load):
+    """(verdict, phase, check, report) of every check of ``script`` whose report the bundle carries."""
+    for _env, v in _by_version(verdicts):
+        for phase in ("before", "after"):
+            for check in v.get(phase, []):
+                if check.get("script") != script or not check.get("report"):
+                    continue
+                path = bundle / rel(bundle, check["report"])
+                if path.exists():
+                    yield v, phase, check, load(path)
+
+
+def _alst(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> list[AlstRow]:
+    """The ALST recipe reproducer, before and after, in every cell that ran it."""
+    rows = []
+    for v, phase, check, report in _checks(bundle, verdicts, "alst_recipe", load_alst_report):
+        ratios: dict[tuple[str, int], list[float]] = {}
+        for r in report.rows:
+            ratios.setdefault((r.recipe, r.stage), []).append(r.ratio)
+        spans = [ratios.get((recipe, stage)) for recipe in ("allgather", "own_share") for stage in (2, 3)]
+        rows.append(AlstRow(cell=cell_label(v), phase=phase, report=rel(bundle, check["report"]),
+                            deepspeed=report.deepspeed_version, pattern=check["pattern"],
+                            spans=[Span(lo=min(s), hi=max(s)) if s else None for s in spans]))
+    return rows
+
+
+def _audit(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Audit | None:
+    """The parity audit's counts per cell, before and after, and the known upstream discrepancies."""
+    rows, known, writeups = [], {}, {}
+    for v, phase, check, report in _checks(bundle, verdicts, "parity_audit", load_audit_report):
+        rows.append(AuditRow(cell=cell_label(v), phase=phase, report=rel(bundle, check["report"]),
+                             mode=report.get("mode", "?"), expect=check["expect"], holds=check["exit_code"] == 0,
+                             layouts=[f"{t['sp']}x{t['dp']}" for t in report.get("topologies", [])],
+                             counts=report["summary"]["counts"]))
+        for kid, n in (report["summary"].get("known_points") or {}).items():
+            if n:
+                known.setdefault(kid, set()).add(cell_label(v).split()[0])
+        writeups.update({k["id"]: k.get("writeup", "") for k in report.get("known", [])})
+    if not rows:
+        return None
+    hits = []
+    for kid in sorted(known):
+        # The write-up the audit's known list names for this entry (docs/upstream-candidates/ in the repo).
+        doc = f"upstream-candidates/{Path(writeups.get(kid) or kid + '.md').name}"
+        hits.append(KnownHit(id=kid, doc=doc if (bundle / doc).exists() else None,
+                             versions=sorted(known[kid], key=num_key)))
+    return Audit(rows=rows, known=hits)
+
+
+def _numerics(bundle: Path) -> Numerics | None:
+    """Cost and numerics of the reduce path (benchmarks/reduce_path.py), where it ran."""
+    path = bundle / "results" / "benchmarks" / "reduce_path.json"
+    if not path.exists():
+        return None
+    data = load_reduce_path(path)
+    # The forms of the fix are named by the run; "recommended" is the master series' patch 1.
+    recommended = data.get("recommended", "divisor")
+    forms = [recommended] + sorted(n for n in data.get("patches", {}) if n != recommended)
+    timing = data.get("timing") or []
+    impls = [n for n in ("before-again", *forms) if n in timing[0].get("wall_ratio_vs_before", {})] if timing else []
+    ulp = {(n["world"], n["sp"], n["dtype"], n["kind"], n["path"]): n["max_ulp"] for n in data.get("numerics", [])}
+    bitwise = {(b["world"], b["sp"], b["dtype"], b["kind"]): b for b in data.get("numerics_bitwise", [])}
+    ulp_rows = []
+    for world, sp, dtype in sorted({(k[0], k[1], k[2]) for k in ulp}):
+        flags = bitwise.get((world, sp, dtype, "exact"), {})
+        ulp_rows.append(UlpRow(world=world, sp=sp, dtype=dtype,
+                               before=ulp.get((world, sp, dtype, "random", "avg_scatter[before]")),
+                               forms=[ulp.get((world, sp, dtype, "random", f"avg_scatter[{n}]")) for n in forms],
+                               contiguous=ulp.get((world, sp, dtype, "random", "contiguous")),
+                               equal=[flags.get(f"contiguous==avg_scatter[{n}]") for n in forms]))
+    target = data.get("target", {})
+    return Numerics(
+        report=rel(bundle, path), recommended=recommended, forms=forms, impls=impls,
+        target_max_ratio=target.get("max_ratio", "?"), target_case=target.get("case", "?"),
+        timing=[TimingRow(case=row["case"], params=row["params"], numel_each=row["numel_each"], dtype=row["dtype"],
+                          ratios=[row["wall_ratio_vs_before"][n]["median_paired"] for n in impls],
+                          extra=[row.get("analytic_extra_bytes_rank0", {}).get(n, "-") for n in forms])
+                for row in timing],
+        ulp=ulp_rows, conclusion=data.get("conclusion") or None)
+
+
+def _environment(verdicts: dict[str, dict[str, Any]]) -> list[EnvRow]:
+    envs: dict[tuple, set] = {}
+    for v in verdicts.values():
+        e = v.get("environment") or {}
+        key = (e.get("os"), e.get("python"), e.get("torch"), e.get("machine"), e.get("cpus"), e.get("gpus"))
+        envs.setdefault(key, set()).add(v.get("backend"))
+    return [EnvRow(os=os_, python=py, torch=torch, machine=machine, cpus=cpus, gpus=gpus, backends=sorted(backends))
+            for (os_, py, torch, machine, cpus, gpus), backends in sorted(envs.items(), key=str)]
+
+
+def _evidence(bundle: Path) -> list[str]:
+    return sorted(p.relative_to(bundle).as_posix() for p in (bundle / "results").rglob("*.json"))

@@ -1,0 +1,56 @@
+"""The jinja2 environment of the package's Markdown templates (``patch_and_test/templates/``).
+
+Strict: an undefined name is an error, not an empty string. No autoescaping (the output is
+Markdown, not HTML); block tags take their own line (``trim_blocks``/``lstrip_blocks``) and a
+template's final newline is kept, so a template reads like the text it renders.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jinja2
+from pydantic import BaseModel, ConfigDict
+
+
+class Model(BaseModel):
+    """A template context's record: typed, read-only, no unknown field."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def ratio(value: float | None) -> str:
+    """A gradient ratio to four decimals; ``-`` where none was measured."""
+    return "-" if value is None else f"{value:.4f}"
+
+
+def span(value: Any) -> str:
+    """A min-max span of ratios (``.lo``, ``.hi``): one number when they agree to four decimals."""
+    if value is None:
+        return "-"
+    lo, hi = value.lo, value.hi
+    return ratio(lo) if round(lo, 4) == round(hi, 4) else f"{ratio(lo)}-{ratio(hi)}"
+
+
+def ulp(value: float | None) -> str:
+    """An error in units in the last place, shortest form (``%g``); ``-`` where none was measured."""
+    return "-" if value is None else f"{value:g}"
+
+
+def counts(value: dict[str, int], empty: str = "none") -> str:
+    """``{"passed": 4, "failed": 0}`` -> ``4 passed``; ``empty`` when every count is zero."""
+    return ", ".join(f"{n} {k}" for k, n in value.items() if n) or empty
+
+
+@functools.lru_cache(maxsize=None)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("patch_and_test", "templates"),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(ratio=ratio, span=span, ulp=ulp, counts=counts, rstrip=lambda text: str(text).rstrip())
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    return environment().get_template(template).render(**context)

@@ -1,0 +1,63 @@
+"""PR.md and the downstream notice, rendered from fixed bundles, byte for byte as the golden files.
+
+The fixtures are trimmed copies of real runs (provenance: ``tests/fixtures/*/PROVENANCE.md``):
+
+* ``tests/fixtures/bundle/``: a ``patch-and-test`` bundle of DeepSpeed 0.14.5 (gloo) with the
+  kept affected-tests and downstream-clients runs and the reduce-path benchmark;
+* ``tests/fixtures/bundle-checks/``: the ALST recipe (0.19.8, before/after), two parity audits
+  (0.14.5) and two pytest logs, for the sections the first bundle has no results for.
+
+``render_pr`` reads only the bundle's own files (its ``patches/``, ``results/`` and
+``downstream-notice.md``), nothing of the package's ``patches/`` or ``docs/``. What else the
+golden files depend on is the package's code: the templates (``patch_and_test/templates/``: the
+prose between the numbers), ``patch_and_test.pr_context`` and the report models it validates
+with (``repro.gradscale.report``, ``repro.alst.report``, ``repro.downstream.report``). A change to
+the wording is a change to the golden files: rerun with ``UPDATE_GOLDEN=1`` and review the diff.
+The golden files were first written by the f-string renderer the templates replaced.
+Needs jinja2 and pydantic, not DeepSpeed or torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _render_pr(name: str) -> str:
+    from patch_and_test.pr import render_pr
+
+    return render_pr(FIXTURES / name)
+
+
+def _render_notice(name: str) -> str:
+    from patch_and_test.downstream_table import render_into
+
+    bundle = FIXTURES / name
+    return render_into((bundle / "downstream-notice.md").read_text(), bundle)
+
+
+CASES = {
+    "bundle.PR.md.golden": lambda: _render_pr("bundle"),
+    "bundle-checks.PR.md.golden": lambda: _render_pr("bundle-checks"),
+    "bundle.downstream-notice.md.golden": lambda: _render_notice("bundle"),
+}
+
+
+@pytest.mark.parametrize("golden", sorted(CASES))
+def test_rendered_as_the_golden_file(golden):
+    path = FIXTURES / golden
+    rendered = CASES[golden]().encode()
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_bytes(rendered)
+    expected = path.read_bytes()
+    if rendered != expected:
+        diff = "".join(difflib.unified_diff(expected.decode().splitlines(keepends=True),
+                                            rendered.decode().splitlines(keepends=True),
+                                            fromfile=f"{golden} (golden)", tofile="rendered now", n=2))
+        pytest.fail(f"{golden}: the rendering differs from the golden file "
+                    f"(UPDATE_GOLDEN=1 rewrites it):\n{diff or '(only line endings or a final newline differ)'}")
