@@ -40,19 +40,19 @@ import torch
 import _numerics as num
 from repro.harness.launch import RankContext, RankResult
 from repro.harness.engine import destroy_engine, ds_config, mangled_name
-from repro.measure import ZeroConfig
-from repro.model import ParamSpec, ProbeModel, rank_inputs
-from repro.oracle import expected_gradient
+from repro.gradscale.model import ProbeModel, rank_inputs
+from repro.gradscale.oracle import expected_gradient
+from repro.gradscale.space import ParamSpec, ZeroConfig
+from repro.harness.scales import ReducePath
 from repro.harness.topology import build_mpu
 
-AVG = "__avg_scatter_grads"
-CONTIGUOUS = "__avg_scatter_contiguous_grads"
+AVG, CONTIGUOUS = ReducePath.AVG_SCATTER.value, ReducePath.CONTIGUOUS.value  # ZeRO-3's two reduce methods
 
 
 @dataclasses.dataclass(frozen=True)
 class Impl:
-    name: str
-    package_dir: str
+    """The two reduce methods of one implementation, as plain functions of (optimizer, ...)."""
+
     avg_scatter: Callable
     contiguous: Callable
 
@@ -76,8 +76,7 @@ def load_impls(spec: dict[str, str]) -> dict[str, Impl]:
                 continue
             setattr(stage3, attr, own_cc[attr])
         cls = stage3.DeepSpeedZeroOptimizer_Stage3
-        impls[name] = Impl(name, str(package), vars(cls)[f"_{cls.__name__}{AVG}"],
-                           vars(cls)[f"_{cls.__name__}{CONTIGUOUS}"])
+        impls[name] = Impl(vars(cls)[f"_{cls.__name__}{AVG}"], vars(cls)[f"_{cls.__name__}{CONTIGUOUS}"])
     return impls
 
 
@@ -110,6 +109,21 @@ def _engine(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, overrides: dict
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=ds_config(zero, **overrides))
     return engine
+
+
+def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: str, ctx: RankContext, method: str,
+                  make_hook: Callable) -> None:
+    """One engine: wrap its optimizer's ``method`` with ``make_hook(engine)`` (see _wrap), run one forward and
+    backward on this rank's inputs, then destroy the engine whatever happened."""
+    engine = _engine(specs, zero, mpu, precision_overrides(dtype))
+    try:
+        _wrap(engine.optimizer, method, make_hook(engine))
+        loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
+        engine.backward(loss)
+    finally:
+        destroy_engine(engine)
+        del engine
+        gc.collect()
 
 
 def precision_overrides(dtype: str) -> dict:
@@ -158,16 +172,9 @@ def timing_program(plan: TimingPlan, impl_spec: dict[str, str]) -> Callable[[Ran
             specs = tuple(ParamSpec(f"p{i:04d}", numel) for i in range(count))
             for dtype in plan.dtypes:
                 buckets: list[dict] = []
-                engine = _engine(specs, ZeroConfig(3), mpu, precision_overrides(dtype))
-                try:
-                    _wrap(engine.optimizer, AVG, lambda opt, params, comm_dtype: buckets.append(
-                        _time_bucket(opt, list(params), comm_dtype, impls, plan, ctx)))
-                    loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
-                    engine.backward(loss)
-                finally:
-                    destroy_engine(engine)
-                    del engine
-                    gc.collect()
+                _one_backward(specs, ZeroConfig(3), mpu, dtype, ctx, AVG,
+                              lambda engine: lambda opt, params, comm_dtype: buckets.append(
+                                  _time_bucket(opt, list(params), comm_dtype, impls, plan, ctx)))
                 if not buckets:
                     raise RuntimeError(f"{label}/{dtype}: the backward never reduced on {AVG}")
                 cases.append({"case": label, "params": count, "numel_each": numel, "dtype": dtype,
@@ -377,18 +384,16 @@ def numerics_program(plan: NumericsPlan, impl_spec: dict[str, str]) -> Callable[
         results = []
         for dtype in plan.dtypes:
             seen: list[dict] = []
-            engine = _engine(specs, zero, mpu, precision_overrides(dtype))
-            try:
-                index = {id(p): i for i, (_, p) in enumerate(sorted(engine.module.named_parameters()))}
-                names = {i: n for i, (n, _) in enumerate(sorted(engine.module.named_parameters()))}
-                _wrap(engine.optimizer, CONTIGUOUS, lambda opt, buffer, comm_dtype: seen.append(
-                    _numerics_bucket(opt, buffer, comm_dtype, impls, plan, ctx, index)))
-                loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
-                engine.backward(loss)
-            finally:
-                destroy_engine(engine)
-                del engine
-                gc.collect()
+            names: dict[int, str] = {}
+
+            def numerics_hook(engine):
+                ordered = sorted(engine.module.named_parameters())
+                index = {id(p): i for i, (_, p) in enumerate(ordered)}
+                names.update({i: n for i, (n, _) in enumerate(ordered)})
+                return lambda opt, buffer, comm_dtype: seen.append(
+                    _numerics_bucket(opt, buffer, comm_dtype, impls, plan, ctx, index))
+
+            _one_backward(specs, zero, mpu, dtype, ctx, CONTIGUOUS, numerics_hook)
             if not seen:
                 raise RuntimeError(f"numerics/{dtype}: the backward never reduced on the contiguous path")
             merged = _merge_ranks(_gather(seen))

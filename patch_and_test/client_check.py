@@ -2,10 +2,10 @@
 
 ``patch-and-test`` runs ``python -m patch_and_test.client_check --json FILE`` after it installed
 the patched build, in the same interpreter: it reads the installed transformers, accelerate
-and ArcticTraining (their loss code's recipe kind and gate, as ``repro/downstream_run.py``
+and ArcticTraining (their loss code's recipe kind and gate, as ``repro/downstream/measure.py``
 reads them), and DeepSpeed's state (fix present, capability marker), and applies the rule of
-``repro/downstream_rule.py`` to ZeRO-2 and ZeRO-3 at sp=2. Every combination whose rule value
-is not 1.0 becomes a warning; the pipeline prints each and records them in its verdict.
+``repro/downstream/expect.py`` to ZeRO-2 and ZeRO-3 at sp=2. Every combination whose rule value
+is not 1 becomes a warning; the pipeline prints each and records them in its verdict.
 A separate process keeps transformers and DeepSpeed out of the pipeline's own interpreter.
 """
 
@@ -17,7 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from repro.downstream_rule import STAGES, ClientKind, deepspeed_label, expected_ratio, mis_scaled
+from repro.downstream.expect import ClientKind, expected_ratio, mis_scaled
+from repro.downstream.report import deepspeed_label
+from repro.downstream.space import STAGES
 
 SP = 2  # the reproducers' layout; the factor is sp for any sp
 
@@ -75,19 +77,19 @@ def _why(kind: ClientKind, stage: int, fixed: bool) -> str:
 
 def found_clients() -> list[FoundClient]:
     """The installed clients, read with the reproducer's own readers (imports transformers if installed)."""
-    from repro import downstream_run
+    from repro.downstream import measure
 
     out = []
-    for c in downstream_run.find_clients():
+    for c in measure.find_clients():
         if c.error:
             out.append(FoundClient(c.name, c.version, c.function, None, f"import failed: {c.error}"))
         elif c.kind is not None:
             out.append(FoundClient(c.name, c.version, c.function, c.kind))
-        elif c.name == "accelerate" and c.function == downstream_run.ACCELERATE_SCRIPT:
+        elif c.name == "accelerate" and c.function == measure.ACCELERATE_SCRIPT:
             # Not callable, but users copy it: judge the recipe it shows.
             import importlib.util
 
-            from repro.downstream_rule import classify
+            from repro.downstream.expect import classify
 
             text = Path(importlib.util.find_spec(c.function).origin).read_text()
             out.append(FoundClient(c.name, c.version, c.function, classify(text),
@@ -102,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, default=None, help="write {clients, warnings} here")
     args = parser.parse_args(argv)
-    from repro import downstream_run
+    from repro.downstream import measure
 
-    fixed, marker = downstream_run.deepspeed_state()
-    version = downstream_run.dist_version("deepspeed") or "none"
+    fixed, marker = measure.deepspeed_state()
+    version = measure.dist_version("deepspeed") or "none"
     clients = found_clients()
     warnings = warnings_for(clients, version, fixed, marker)
     for w in warnings:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from patch_and_test import checks, install, series as series_mod, source as source_mod
 from patch_and_test.errors import BadInput, Exit, PipelineError
-from repro.downstream_rule import MARKER_NAME
+from repro.downstream.space import MARKER_NAME
 from repro.harness.files import write_json
 
 SCRIPT = "downstream_clients"
@@ -144,7 +144,7 @@ def install_patched_transformers(version: str, patches_dir: Path, log: Path, cac
 
 
 def installed_clients() -> dict[str, str]:
-    from repro.downstream_run import dist_version
+    from repro.downstream.measure import dist_version
 
     found = {d: dist_version(d) for d in ("transformers", "accelerate", "arctic-training")}
     return {d: v for d, v in found.items() if v}

@@ -279,12 +279,12 @@ def hub_env() -> dict[str, str]:
 
     ``TestUlyssesSPHF`` calls ``from_pretrained('hf-internal-testing/tiny-random-LlamaForCausalLM')``;
     with no network that fails the same way before and after, which proves nothing. The package's
-    tiny Llama is laid out in a hub cache under that repo id (``repro.tiny_llama``), and the hub
+    tiny Llama is laid out in a hub cache under that repo id (``repro.alst.tiny_llama``), and the hub
     client reads only the cache. Without transformers in this interpreter the test cannot run
     anyway: no variables then, and its failure is reported with its reason.
     """
     from patch_and_test.source import cache_dir
-    from repro import tiny_llama
+    from repro.alst import tiny_llama
 
     hf_home = cache_dir() / "hf-home"
     try:

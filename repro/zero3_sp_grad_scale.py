@@ -19,9 +19,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repro package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repro import grad_scale  # noqa: E402
-from repro.measure import REFERENCE_CONFIGS, ZERO3_CONFIGS  # noqa: E402
-from repro.model import SMALL_AND_LARGE  # noqa: E402
+from repro.gradscale import run  # noqa: E402
+from repro.gradscale.space import REFERENCE_CONFIGS, SMALL_AND_LARGE, ZERO3_CONFIGS  # noqa: E402
 
 ALL_CONFIGS = REFERENCE_CONFIGS + ZERO3_CONFIGS
 
@@ -38,7 +37,7 @@ def _select(args):
 
 
 def main(argv: list[str] | None = None) -> int:
-    return grad_scale.main(__doc__, "zero3_sp_grad_scale", _select, SMALL_AND_LARGE, _add_arguments, argv=argv)
+    return run.main(__doc__, "zero3_sp_grad_scale", _select, SMALL_AND_LARGE, _add_arguments, argv=argv)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repro package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from repro import grad_scale  # noqa: E402
-from repro.measure import ZeroConfig  # noqa: E402
-from repro.model import ParamSpec  # noqa: E402
-from repro.verdict import ReducePath  # noqa: E402
+from repro.gradscale import run  # noqa: E402
+from repro.gradscale.space import ParamSpec, ZeroConfig  # noqa: E402
+from repro.harness.scales import ReducePath  # noqa: E402
 
 # A small "MLP": biases fit a 16-element bucket, weights do not.
 LAYERS = (ParamSpec("fc1_weight", 64), ParamSpec("fc1_bias", 8), ParamSpec("fc2_weight", 96),
@@ -37,8 +36,8 @@ def _select(args):
 
 
 def main(argv: list[str] | None = None) -> int:
-    return grad_scale.main(__doc__, "zero3_sp_mixed_bucket", _select, LAYERS, _add_arguments,
-                           check=grad_scale.require_paths(ReducePath.CONTIGUOUS, ReducePath.AVG_SCATTER), argv=argv)
+    return run.main(__doc__, "zero3_sp_mixed_bucket", _select, LAYERS, _add_arguments,
+                    check=run.require_paths(ReducePath.CONTIGUOUS, ReducePath.AVG_SCATTER), argv=argv)
 
 
 if __name__ == "__main__":

@@ -1,31 +1,13 @@
-#!/usr/bin/env python
-"""The gradient scale of DeepSpeed's ALST / Ulysses-HF loss recipe, ZeRO-2 and ZeRO-3.
+"""The ALST recipe check, rank side: the tiny Llama, the baseline, one engine per stage and recipe.
 
-A tiny Llama (``repro/tiny_llama.py``: built from a fixed LlamaConfig and seed, saved locally;
+A tiny Llama (``repro.alst.tiny_llama``: built from a fixed LlamaConfig and seed, saved locally;
 nothing is downloaded) is trained one step under Ulysses sequence parallelism with DeepSpeed's
 own ``UlyssesSPAttentionHF`` and ``UlyssesSPDataLoaderAdapter``, and its full gradients are
 compared with a non-sequence-parallel baseline of the same samples (plain torch, fp32, the
 mean over the dp groups of each group's full-sequence gradient). Each dp group trains on its
 own 16-token sample whose first labels are masked, so the sp shards hold different numbers
-of loss tokens and the token weighting is exercised.
-
-For ZeRO-2 and ZeRO-3 (default knobs: ZeRO-3 reduces through ``__avg_scatter_grads``) two
-loss recipes are run, one engine each:
-
-* ``allgather``: the recipe of DeepSpeed's tutorial and ``TestUlyssesSPHF`` (and of HF
-  transformers' ``deepspeed_sp_compute_loss`` before it changed, and ArcticTraining): the
-  differentiable ``torch.distributed.nn.functional.all_gather`` of the shard losses; its
-  backward sums over the sp ranks, so every rank's gradient is sp times its share.
-* ``own_share``: every rank backprops only ``loss_r * tokens_r / total_tokens``.
-
-``--expect buggy`` holds iff the unpatched pattern is seen: allgather ZeRO-2 at sp and
-ZeRO-3 at 1.0 (the ZeRO-3 bug cancels the double count), own_share ZeRO-2 at 1.0 and ZeRO-3
-at 1/sp. ``--expect fixed`` holds iff ZeRO-3 moved to sp and 1.0 (ZeRO-2 unchanged). The
-table is in ``repro/alst_verdict.py``, with the tolerances and why.
-
-Needs transformers (the ``alst`` extra) and a DeepSpeed with ``UlyssesSPAttentionHF``
-(0.17.2 and later); without either it exits 77 with the reason. sp must divide the model's
-4 attention heads (sp = 2 or 4).
+of loss tokens and the token weighting is exercised. The recipes and stages are
+``repro.alst.space``'s; ``program`` is the rank program ``repro.alst.run`` launches.
 """
 
 from __future__ import annotations
@@ -36,16 +18,12 @@ import importlib.util
 import inspect
 import os
 import platform
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repro package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from repro import tiny_llama  # noqa: E402
-from repro.harness import launch  # noqa: E402
-from repro.alst_verdict import RECIPES, STAGES, AlstReport, emit, loss_entry, make_row  # noqa: E402
-from repro.harness.cli import EXIT_SKIP, ReproArgs, main_guard  # noqa: E402
+from repro.alst import tiny_llama
+from repro.alst.report import AlstReport, loss_entry, make_row
+from repro.alst.space import RECIPES, STAGES
+from repro.harness import launch
 
 SCRIPT = "alst_recipe"
 # The gradients compared: DeepSpeed's test looks at layers[0].self_attn.q_proj.weight; the
@@ -85,15 +63,6 @@ def _version(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "none"
-
-
-def usage_error(args: ReproArgs) -> str | None:
-    heads = tiny_llama.TINY_LLAMA_CONFIG["num_attention_heads"]
-    if args.sp < 2:
-        return f"--sp must be >= 2 for a sequence-parallel check, got {args.sp}"
-    if heads % args.sp or SEQ_LEN % args.sp:
-        return f"--sp {args.sp} must divide the model's {heads} attention heads and the {SEQ_LEN}-token sample"
-    return None
 
 
 # ----------------------------------------------------------------------------- data
@@ -149,7 +118,7 @@ def register_ulysses(model_dir: Path, sp: int):
 
 
 TORCH_ALL_GATHER = "torch.distributed.nn.functional.all_gather"
-EQUIVALENT_ALL_GATHER = "repro.alst_recipe: all_gather, backward = sum over the group (as torch's)"
+EQUIVALENT_ALL_GATHER = "repro.alst.measure: all_gather, backward = sum over the group (as torch's)"
 
 
 def all_gather_impl(backend: str, dp: int) -> str:
@@ -370,8 +339,8 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     flag = torch.tensor([0 if mine_ok else 1])
     torch.distributed.all_reduce(flag)
     if int(flag) and mine_ok:
-        losses.append({"recipe": "*", "stage": 0, "sp_loss": float("nan"), "baseline_loss": float("nan"),
-                       "rel_diff": float("nan"), "ok": False, "note": "another dp group's loss mismatched"})
+        losses.append({"recipe": "*", "stage": 0, "sp_loss": None, "baseline_loss": None, "rel_diff": None,
+                       "ok": False, "note": "another dp group's loss mismatched"})
     report = AlstReport(
         script=SCRIPT, deepspeed_version=_version("deepspeed"), torch_version=torch.__version__,
         transformers_version=transformers.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
@@ -383,24 +352,3 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
                "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
                "dtype": "float32", **notes})
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
-
-
-def main(argv: list[str] | None = None) -> int:
-
-    def run(args: ReproArgs) -> int:
-        problem = usage_error(args)
-        if problem:
-            print(f"error: {problem}", file=sys.stderr)
-            return 2
-        if not launch.external_launcher_env() and launch.CHILD_DIR_VAR not in os.environ:
-            reason = skip_reason()  # cheap, before any rank starts
-            if reason:
-                print(f"SKIP: {reason}", flush=True)
-                return EXIT_SKIP
-        return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
-
-    return main_guard(__doc__, run, argv=argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

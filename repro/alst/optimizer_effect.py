@@ -1,9 +1,8 @@
-#!/usr/bin/env python
 """What a gradient sp times larger does to the update: Adam/AdamW, clipping, SGD. Plain torch, one process.
 
 The ZeRO-3 fix multiplies every gradient that users of the ALST all_gather recipe get under
 ZeRO-3 by sp (it was 1/sp of ZeRO-1/2's and cancelled the recipe's double count). This
-script trains two copies of the tiny Llama (repro/tiny_llama.py) on the same batches, one on
+script trains two copies of the tiny Llama (repro/alst/tiny_llama.py) on the same batches, one on
 ``loss`` and one on ``sp * loss``, and reports after N steps how far the parameters moved
 apart, relative to how far they moved at all:
 
@@ -27,11 +26,8 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from repro import tiny_llama  # noqa: E402
-from repro.harness import exit_codes  # noqa: E402
+from repro.alst import tiny_llama
+from repro.harness import exit_codes
 
 
 def _batches(steps: int, seq_len: int = 16):

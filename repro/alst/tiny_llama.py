@@ -1,11 +1,10 @@
-#!/usr/bin/env python
 """A tiny Llama built locally, and an offline stand-in for the hub repo DeepSpeed's tests load.
 
 Nothing here downloads anything. Two uses:
 
 * ``build(folder)``: a ``LlamaForCausalLM`` from a fixed ``LlamaConfig`` and a fixed seed,
-  saved with ``save_pretrained`` (fp32 safetensors + config.json). ``repro/alst_recipe.py``
-  loads it with ``from_pretrained(folder)``.
+  saved with ``save_pretrained`` (fp32 safetensors + config.json). The ALST recipe check
+  (``repro/alst_recipe.py``) loads it with ``from_pretrained(folder)``.
 * ``populate_hub_cache(hf_home)``: lays that model out in a Hugging Face hub cache as if it
   had been downloaded from ``hf-internal-testing/tiny-random-LlamaForCausalLM``, so that
   DeepSpeed's ``tests/unit/ulysses_alst/test_ulysses_sp_hf.py``, which calls
@@ -201,6 +200,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if __package__ in (None, ""):
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(main())

@@ -10,15 +10,16 @@ relative error against any scale ``s`` follows from those two alone:
 
 and a row "is at scale s" when err(s) <= the tolerance of its dtype (``TOLERANCES``).
 
-Expected scale of a row = base(expectation) x the factors of every known discrepancy whose
-predicate covers it:
+Expected scale of a row = the rule of ``repro.harness.scales.expected_scale`` for its observed
+path, sp and expectation (the probe's loss recipe is ``none``) x the factors of every known
+discrepancy whose predicate covers it:
 
-* base, ``--expect buggy``: 1/sp for a gradient reduced by ZeRO-3's ``__avg_scatter_grads``
+* the rule, ``--expect buggy``: 1/sp for a gradient reduced by ZeRO-3's ``__avg_scatter_grads``
   with sp > 1 (the bug this package fixes), 1.0 otherwise;
-* base, ``--expect fixed``: 1.0 everywhere;
-* known discrepancies (``known_discrepancies.toml``): other upstream bugs, each written up in
-  ``docs/upstream-candidates/``; their factors compose with the base (a predivide bug on the
-  same path as the sp bug multiplies both).
+* the rule, ``--expect fixed``: 1.0 everywhere;
+* known discrepancies (``repro/audit/known_discrepancies.toml``): other upstream bugs, each
+  written up in ``docs/upstream-candidates/``; their factors compose with the rule (a predivide
+  bug on the same path as the sp bug multiplies both).
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from repro.harness.files import load_toml
+from repro.harness.scales import EXPECTATIONS, ReducePath, error_at, expected_scale
 
-AVG_SCATTER = "__avg_scatter_grads"
-EXPECTATIONS = ("fixed", "buggy")
+AVG_SCATTER = ReducePath.AVG_SCATTER.value
 KNOWN_SCHEMA = "zero3-sp-gradfix/known-discrepancies/v1"
 DEFAULT_KNOWN_FILE = Path(__file__).resolve().with_name("known_discrepancies.toml")
 
@@ -72,26 +72,9 @@ TOLERANCES = {
 }
 
 
-def error_at(ratio: float, residual: float, scale: float) -> float:
-    """Norm-wise relative error of the observed gradient against ``scale`` x the oracle."""
-    if scale <= 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
-    return math.hypot(residual, ratio - scale) / scale
-
-
 def at_scale(ratio: float, residual: float, scale: float, dtype: str) -> bool:
+    """The row is at ``scale`` x the oracle within its dtype's tolerance (``scales.error_at``)."""
     return error_at(ratio, residual, scale) <= TOLERANCES[dtype].rel
-
-
-def ratio_label(ratio: float, residual: float, dtype: str, max_denominator: int = 64) -> str:
-    """The ratio as a simple fraction ("1", "1/2", "1/8", "3/2") when one is within tolerance,
-    else "other"."""
-    if ratio <= 0:
-        return "other"
-    frac = Fraction(ratio).limit_denominator(max_denominator)
-    if frac > 0 and at_scale(ratio, residual, float(frac), dtype):
-        return str(frac)
-    return "other"
 
 
 # --------------------------------------------------------------------------- known discrepancies
@@ -220,11 +203,19 @@ def load_known(path: Path | str = DEFAULT_KNOWN_FILE, root: Path | None = None) 
 
 # --------------------------------------------------------------------------- judging rows
 
+_REDUCE_PATHS = frozenset(p.value for p in ReducePath)
 
-def base_scale(path: str, sp: int, expect: str) -> float:
-    if expect not in EXPECTATIONS:
-        raise ValueError(f"unknown expectation {expect!r}")
-    return 1.0 / sp if expect == "buggy" and path == AVG_SCATTER and sp > 1 else 1.0
+
+def reduce_path(observed: str) -> ReducePath:
+    """The ``ReducePath`` of a row's observed path: ZeRO-3's method names are its values; ZeRO-1/2's
+    observed methods (``stage_1_and_2.<method>``) are ``STAGE_1_2``, ZeRO-0's (``engine.<method>``)
+    ``STAGE_0``."""
+    if observed in _REDUCE_PATHS:
+        return ReducePath(observed)
+    for prefix, path in (("stage_1_and_2", ReducePath.STAGE_1_2), ("engine", ReducePath.STAGE_0)):
+        if observed.startswith(prefix):
+            return path
+    raise ValueError(f"not a reduce path the audit observes: {observed!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +237,7 @@ def judge_row(point_fields: dict[str, Any], path: str, param: str, ratio: float,
     target: dict[str, float | None] = {}
     ok = {}
     for e in EXPECTATIONS:
-        scale = base_scale(path, sp, e) * factor
+        scale = expected_scale(reduce_path(path), sp, e) * factor
         if not_a_scale:
             target[e] = None
             ok[e] = not at_scale(ratio, residual, scale, dtype) and not at_scale(ratio, residual, 1.0, dtype)
@@ -261,11 +252,12 @@ def judge_row(point_fields: dict[str, Any], path: str, param: str, ratio: float,
 CATEGORIES = ("match", "sp_bug", "known", "unexplained", "rejected", "error")
 
 
-def point_category(status: str, rows: Iterable[dict]) -> str:
+def point_category(status: str, rows: Iterable[Judgement]) -> str:
     """One word for what a point showed, whatever the expectation.
 
-    match: every row at 1.0 (the oracle). sp_bug: every row at 1.0, or reduced by
-    __avg_scatter_grads with sp > 1 and at 1/sp with no known discrepancy involved.
+    ``rows``: their judgements (a ``Judgement``, or a judged row of ``repro.audit.report``: the
+    same attributes). match: every row at 1.0 (the oracle). sp_bug: every row at 1.0, or reduced
+    by __avg_scatter_grads with sp > 1 and at 1/sp with no known discrepancy involved.
     known: every row where the buggy or the fixed expectation, times the known discrepancies
     covering it, puts it, and some row is off 1.0 because of a known discrepancy.
     unexplained: some row is where neither puts it. rejected / error: DeepSpeed refused the
@@ -276,16 +268,16 @@ def point_category(status: str, rows: Iterable[dict]) -> str:
     rows = list(rows)
     if not rows:
         return "error"
-    if all(r["at_oracle"] for r in rows):
+    if all(r.at_oracle for r in rows):
         return "match"
-    if all(r["at_oracle"] or (r["at_sp_bug"] and not r["known"]) for r in rows):
+    if all(r.at_oracle or (r.at_sp_bug and not r.known) for r in rows):
         return "sp_bug"
-    if all(r["ok"]["buggy"] or r["ok"]["fixed"] for r in rows):
+    if all(r.ok["buggy"] or r.ok["fixed"] for r in rows):
         return "known"
     return "unexplained"
 
 
-def point_holds(status: str, rows: Iterable[dict], expect: str) -> bool:
+def point_holds(status: str, rows: Iterable[Judgement], expect: str) -> bool:
     """A point keeps the expectation: rejected points do, errors do not, run points when every
     row is at the scale the expectation (with known discrepancies) predicts."""
     if status == "rejected":
@@ -293,4 +285,4 @@ def point_holds(status: str, rows: Iterable[dict], expect: str) -> bool:
     if status != "ran":
         return False
     rows = list(rows)
-    return bool(rows) and all(r["ok"][expect] for r in rows)
+    return bool(rows) and all(r.ok[expect] for r in rows)

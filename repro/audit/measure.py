@@ -10,7 +10,7 @@ Which code reduced the gradients is observed, not predicted, by wrapping methods
 engine's instances only (the calls pass straight through):
 
 * ZeRO-3: per parameter, ``__avg_scatter_grads`` or ``__avg_scatter_contiguous_grads``
-  (``measure.watch_reduce_paths``).
+  (``repro.harness.engine.watch_reduce_paths``).
 * ZeRO-1/2: which of ``gradient_reduction_w_predivide`` (average_tensor without
   reduce_scatter), ``average_tensor`` with reduce_scatter, ``buffered_reduce_fallback``
   (contiguous_gradients=False) ran. All parameters of a point take the same one.
@@ -30,9 +30,10 @@ from typing import Any
 
 import torch
 
-from repro.audit_space import AuditPoint
-from repro.harness.engine import destroy_engine, ds_config, watch_reduce_paths
-from repro.model import ParamSpec, ProbeModel, rank_inputs
+from repro.audit.space import AuditPoint
+from repro.gradscale.model import ProbeModel, rank_inputs
+from repro.gradscale.space import ParamSpec
+from repro.harness.engine import destroy_engine, ds_config, full_gradients, watch_reduce_paths
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -115,7 +116,6 @@ def ds_config_for(point: AuditPoint) -> dict[str, Any]:
 
 
 def _measure(engine, point: AuditPoint, specs, rank: int, device: str) -> PointOutcome:
-    from deepspeed.utils import safe_get_full_grad
 
     optimizer_name = type(engine.optimizer).__name__
     z3_paths = watch_reduce_paths(engine.optimizer) if point.stage == 3 else None
@@ -130,15 +130,9 @@ def _measure(engine, point: AuditPoint, specs, rank: int, device: str) -> PointO
         engine.backward(loss)
         if micro < point.gas - 1:
             engine.step()  # not a boundary: the engine only counts the micro-step
-    named = dict(engine.module.named_parameters())
-    grads = []
-    for spec in specs:
-        param = named[f"weights.{spec.name}"]
-        grad = safe_get_full_grad(param)  # collective under ZeRO-3: same order on every rank
-        if grad is None:
-            raise RuntimeError(f"DeepSpeed returned no gradient for {spec.name}")
-        grads.append(MeasuredGrad(spec.name, spec.numel, grad.detach().double().cpu().clone(),
-                                  _path(point, param, z3_paths, calls), str(grad.dtype).replace("torch.", "")))
+    grads = [MeasuredGrad(spec.name, spec.numel, grad.detach().double().cpu().clone(),
+                          _path(point, param, z3_paths, calls), str(grad.dtype).replace("torch.", ""))
+             for spec, (_, param, grad) in zip(specs, full_gradients(engine, [f"weights.{s.name}" for s in specs]))]
     return PointOutcome("ran", optimizer=optimizer_name, grads=grads)
 
 

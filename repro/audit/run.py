@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Gradient-scale parity audit: every ZeRO configuration point against one plain-torch oracle.
 
 For each point of the space (ZeRO stage 0-3; reduce_scatter, contiguous_gradients, a reduce
@@ -12,7 +11,7 @@ reported as rejected, not as failures.
 
 --expect buggy holds when every gradient reduced by ZeRO-3's __avg_scatter_grads with sp > 1 is
 at 1/sp and every other one matches the oracle, each up to the known upstream discrepancies
-listed in repro/known_discrepancies.toml (written up in docs/upstream-candidates/);
+listed in repro/audit/known_discrepancies.toml (written up in docs/upstream-candidates/);
 --expect fixed likewise with the first kind at 1.0.
 
 Local launch (default): one launch of the ranks per topology (world size, sp), one after the
@@ -22,10 +21,14 @@ Under torchrun / the deepspeed launcher: the launcher's world size only, every s
 it (or --sp), in the one process group.
 
 --timeout is the deadline of the whole audit: each launch gets what is left of it.
+
+The runnable script is repro/parity_audit.py (``main`` below); every rank it starts runs it too.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import os
@@ -33,18 +36,17 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repro package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from repro.harness import launch  # noqa: E402
-from repro.audit_expect import DEFAULT_KNOWN_FILE, load_known  # noqa: E402
-from repro.audit_report import AuditReport, raw_point, raw_row, render_summary, render_table  # noqa: E402
-from repro.audit_space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,  # noqa: E402
+from repro.audit.expect import DEFAULT_KNOWN_FILE, load_known
+from repro.audit.report import AuditReport, raw_point, raw_row, render_summary, render_table
+from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,
                                select, topologies)
-from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, parse  # noqa: E402
+from repro.harness import launch
+from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, parse
 
 SCRIPT = "parity_audit"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# What the ranks of a local launch run (launch.run starts sys.argv[0] with sys.argv[1:]).
+ENTRY_SCRIPT = REPO_ROOT / "repro" / "parity_audit.py"
 DEFAULT_TIMEOUT_S = 3600.0
 # A launch with less than this left of the deadline is not started.
 MIN_LAUNCH_S = 20.0
@@ -63,7 +65,7 @@ def _add_arguments(parser) -> None:
     parser.add_argument("--point", action="append", metavar="GLOB",
                         help="only points whose id matches this glob, e.g. 'z3.*/sp2dp1/*' (repeatable)")
     parser.add_argument("--known", type=Path, default=DEFAULT_KNOWN_FILE,
-                        help="the known-discrepancy file (default repro/known_discrepancies.toml)")
+                        help="the known-discrepancy file (default repro/audit/known_discrepancies.toml)")
     parser.add_argument("--no-known", action="store_true",
                         help="judge without the known discrepancies: every other upstream bug shows as unexplained")
     parser.add_argument("--table", choices=["all", "failing", "none"], default="all",
@@ -106,22 +108,14 @@ class Selection:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The audit's entry: ``argv`` (default ``sys.argv[1:]``) is parsed once, here."""
     parser = build_parser(__doc__.split("\n\n")[0], prog="parity_audit.py")
     _add_arguments(parser)
-    # Which of --world-size, --sp, --backend were given, as argparse reads argv (abbreviations such
-    # as --world 4 included): unset, the audit runs every topology of its space.
-    defaults = {name: parser.get_default(name) for name in ("world_size", "sp", "backend")}
+    # Unset, --world-size and --sp mean every topology of the audit's space and --backend a choice
+    # per topology: defaults of None tell them apart from given values (abbreviated ones included).
     parser.set_defaults(world_size=None, sp=None, backend=None)
-    given = parser.parse_args(argv)
-    parser.set_defaults(**defaults)
-    explicit_ws, explicit_sp = given.world_size is not None, given.sp is not None
-    backend_choice = given.backend or "auto"
-    parse_argv = list(argv)
-    if not explicit_sp:
-        parse_argv += ["--sp", "1"]  # validated later per topology; the shared parser wants one
     try:
-        args = parse(parser, parse_argv)
+        args = _repro_args(parser, parser.parse_args(argv))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
@@ -135,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if launch.CHILD_DIR_VAR in os.environ:  # a rank this audit spawned for one topology
         return launch.run(args, _rank_program(args, [args.sp], known), lambda report, wall: None)
     selection = Selection.of(args)
+    explicit_ws, explicit_sp = args.extra["world_size_given"], args.extra["sp_given"]
     if launch.external_launcher_env():
         world = args.world_size
         sps = [args.sp] if explicit_sp else [t.sp for t in topologies([world])]
@@ -145,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_ERROR
         if args.extra["list"]:
             return _list(selection, topos)
+
         def sink(partial: dict, wall: float) -> None:
             topo_runs = [dict(t, exit_code=0, wall_time_s=None, message="") for t in partial["topologies"]]
             report = _final(args, known, topo_runs, partial["points"], partial["meta"], "external")
@@ -160,7 +156,34 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     if args.extra["list"]:
         return _list(selection, topos)
-    return _parent(args, selection, topos, known, backend_choice)
+    return _parent(args, selection, topos, known)
+
+
+def _repro_args(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> ReproArgs:
+    """The parsed flags as the shared contract's ``ReproArgs``, validated by ``cli.parse``.
+
+    ``extra`` records whether --world-size and --sp were given (``world_size_given``,
+    ``sp_given``) and the --backend choice (``backend_choice``, "auto" when unset); where they were
+    not, the contract's checks see a world size and sp every topology accepts (sp 1; world size sp).
+    """
+    given = dict(world_size_given=ns.world_size is not None, sp_given=ns.sp is not None,
+                 backend_choice=ns.backend or "auto")
+    sp = ns.sp if given["sp_given"] else 1
+    world_size = ns.world_size if given["world_size_given"] else sp
+    filled = argparse.Namespace(**{**vars(ns), "world_size": world_size, "sp": sp,
+                                   "backend": given["backend_choice"], **given})
+    return parse(_Parsed(parser, filled))
+
+
+class _Parsed:
+    """A parser whose parse is done: ``cli.parse`` validates the one namespace ``main`` parsed."""
+
+    def __init__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace):
+        self.prog, self._ns = parser.prog, ns
+
+    def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
+        assert argv is None, "already parsed"
+        return self._ns
 
 
 def _list(selection: Selection, topos) -> int:
@@ -178,14 +201,14 @@ def _list(selection: Selection, topos) -> int:
 # --------------------------------------------------------------------------- parent
 
 
-def _parent(args: ReproArgs, selection: Selection, topos, known, backend_choice: str) -> int:
+def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
     started = time.monotonic()
     deadline = started + args.timeout
     groups = group_by_topology(selection.points(topos))
     if not groups:
         print("error: the filters select no point", file=sys.stderr)
         return EXIT_ERROR
-    script = str(Path(__file__).resolve())
+    backend_choice = args.extra["backend_choice"]
     topo_runs, points, meta = [], [], {}
     for topo, topo_points in groups.items():
         left = deadline - time.monotonic()
@@ -206,12 +229,8 @@ def _parent(args: ReproArgs, selection: Selection, topos, known, backend_choice:
         print(f"[parity-audit] launch {topo.label()} (world {topo.world_size}, {backend}): {len(topo_points)} points, "
               f"{left:.0f} s left", file=sys.stderr, flush=True)
         launch_start = time.monotonic()
-        saved_argv = sys.argv
-        sys.argv = [script, *child_argv]
-        try:
+        with _rank_argv(child_argv):
             code = launch.run(child_args, None, lambda report, wall: received.append(report))
-        finally:
-            sys.argv = saved_argv
         wall = round(time.monotonic() - launch_start, 3)
         message = ""
         if code in (0, 1) and received:
@@ -231,6 +250,18 @@ def _parent(args: ReproArgs, selection: Selection, topos, known, backend_choice:
     report.wall_time_s = round(time.monotonic() - started, 3)
     _emit(report, args)
     return report.exit_code
+
+
+@contextlib.contextmanager
+def _rank_argv(child_argv: list[str]):
+    """What the ranks of one launch run: launch.run starts ``sys.argv`` (script and flags) once per
+    rank, so it is this topology's flags, built from the parsed ones, while the launch lasts."""
+    saved = sys.argv
+    sys.argv = [str(ENTRY_SCRIPT), *child_argv]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def _final(args: ReproArgs, known, topo_runs, points, meta, launcher: str) -> AuditReport:
@@ -292,13 +323,13 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
     def program(ctx: launch.RankContext) -> launch.RankResult:
         import torch
 
-        from repro.audit_measure import DTYPES as TORCH_DTYPES
-        from repro.audit_measure import run_point
+        from repro.audit.measure import DTYPES as TORCH_DTYPES
+        from repro.audit.measure import run_point
+        from repro.gradscale.oracle import expected_gradients
+        from repro.gradscale.space import SMALL_AND_LARGE
         from repro.harness.env import deepspeed_version
-        from repro.model import SMALL_AND_LARGE
-        from repro.oracle import expected_gradients
+        from repro.harness.scales import fit
         from repro.harness.topology import Topology, build_mpu
-        from repro.verdict import compare
 
         points_out, topos_out = [], []
         for sp in sps:
@@ -316,9 +347,9 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
                 rows = []
                 for g in outcome.grads:
                     expected = oracle[key][g.name]
-                    cmp = compare(g.full_grad, expected)
-                    rows.append(raw_row(g.name, g.numel, g.path, g.dtype, cmp.ratio, cmp.residual,
-                                        _max_rel_dev(g.full_grad, expected, cmp.ratio)))
+                    f = fit(g.full_grad, expected)
+                    rows.append(raw_row(g.name, g.numel, g.path, g.dtype, f.ratio, f.residual,
+                                        _max_rel_dev(g.full_grad, expected, f.ratio)))
                 points_out.append(raw_point(p.id, p.fields(), outcome.status, outcome.message, outcome.optimizer,
                                             outcome.seconds, rows))
             topos_out.append(dict(world_size=ctx.world_size, sp=sp, dp=ctx.world_size // sp, points=len(points)))
@@ -327,7 +358,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
             launch.remove_shm_buffers(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], ctx.rank)
         meta = dict(deepspeed_version=deepspeed_version(), torch_version=torch.__version__, backend=ctx.backend,
                     device=ctx.device.split(":")[0])
-        partial = dict(topologies=topos_out, points=points_out, meta=meta)
+        partial = dict(topologies=topos_out, points=[p.model_dump(mode="json") for p in points_out], meta=meta)
         if ctx.external_launcher:
             # Every rank judges its own (identical) measurements: its exit code is the verdict.
             topo_runs = [dict(t, exit_code=0, wall_time_s=None, message="") for t in topos_out]

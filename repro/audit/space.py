@@ -140,7 +140,7 @@ class AuditPoint:
         return out
 
     def fields(self) -> dict:
-        """What a known-discrepancy predicate may test (see audit_expect)."""
+        """What a known-discrepancy predicate may test (see repro.audit.expect)."""
         data = dataclasses.asdict(self)
         data.update(world=self.world_size, predivide_factor=self.predivide_factor,
                     reduce_bucket_size=self.reduce_bucket_size)

@@ -1,7 +1,7 @@
 """Drive the installed clients' own sp loss functions on real DeepSpeed engines (rank side).
 
 For each client found in this interpreter and each ZeRO stage (2, 3 with DeepSpeed's defaults),
-one engine trains the tiny Llama (``repro/tiny_llama.py``) one step under Ulysses sp with
+one engine trains the tiny Llama (``repro.alst.tiny_llama``) one step under Ulysses sp with
 DeepSpeed's ``UlyssesSPAttentionHF`` and its data-loader sharding; the tensor backpropagated is
 whatever the client's function returns, imported from the installed client, never copied:
 
@@ -21,7 +21,8 @@ whatever the client's function returns, imported from the installed client, neve
 
 DeepSpeed, the engines and the collectives are real; the measured gradient is DeepSpeed's full
 gradient (``safe_get_full_grad``, a collective under ZeRO-3) against the non-sp baseline of the
-same sample (``repro.alst_recipe.baseline``).
+same sample (``repro.alst.measure.baseline``). ``program`` is the rank program ``repro.downstream.run``
+launches.
 """
 
 from __future__ import annotations
@@ -33,16 +34,21 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import os
+import platform
 import types
 from pathlib import Path
 from typing import Callable
 
-from repro import alst_recipe
-from repro.alst_verdict import fit, row_ok
-from repro.downstream_rule import (MARKER_MODULE, MARKER_NAME, STAGES, ClientKind, ClientRow, classify,
-                                   compensates, expected_ratio)
+from repro.alst import measure as alst_measure, tiny_llama
+from repro.alst.expect import fit
+from repro.downstream.expect import ClientKind, classify, compensates, expected_ratio
+from repro.downstream.report import ClientRow, DownstreamReport
+from repro.downstream.space import MARKER_MODULE, MARKER_NAME, STAGES
+from repro.harness import launch, scales
 
-PARAMS = alst_recipe.PARAMS
+SCRIPT = "downstream_clients"
+PARAMS = alst_measure.PARAMS
 ACCELERATE_SCRIPT = "accelerate.test_utils.scripts.external_deps.test_ds_alst_ulysses_sp"
 
 
@@ -217,9 +223,9 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
 
     from repro.harness.engine import destroy_engine
 
-    engine, config = alst_recipe.sp_engine(stage, model_dir, mpu, sp)
+    engine, config = alst_measure.sp_engine(stage, model_dir, mpu, sp)
     try:
-        shard, sp_group, _ = alst_recipe.sp_shard(engine, dp_index, notes)
+        shard, sp_group, _ = alst_measure.sp_shard(engine, dp_index, notes)
         batch = {k: shard[k].to(engine.device) for k in ("input_ids", "position_ids", "shift_labels")}
         loss = client.call(engine, batch, sp_group, sp, config)
         engine.backward(loss)
@@ -247,15 +253,14 @@ def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, 
     baseline = torch.cat([expected_grads[p].flatten() for p in fitted])
     target = expected_ratio(client.kind, stage, sp, assume_fixed, deepspeed_version, marker)
     f = fit(observed, baseline, target)
-    per_param = {p: fit(grads[p], expected_grads[p], target).ratio for p in PARAMS}
-    ok = row_ok(f.ratio, f.residual, f.elementwise_ok, target)
+    per_param = {p: scales.fit(grads[p], expected_grads[p]).ratio for p in PARAMS}
     note = "; ".join(f"{p} left out of the fit (measured ratio {per_param[p]:.4g}): {why}"
                      for p, why in client.exclude.items())
     return ClientRow(client=client.name, client_version=client.version, function=client.function, stage=stage,
                      status="measured", kind=client.kind.kind, gate=client.kind.gate,
                      gate_version=client.kind.gate_version,
                      compensates=compensates(client.kind, deepspeed_version, marker) if stage == 3 else False,
-                     ratio=f.ratio, residual=f.residual, param_ratios=per_param, expected=target, matches_rule=ok,
+                     ratio=f.ratio, residual=f.residual, param_ratios=per_param, expected=target, matches_rule=f.ok,
                      note=note)
 
 
@@ -279,3 +284,48 @@ def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: 
             rows.append(measured_row(client, stage, grads, expected_grads, sp, assume_fixed, deepspeed_version,
                                      marker))
     return rows
+
+
+# ----------------------------------------------------------------------------- rank program
+
+
+def program(ctx: launch.RankContext) -> launch.RankResult:
+    reason = alst_measure.skip_reason()
+    if reason:
+        raise launch.SkipRank(reason)
+    # transformers 5.25 loads hub kernels by default and needs `kernels>=0.19.1,<0.20`, which PyPI
+    # does not have; the tiny fp32 CPU model uses none. Its documented switch turns them off.
+    os.environ.setdefault("USE_HUB_KERNELS", "0")
+    import torch
+
+    clients = find_clients()
+    sp, dp = ctx.topology.sp, ctx.topology.dp
+    dp_index = ctx.rank // sp
+    # Rank 0 saves the model first: two ranks saving a new transformers version's copy at once were seen to
+    # make the other rank read a config.json without model_type (transformers 5.24, first run).
+    if ctx.rank == 0:
+        tiny_llama.build(tiny_llama.default_model_dir())
+    torch.distributed.barrier()
+    model_dir = tiny_llama.build(tiny_llama.default_model_dir())
+    # The baseline first: registering Ulysses replaces the sdpa attention function process-wide.
+    _, expected = alst_measure.baseline(model_dir, dp, ctx.device)
+    mpu = alst_measure.register_ulysses(model_dir, sp)
+    fixed, marker = deepspeed_state()
+    ds_version = dist_version("deepspeed") or "none"
+    notes: dict[str, str] = {}
+    rows = measure_all(clients, model_dir, mpu, sp, dp_index, expected, ctx.args.expect == "fixed", ds_version,
+                       marker, notes)
+    report = DownstreamReport(
+        script=SCRIPT, deepspeed_version=ds_version, deepspeed_fixed=fixed, marker=marker,
+        torch_version=torch.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
+        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size, sp=sp, dp=dp,
+        expect=ctx.args.expect, rows=rows, python_version=platform.python_version(),
+        extra={"model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights", "seq_len": alst_measure.SEQ_LEN,
+               "masked_prefix": alst_measure.MASKED_PREFIX, "params": list(PARAMS),
+               "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)", "dtype": "float32",
+               "callers": "transformers: accelerator and ParallelismConfig stand-ins (sp group, sp_backend, "
+                          "sp_size) + a real HfDeepSpeedConfig; arctic_training: a stand-in SFTTrainer (engine, "
+                          "module, device, sp group, config)",
+               **notes})
+    code = report.exit_code
+    return launch.RankResult(1 if code == 1 else 0, report.to_dict() if ctx.rank == 0 else None)

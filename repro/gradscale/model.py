@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
+
+from repro.gradscale.space import ParamSpec
 
 _INIT_SEED = 20260917
 _INPUT_SEED = 8692  # the upstream report's issue number; any fixed value works
-
-
-@dataclasses.dataclass(frozen=True)
-class ParamSpec:
-    name: str
-    numel: int
-
-
-# The issue report's shape: a parameter that fits a small reduce bucket and one that does not.
-SMALL_AND_LARGE = (ParamSpec("small", 4), ParamSpec("large", 64))
 
 
 class ProbeModel(torch.nn.Module):

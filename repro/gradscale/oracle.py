@@ -11,7 +11,8 @@ from typing import Sequence
 
 import torch
 
-from repro.model import ParamSpec, local_gradients
+from repro.gradscale.model import local_gradients
+from repro.gradscale.space import ParamSpec
 from repro.harness.topology import Topology
 
 

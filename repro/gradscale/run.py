@@ -1,4 +1,4 @@
-"""The rank program both gradient-scale reproducers share.
+"""The program both gradient-scale reproducers run: flags, launch, and each rank's work.
 
 Every rank runs each configuration through a real engine; rank 0 compares DeepSpeed's full
 gradients with the oracle and builds the report. The oracle needs no collectives: every
@@ -11,28 +11,29 @@ from __future__ import annotations
 import platform
 from typing import Callable, Sequence
 
-from repro.harness import launch
+from repro.gradscale.expect import matches
+from repro.gradscale.measure import Measured, run_config
+from repro.gradscale.oracle import expected_gradients
+from repro.gradscale.report import Report, Row, emit
+from repro.gradscale.space import ParamSpec, ZeroConfig
+from repro.harness import launch, scales
 from repro.harness.cli import ReproArgs, main_guard
 from repro.harness.env import deepspeed_version
-from repro.measure import Measured, ZeroConfig, run_config
-from repro.model import ParamSpec
-from repro.oracle import expected_gradients
-from repro.report import Report, Row, emit
+from repro.harness.scales import ReducePath
 from repro.harness.topology import build_mpu
-from repro.verdict import ReducePath, classify, compare, matches, target_scale
 
 
 def make_rows(zero: ZeroConfig, measured: Sequence[Measured], expected: dict, sp: int, expect: str) -> list[Row]:
     rows = []
     for m in measured:
-        cmp = compare(m.full_grad, expected[m.name])
-        target = target_scale(m.path, sp, expect)
-        buggy_target = target_scale(m.path, sp, "buggy")
+        fit = scales.fit(m.full_grad, expected[m.name])
+        target = scales.expected_scale(m.path, sp, expect)
+        buggy_target = scales.expected_scale(m.path, sp, "buggy")
         rows.append(Row(config=zero.label(), stage=zero.stage, reduce_scatter=zero.reduce_scatter,
                         contiguous_gradients=zero.contiguous_gradients, reduce_bucket_size=zero.reduce_bucket_size,
-                        param=m.name, numel=m.numel, path=str(m.path), observed_norm=cmp.observed_norm,
-                        expected_norm=cmp.expected_norm, ratio=cmp.ratio, residual=cmp.residual,
-                        label=classify(cmp.ratio, cmp.residual, sp), target=target,
+                        param=m.name, numel=m.numel, path=str(m.path), observed_norm=fit.observed_norm,
+                        expected_norm=fit.expected_norm, ratio=fit.ratio, residual=fit.residual,
+                        label=scales.label(fit.ratio, fit.residual), target=target,
                         ok=matches(m.full_grad, expected[m.name], target), buggy_target=buggy_target,
                         buggy_ok=matches(m.full_grad, expected[m.name], buggy_target),
                         fixed_ok=matches(m.full_grad, expected[m.name], 1.0)))
@@ -70,11 +71,11 @@ def main(description: str, script: str, select_configs: Callable[[ReproArgs], Se
          specs: tuple[ParamSpec, ...], add_arguments=None, check: Check | None = None,
          argv: list[str] | None = None) -> int:
 
-    def run(args: ReproArgs) -> int:
+    def launch_ranks(args: ReproArgs) -> int:
         program = rank_program(script, select_configs(args), specs, check)
         return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
 
-    return main_guard(description, run, add_arguments, argv)
+    return main_guard(description, launch_ranks, add_arguments, argv)
 
 
 def require_paths(*paths: ReducePath) -> Check:

@@ -73,3 +73,21 @@ def _bucket_params(optimizer, args, kwargs) -> list:
         return list(optimizer.params_in_ipg_bucket)
     dtype = args[0] if args else kwargs.get("communication_data_type")
     return list(optimizer.ipg_buckets[dtype].params)
+
+
+def full_gradients(engine, names: list[str], where: str = "") -> list[tuple[str, object, object]]:
+    """(name, parameter, full reduced gradient) of each named parameter of ``engine.module``, in order.
+
+    ``safe_get_full_grad`` is a collective under ZeRO-3: every rank calls it, in the same order.
+    """
+    from deepspeed.utils import safe_get_full_grad
+
+    named = dict(engine.module.named_parameters())
+    out = []
+    for name in names:
+        param = named[name]
+        grad = safe_get_full_grad(param)
+        if grad is None:
+            raise RuntimeError(f"{where}DeepSpeed returned no gradient for {name}")
+        out.append((name, param, grad))
+    return out

@@ -5,14 +5,15 @@ field) and declares its fields; what it derives from them (``holds``, ``pattern`
 are ``computed_field`` properties, written to the JSON for readers without this package. Reading
 a file back (``load`` / ``from_dict``) validates every field and recomputes the derived ones: a
 file whose stored verdict disagrees with its own rows is rejected, not trusted. The JSON schema
-of each report is exported under ``docs/schemas/`` (``python -m repro.harness.schemas``).
+of each report is exported under ``docs/schemas/`` (``python -m patch_and_test.schemas``).
 """
 
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,9 +21,20 @@ from repro.harness.files import write_json
 
 
 class Record(BaseModel):
-    """A row or other nested record of a report: typed, immutable, no unknown fields."""
+    """A row or other nested record of a report: typed, immutable, no unknown fields.
+
+    What a record derives (``computed_field``) is written for readers, and recomputed, not read,
+    when a file is loaded: older files worded some of it otherwise ("1.0" where the label is "1").
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_recomputed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and cls.model_computed_fields:
+            data = {k: v for k, v in data.items() if k not in cls.model_computed_fields}
+        return data
 
 
 class JsonReport(BaseModel):
@@ -74,3 +86,56 @@ class JsonReport(BaseModel):
         schema = cls.model_json_schema(by_alias=True, mode="serialization")
         schema["$id"] = cls.SCHEMA
         return schema
+
+
+class LaunchReport(JsonReport):
+    """A report of one multi-rank launch: who ran what, where, and how it ended; a family adds its rows.
+
+    The family supplies ``table()`` (its rows for a person) and the derived ``holds``; the summary
+    line, and ``emit`` (the launcher's sink: wall time in, table out, ``--json`` written) are shared.
+    """
+
+    script: str
+    deepspeed_version: str
+    torch_version: str
+    backend: str  # "gloo" | "nccl"
+    device: str  # "cpu" | "cuda"
+    launcher: str  # "local" (the script started its ranks) | "external" (torchrun, deepspeed)
+    world_size: int
+    sp: int
+    dp: int
+    expect: str  # "fixed" | "buggy"
+    extra: dict[str, Any] = Field(default_factory=dict)
+    python_version: str = Field(default_factory=platform.python_version)
+    wall_time_s: float | None = None
+
+    def table(self) -> str:
+        raise NotImplementedError
+
+    def versions(self) -> str:
+        return f"DeepSpeed {self.deepspeed_version}, torch {self.torch_version}"
+
+    def outcome(self) -> str:
+        return f"(pattern seen: {self.pattern})"
+
+    def summary(self) -> str:
+        line = (f"{self.script}: {self.versions()}, {self.backend}, world {self.world_size} (sp={self.sp}, "
+                f"dp={self.dp}), --expect {self.expect}: {'HOLDS' if self.holds else 'DOES NOT HOLD'} {self.outcome()}")
+        return line if self.wall_time_s is None else f"{line}, {self.wall_time_s:.1f} s"
+
+    @classmethod
+    def emit(cls, report_dict: dict[str, Any], wall_time_s: float, json_path: Path | None) -> None:
+        """The launch's report sink: add the wall time, print the table, write ``--json``."""
+        report = cls.from_dict(report_dict)
+        report.wall_time_s = round(wall_time_s, 3)
+        print(report.table(), flush=True)
+        if json_path is not None:
+            report.write(json_path)
+
+
+def text_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns under a header and a rule."""
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    return out + [fmt.format(*line).rstrip() for line in lines]

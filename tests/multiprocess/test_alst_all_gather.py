@@ -3,7 +3,7 @@
 Plain torch, no DeepSpeed: 4 gloo ranks in sp groups [0, 1] and [2, 3]. torch's
 ``torch.distributed.nn.functional.all_gather`` backward fails on the group without global
 rank 0 (its gloo all-to-all passes a group rank to ``scatter`` as the global source); the
-stand-in in repro/alst_recipe.py runs there, and on the group where torch's works the two
+stand-in in repro/alst/measure.py runs there, and on the group where torch's works the two
 give the same gradient.
 """
 
@@ -20,7 +20,7 @@ def _worker(rank: int, world: int, init_file: str, results):
     import torch.distributed as tdist
     import torch.distributed.nn.functional  # noqa: F401 - not imported by `import torch`
 
-    from repro.alst_recipe import _equivalent_all_gather
+    from repro.alst.measure import _equivalent_all_gather
 
     tdist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     groups = [tdist.new_group([0, 1]), tdist.new_group([2, 3])]

@@ -23,7 +23,7 @@ FIXED = {("allgather", 2): "sp", ("allgather", 3): "sp", ("own_share", 2): "1", 
 @pytest.fixture(autouse=True)
 def _needs_alst(deepspeed_version):
     pytest.importorskip("transformers")
-    from repro.alst_recipe import skip_reason
+    from repro.alst.measure import skip_reason
 
     reason = skip_reason()
     if reason:

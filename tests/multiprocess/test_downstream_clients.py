@@ -22,12 +22,13 @@ TIMEOUT = "1500"
 
 @pytest.fixture(autouse=True)
 def _needs_a_client(deepspeed_version):
-    from repro import alst_recipe, downstream_run
+    from repro.alst.measure import skip_reason
+    from repro.downstream.measure import find_clients
 
-    reason = alst_recipe.skip_reason()
+    reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    callable_clients = [c for c in downstream_run.find_clients() if c.call is not None]
+    callable_clients = [c for c in find_clients() if c.call is not None]
     if not callable_clients:
         pytest.skip("no installed client has sp loss code to call (transformers >= 5.0 or ArcticTraining)")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from repro.measure import ZERO3_CONFIGS
+from repro.gradscale.space import ZERO3_CONFIGS
 
 from .conftest import REPRO, launch
 

@@ -1,12 +1,14 @@
-"""The ALST recipe check's pure logic: expectation table, verdict, tolerances, report round trip."""
+"""The ALST recipe check's pure logic: the expected scales (the one rule), the fit, the verdict, the report."""
 
 import json
 
 import pytest
 import torch
 
-from repro.alst_verdict import (RECIPES, SCHEMA, STAGES, AlstReport, expected_ratio, fit, loss_entry, make_row,
-                                pattern_of, render_table, row_ok, scale_label)
+from repro.alst.expect import fit, row_ok
+from repro.alst.report import SCHEMA, AlstReport, loss_entry, make_row, pattern_of, render_table
+from repro.alst.space import RECIPES, STAGES
+from repro.harness import scales
 
 # The issue's table, written out: (recipe, stage) -> (buggy, fixed) as functions of sp.
 TABLE = {
@@ -16,37 +18,62 @@ TABLE = {
     ("own_share", 3): (lambda sp: 1.0 / sp, lambda sp: 1.0),
 }
 
+# The ALST check's own table before it took the shared rule: (recipe, stage, expect) -> the power of sp.
+OLD_EXPONENT = {
+    ("allgather", 2, "buggy"): 1, ("allgather", 2, "fixed"): 1,
+    ("allgather", 3, "buggy"): 0, ("allgather", 3, "fixed"): 1,
+    ("own_share", 2, "buggy"): 0, ("own_share", 2, "fixed"): 0,
+    ("own_share", 3, "buggy"): -1, ("own_share", 3, "fixed"): 0,
+}
+
+
+def expected(recipe, stage, sp, expect):
+    """What make_row judges against: the shared rule on the stage's default path."""
+    return scales.expected_scale(scales.default_path(stage), sp, expect, recipe=recipe)
+
+
+def test_the_rule_covers_every_checked_cell():
+    assert {(r, s, e) for r in RECIPES for s in STAGES for e in scales.EXPECTATIONS} == set(OLD_EXPONENT)
+
+
+@pytest.mark.parametrize("sp", [1, 2, 3, 4])
+@pytest.mark.parametrize("cell", sorted(OLD_EXPONENT))
+def test_the_rule_gives_the_old_table(cell, sp):
+    recipe, stage, expect = cell
+    assert expected(recipe, stage, sp, expect) == float(sp) ** OLD_EXPONENT[cell]
+
 
 @pytest.mark.parametrize("sp", [1, 2, 4, 8])
 @pytest.mark.parametrize("recipe,stage", sorted(TABLE))
-def test_expected_ratio_is_the_issue_table(recipe, stage, sp):
+def test_expected_is_the_issue_table(recipe, stage, sp):
     buggy, fixed = TABLE[(recipe, stage)]
-    assert expected_ratio(recipe, stage, sp, "buggy") == pytest.approx(buggy(sp), rel=1e-15)
-    assert expected_ratio(recipe, stage, sp, "fixed") == pytest.approx(fixed(sp), rel=1e-15)
+    assert expected(recipe, stage, sp, "buggy") == pytest.approx(buggy(sp), rel=1e-15)
+    assert expected(recipe, stage, sp, "fixed") == pytest.approx(fixed(sp), rel=1e-15)
 
 
 def test_zero2_does_not_change_and_zero3_moves_by_sp():
     for sp in (2, 4):
         for recipe in RECIPES:
-            assert expected_ratio(recipe, 2, sp, "buggy") == expected_ratio(recipe, 2, sp, "fixed")
-            assert expected_ratio(recipe, 3, sp, "fixed") == pytest.approx(sp * expected_ratio(recipe, 3, sp, "buggy"))
+            assert expected(recipe, 2, sp, "buggy") == expected(recipe, 2, sp, "fixed")
+            assert expected(recipe, 3, sp, "fixed") == pytest.approx(sp * expected(recipe, 3, sp, "buggy"))
 
 
 def test_without_sp_every_recipe_and_stage_is_one():
-    assert {expected_ratio(r, s, 1, e) for r in RECIPES for s in STAGES for e in ("buggy", "fixed")} == {1.0}
+    assert {expected(r, s, 1, e) for r in RECIPES for s in STAGES for e in ("buggy", "fixed")} == {1.0}
 
 
-@pytest.mark.parametrize("bad", [("sum", 2, 2, "fixed"), ("allgather", 1, 2, "fixed"), ("allgather", 2, 2, "maybe"),
-                                 ("allgather", 2, 0, "fixed")])
-def test_expected_ratio_rejects_unknowns(bad):
+@pytest.mark.parametrize("bad", [("sum", 2, 2, "fixed"), ("allgather", 2, 2, "maybe"), ("allgather", 2, 0, "fixed")])
+def test_expected_rejects_unknowns(bad):
     with pytest.raises(ValueError):
-        expected_ratio(*bad)
+        expected(*bad)
 
 
-@pytest.mark.parametrize("value,sp,label", [(1.0, 2, "1.0"), (2.0, 2, "2"), (0.5, 2, "1/2"), (4.0, 4, "4"),
-                                            (0.25, 4, "1/4"), (1.5, 2, "1.5"), (2.0000001, 2, "2")])
-def test_scale_label(value, sp, label):
-    assert scale_label(value, sp) == label
+@pytest.mark.parametrize("value,label", [(1.0, "1"), (2.0, "2"), (0.5, "1/2"), (4.0, "4"), (0.25, "1/4"),
+                                         (1.5, "3/2"), (2.0000001, "2"), (1.01, "other")])
+def test_row_label_is_the_shared_label(value, label):
+    e = _grad()
+    row = make_row("allgather", 2, "w", value * e, e, 2, "fixed", "p")
+    assert row.label == label == scales.label(value)
 
 
 def _grad(seed=0, n=64, scale=1e-3):
@@ -78,6 +105,14 @@ def test_fit_sees_a_direction_change():
     e = _grad()
     f = fit(_grad(seed=1), e, 1.0)
     assert f.residual > 0.5 and not f.elementwise_ok
+
+
+def test_fit_reuses_the_shared_scalar_fit():
+    e = _grad()
+    scalar = scales.fit(3.0 * e, e)
+    f = fit(3.0 * e, e, 3.0, scalar)
+    assert f.scalar is scalar and f.ratio == scalar.ratio and f.residual == scalar.residual and f.ok
+    assert fit(3.0 * e, e, 3.0) == f
 
 
 def test_fit_rejects_a_zero_baseline():
@@ -144,8 +179,26 @@ def test_report_json_round_trip(tmp_path):
     assert data["schema"] == SCHEMA and data["pattern"] == "fixed" and data["holds"] and data["exit_code"] == 0
     assert set(data["tolerances"]) == {"ratio_rel_tol", "residual_tol", "element_rtol", "element_atol_rel",
                                        "loss_rel_tol"}
+    assert [r["label"] for r in data["rows"]] == ["2", "2", "1", "1"]
     again = AlstReport.load(path)
     assert again.rows == report.rows and again.losses == report.losses
+
+
+def test_report_loads_a_label_of_the_old_format():
+    data = _report().to_dict()
+    data["rows"][2]["label"] = "1.0"  # what scale_label wrote before scales.label
+    assert AlstReport.from_dict(data).rows[2].label == "1"
+
+
+def test_report_rejects_a_stored_verdict_its_rows_contradict():
+    data = _report().to_dict()
+    data["holds"] = False
+    with pytest.raises(ValueError):
+        AlstReport.from_dict(data)
+    data = _report().to_dict()
+    data["rows"][0]["surprise"] = 1
+    with pytest.raises(ValueError):
+        AlstReport.from_dict(data)
 
 
 def test_report_rejects_another_schema():
@@ -159,3 +212,11 @@ def test_table_names_every_row_and_the_verdict():
     text = render_table(_report(ratios={k: v[0](2) for k, v in TABLE.items()}))
     assert "DOES NOT HOLD (pattern seen: buggy)" in text
     assert text.count("MISMATCH") == 2 and "allgather" in text and "own_share" in text and "1/2" in text
+
+
+def test_table_shows_another_groups_loss_mismatch():
+    report = _report()
+    report.losses.append({"recipe": "*", "stage": 0, "sp_loss": None, "baseline_loss": None, "rel_diff": None,
+                          "ok": False, "note": "another dp group's loss mismatched"})
+    again = AlstReport.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert not again.holds and "another dp group's loss mismatched  MISMATCH" in render_table(again)

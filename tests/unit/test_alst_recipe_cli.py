@@ -1,4 +1,4 @@
-"""alst_recipe.py's preflight and flags, tiny_llama's offline cache layout: no ranks are started."""
+"""repro/alst_recipe.py's preflight and flags (repro.alst), tiny_llama's offline cache layout: no ranks are started."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from repro import alst_recipe, tiny_llama
+from repro.alst import measure as alst_measure, run as alst_run, tiny_llama
 from repro.harness.cli import ReproArgs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,22 +21,22 @@ def _args(sp, world_size=None):
 
 @pytest.mark.parametrize("sp,ok", [(1, False), (2, True), (3, False), (4, True), (8, False)])
 def test_sp_must_split_heads_and_sequence(sp, ok):
-    assert (alst_recipe.usage_error(_args(sp)) is None) == ok
+    assert (alst_run.usage_error(_args(sp)) is None) == ok
 
 
 def test_sample_masks_a_prompt_and_keeps_tokens_in_every_shard():
     for dp_index in range(2):
-        input_ids, position_ids, labels = alst_recipe.sample(dp_index)
-        assert input_ids.shape == position_ids.shape == labels.shape == (1, alst_recipe.SEQ_LEN)
-        assert (labels[0, :alst_recipe.MASKED_PREFIX] == -100).all()
-        assert (labels[0, alst_recipe.MASKED_PREFIX:] == input_ids[0, alst_recipe.MASKED_PREFIX:]).all()
+        input_ids, position_ids, labels = alst_measure.sample(dp_index)
+        assert input_ids.shape == position_ids.shape == labels.shape == (1, alst_measure.SEQ_LEN)
+        assert (labels[0, :alst_measure.MASKED_PREFIX] == -100).all()
+        assert (labels[0, alst_measure.MASKED_PREFIX:] == input_ids[0, alst_measure.MASKED_PREFIX:]).all()
         # What UlyssesSPDataLoaderAdapter does: pad with -100, shift left, cut into sp shards.
         shifted = list(labels[0, 1:].tolist()) + [-100]
         for sp in (2, 4):
-            n = alst_recipe.SEQ_LEN // sp
+            n = alst_measure.SEQ_LEN // sp
             counts = [sum(t != -100 for t in shifted[i * n:(i + 1) * n]) for i in range(sp)]
             assert min(counts) >= 1 and len(set(counts)) > 1  # unequal weights: the weighting is exercised
-    assert not (alst_recipe.sample(0)[0] == alst_recipe.sample(1)[0]).all()  # dp groups see different samples
+    assert not (alst_measure.sample(0)[0] == alst_measure.sample(1)[0]).all()  # dp groups see different samples
 
 
 def _stub_tree(tmp_path, name, files):
@@ -68,7 +68,7 @@ def test_skip_reason_names_transformers(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name))
-    assert "transformers is not installed" in alst_recipe.skip_reason()
+    assert "transformers is not installed" in alst_measure.skip_reason()
 
 
 def test_bad_sp_is_a_usage_error():
@@ -118,9 +118,9 @@ class _GlooShapeBug:
 
 
 def test_manual_sharding_matches_the_adapter_semantics():
-    input_ids, position_ids, labels = alst_recipe.sample(0)
+    input_ids, position_ids, labels = alst_measure.sample(0)
     notes: dict[str, str] = {}
-    shards = [alst_recipe._first_shard(_GlooShapeBug(), input_ids, position_ids, labels, r, 2, notes)
+    shards = [alst_measure._first_shard(_GlooShapeBug(), input_ids, position_ids, labels, r, 2, notes)
               for r in range(2)]
     import torch
 
@@ -128,7 +128,7 @@ def test_manual_sharding_matches_the_adapter_semantics():
     assert torch.equal(torch.cat([s["position_ids"] for s in shards], 1), position_ids)
     shift = torch.cat([s["shift_labels"] for s in shards], 1)
     assert torch.equal(shift[0, :-1], labels[0, 1:]) and int(shift[0, -1]) == -100
-    assert "gloo" in notes["adapter"] and not hasattr(alst_recipe, "ADAPTER_NOTE")  # the caller's, not module state
+    assert "gloo" in notes["adapter"] and not hasattr(alst_measure, "ADAPTER_NOTE")  # the caller's, not module state
 
 
 def test_other_adapter_errors_propagate():
@@ -140,4 +140,16 @@ def test_other_adapter_errors_propagate():
             raise RuntimeError("something else")
 
     with pytest.raises(RuntimeError, match="something else"):
-        alst_recipe._first_shard(Broken(), *alst_recipe.sample(0), 0, 2, {})
+        alst_measure._first_shard(Broken(), *alst_measure.sample(0), 0, 2, {})
+
+
+@pytest.mark.parametrize("argv", [[str(ROOT / "repro" / "alst_recipe.py"), "--help"],
+                                  [str(ROOT / "repro" / "downstream_clients.py"), "--help"],
+                                  [str(ROOT / "repro" / "alst_optimizer_effect.py"), "--help"],
+                                  [str(ROOT / "repro" / "tiny_llama.py"), "--help"],
+                                  ["-m", "repro.tiny_llama", "--help"]])
+def test_the_thin_scripts_still_run(argv):
+    # The documented commands: each script is a thin wrapper of its package's main.
+    run = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "usage:" in run.stdout

@@ -3,10 +3,11 @@ from pathlib import Path
 
 import pytest
 
-from repro.audit_expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, KnownDiscrepancy, error_at,
-                                eval_factor, judge_row, load_known, point_category, point_holds, ratio_label,
+from repro.audit.expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, Judgement, KnownDiscrepancy,
+                                eval_factor, judge_row, load_known, point_category, point_holds, reduce_path,
                                 version_matches)
-from repro.audit_space import AuditPoint
+from repro.audit.space import AuditPoint
+from repro.harness.scales import ReducePath, error_at, label
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,11 +46,12 @@ def test_tolerances_keep_the_scales_apart():
         assert t.rel >= 10 * t.unit_roundoff
 
 
-@pytest.mark.parametrize("ratio,residual,dtype,label", [
+@pytest.mark.parametrize("ratio,residual,dtype,expected", [
     (1.0, 0.0, "fp32", "1"), (0.5, 1e-8, "fp32", "1/2"), (0.125, 0.0, "fp32", "1/8"), (0.503, 0.0, "fp32", "other"),
     (0.503, 0.0, "bf16", "1/2"), (0.26, 0.2, "bf16", "other"), (-1.0, 0.0, "fp32", "other")])
-def test_ratio_label(ratio, residual, dtype, label):
-    assert ratio_label(ratio, residual, dtype) == label
+def test_ratio_label(ratio, residual, dtype, expected):
+    # the audit labels an observed ratio with the one label of repro.harness.scales, at its dtype's tolerance
+    assert label(ratio, residual, tol=TOLERANCES[dtype].rel) == expected
 
 
 def test_eval_factor():
@@ -119,6 +121,20 @@ def test_sp_bug_under_each_expectation():
         assert j.target == {"fixed": 1.0, "buggy": 1.0} and all(j.ok.values())
 
 
+def test_observed_paths_map_onto_the_one_rule():
+    assert reduce_path("__avg_scatter_grads") is ReducePath.AVG_SCATTER
+    assert reduce_path("__avg_scatter_contiguous_grads") is ReducePath.CONTIGUOUS
+    for observed in ("stage_1_and_2.gradient_reduction_w_predivide", "stage_1_and_2.average_tensor[reduce_scatter]",
+                     "stage_1_and_2.buffered_reduce_fallback", "stage_1_and_2 (no reduce method observed)"):
+        assert reduce_path(observed) is ReducePath.STAGE_1_2
+    for observed in ("engine.allreduce_bucket", "engine (no allreduce_bucket call)"):
+        assert reduce_path(observed) is ReducePath.STAGE_0
+    with pytest.raises(ValueError):
+        reduce_path("somewhere else")
+    with pytest.raises(ValueError):  # the rule's own checks
+        judge_row({**_fields(), "sp": 0}, "__avg_scatter_grads", "large", 1.0, 0.0, [])
+
+
 def test_known_factor_composes_with_the_sp_bug():
     k = _known(when={"stage": (3, ), "predivide": ("world", ), "path": ("__avg_scatter_grads", )})
     f = _fields(sp=2, dp=2, predivide="world")  # factor 4.0
@@ -144,16 +160,17 @@ def test_known_versions_limit_an_entry():
 
 
 def _row(**kw):
-    base = dict(at_oracle=True, at_sp_bug=False, known=[], ok={"fixed": True, "buggy": True})
+    base = dict(known=(), target={"fixed": 1.0, "buggy": 1.0}, at_oracle=True, at_sp_bug=False,
+                ok={"fixed": True, "buggy": True})
     base.update(kw)
-    return base
+    return Judgement(**base)
 
 
 def test_point_category_and_holds():
     match = [_row(), _row()]
     sp_bug = [_row(), _row(at_oracle=False, at_sp_bug=True, ok={"fixed": False, "buggy": True})]
-    known = [_row(at_oracle=False, known=["k"], ok={"fixed": True, "buggy": True})]
-    both = [_row(at_oracle=False, known=["k"], ok={"fixed": False, "buggy": True})]
+    known = [_row(at_oracle=False, known=("k", ), ok={"fixed": True, "buggy": True})]
+    both = [_row(at_oracle=False, known=("k", ), ok={"fixed": False, "buggy": True})]
     odd = [_row(at_oracle=False, ok={"fixed": False, "buggy": False})]
     assert point_category("ran", match) == "match"
     assert point_category("ran", sp_bug) == "sp_bug"

@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from repro import parity_audit
-from repro.audit_expect import KnownDiscrepancy
-from repro.audit_report import SCHEMA, AuditReport, raw_point, raw_row, render_summary, render_table
-from repro.audit_space import AuditPoint
+from repro.audit.expect import KnownDiscrepancy
+from repro.audit.report import (SCHEMA, AuditReport, MeasuredPoint, Point, Row, raw_point, raw_row, render_summary,
+                                render_table)
+from repro.audit.space import AuditPoint
 
 KNOWN = [KnownDiscrepancy(id="zero12-predivide", title="t", when={"stage": (1, ), "predivide": ("world", )},
                           factor="1/sp", writeup="docs/x.md", code=("stage_1_and_2.py: the line", ), upstream="#1",
@@ -45,10 +45,9 @@ def test_buggy_holds_fixed_does_not():
     buggy, fixed = _report(_points(), "buggy"), _report(_points(), "fixed")
     assert buggy.holds and buggy.exit_code == 0
     assert not fixed.holds and fixed.exit_code == 1
-    assert fixed.summary["failing_points"] == [P_SP.id]
-    c = buggy.summary["counts"]
-    assert (c["points"], c["ran"], c["rejected"], c["match"], c["sp_bug"], c["known"], c["unexplained"]) == (4, 3, 1, 1,
-                                                                                                          1, 1, 0)
+    assert fixed.summary.failing_points == (P_SP.id, )
+    c = buggy.summary.counts
+    assert (c.points, c.ran, c.rejected, c.match, c.sp_bug, c.known, c.unexplained) == (4, 3, 1, 1, 1, 1, 0)
 
 
 def test_with_the_fix_fixed_holds():
@@ -60,7 +59,7 @@ def test_summary_groups_disagreements_by_code_path_and_cause():
     pts = _points() + [_point(P_MIXED, (1.0, 0.5), "__avg_scatter_grads"),
                        _point(AuditPoint(2, False, False, "fits", 2, 1), (0.9, 0.9),
                               "stage_1_and_2.buffered_reduce_fallback")]
-    s = _report(pts).summary
+    s = _report(pts).to_dict()["summary"]
     groups = {(g["path"], g["cause"]): g for g in s["disagreements"]}
     assert set(groups) == {("__avg_scatter_grads", "sp-bug"),
                            ("stage_1_and_2.gradient_reduction_w_predivide", "zero12-predivide"),
@@ -89,7 +88,7 @@ def test_json_round_trip_and_rejudge(tmp_path):
     assert back.to_dict() == report.to_dict()
     assert back.rejudge(KNOWN, "k.toml", "fixed").exit_code == 1
     # without the known list the predivide point is unexplained: buggy no longer holds
-    assert back.rejudge([], "none", "buggy").summary["counts"]["unexplained"] == 1
+    assert back.rejudge([], "none", "buggy").summary.counts.unexplained == 1
     with pytest.raises(ValueError):
         AuditReport.from_dict({"schema": "x"})
 
@@ -97,42 +96,58 @@ def test_json_round_trip_and_rejudge(tmp_path):
 def test_table_and_summary_text():
     report = _report(_points(), "fixed")
     table = render_table(report)
-    assert all(p["id"] in table for p in report.points) and "MISMATCH" in table and "rejected" in table
+    assert all(p.id in table for p in report.points) and "MISMATCH" in table and "rejected" in table
     assert P_SP.id in render_table(report, only_failing=True) and P_OK.id not in render_table(report, only_failing=True)
     text = render_summary(report)
     assert "DOES NOT HOLD" in text and "sp-bug" in text and "zero12-predivide" in text and "not supported" in text
 
 
-def test_cli_lists_points_without_running(capsys):
-    assert parity_audit.main(["--list", "--world-size", "2", "--sp", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "# world 2, sp2dp1:" in out and "z3.rs1.cg1.fits/sp2dp1/fp32/gas1/pdf=1/postscale" in out
-    assert "sp1dp2" not in out
-    assert parity_audit.main(["--list", "--mode", "full"]) == 0
-    assert "# 2800 points in 5 launches (full)" in capsys.readouterr().out
-
-
-def test_cli_world_size_alone_keeps_every_sp(capsys):
-    assert parity_audit.main(["--list", "--world-size", "4"]) == 0
-    out = capsys.readouterr().out
-    assert "sp2dp2" in out and "sp4dp1" in out and "sp1dp2" not in out
-
-
-def test_cli_rejects_topologies_outside_the_space(capsys):
-    assert parity_audit.main(["--list", "--world-size", "3", "--sp", "3"]) == 2
-    assert parity_audit.main(["--list", "--world-size", "8", "--sp", "4"]) == 2
-    assert parity_audit.main(["--list", "--point", "nothing*"]) == 0
-
-
-def test_cli_rejudges_a_json(tmp_path, capsys):
-    path = tmp_path / "r.json"
+def test_points_and_rows_are_typed_records():
     report = _report(_points())
-    report.write(path)
-    assert parity_audit.main(["--from-json", str(path), "--expect", "buggy", "--no-known"]) == 1
-    assert parity_audit.main(["--from-json", str(path), "--expect", "fixed", "--table", "none"]) == 1
-    assert parity_audit.main(["--from-json", str(tmp_path / "missing.json")]) == 2
+    assert all(isinstance(p, Point) for p in report.points)
+    sp = next(p for p in report.points if p.id == P_SP.id)
+    row = sp.rows[0]
+    assert isinstance(row, Row) and row.path == "__avg_scatter_grads" and row.label == "1/2"
+    assert row.target["buggy"] == row.target.buggy == 0.5 and row.ok["buggy"] and not row.ok.fixed
+    assert sp.point.sp == 2 and sp.point.dtype == "fp32" and sp.category == "sp_bug"
+    raw = raw_point(P_SP.id, P_SP.fields(), "ran", "", "Opt", 0.1, [raw_row("small", 4, "x", "float32", 1, 0, 0)])
+    assert isinstance(raw, MeasuredPoint)
+    with pytest.raises(ValueError):  # frozen, no unknown fields
+        raw_point(P_SP.id, {**P_SP.fields(), "colour": "red"}, "ran", "", "Opt", 0.1, [])
+    with pytest.raises(ValueError):
+        raw_point(P_SP.id, P_SP.fields(), "finished", "", "Opt", 0.1, [])
 
 
-def test_selection_argv_round_trip():
-    args = parity_audit.Selection("full", (3, ), ("bf16", ), (2, ), ("z3*", ))
-    assert args.argv() == ["--mode", "full", "--stage", "3", "--dtype", "bf16", "--gas", "2", "--point", "z3*"]
+def test_judging_again_ignores_the_old_judgement():
+    report = _report(_points())
+    again = AuditReport.build(known=KNOWN, known_file="k.toml", expect="fixed", points=report.to_dict()["points"],
+                              **{k: v for k, v in report.to_dict().items()
+                                 if k in ("script", "deepspeed_version", "torch_version", "backend", "device",
+                                          "launcher", "mode", "topologies")})
+    assert again.to_dict()["points"] == report.rejudge(KNOWN, "k.toml", "fixed").to_dict()["points"]
+
+
+def test_a_file_whose_verdict_disagrees_with_its_rows_is_rejected(tmp_path):
+    data = _report(_points()).to_dict()
+    assert AuditReport.from_dict(data).exit_code == 0
+    with pytest.raises(ValueError, match="exit_code"):
+        AuditReport.from_dict({**data, "exit_code": 1})
+    with pytest.raises(ValueError):
+        AuditReport.from_dict({**data, "points": [{**data["points"][0], "status": "done"}]})
+
+
+def test_a_report_the_pre_package_audit_wrote_still_loads():
+    """tests/fixtures/parity-audit/old-code-sp2dp1-buggy.json: written by repro/parity_audit.py before
+    the audit became repro/audit/ (DeepSpeed 0.19.8, gloo, world 2 sp 2, 13 points, --expect buggy)."""
+    from pathlib import Path
+
+    from repro.audit.expect import DEFAULT_KNOWN_FILE, load_known
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "parity-audit" / "old-code-sp2dp1-buggy.json"
+    data = json.loads(path.read_text())
+    report = AuditReport.load(path)
+    assert report.to_dict() == data  # every key and value, derived ones included
+    assert report.exit_code == 0 and report.summary.counts.sp_bug == 8 and report.summary.counts.rejected == 2
+    known = load_known(DEFAULT_KNOWN_FILE)
+    assert report.rejudge(known, "k.toml", "buggy").to_dict()["points"] == data["points"]
+    assert report.rejudge(known, "k.toml", "fixed").exit_code == 1

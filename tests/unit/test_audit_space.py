@@ -2,7 +2,7 @@ import collections
 
 import pytest
 
-from repro.audit_space import (AuditPoint, DTYPES, GAS_VALUES, PREDIVIDE_LEVELS, STAGES, Topo, full_space,
+from repro.audit.space import (AuditPoint, DTYPES, GAS_VALUES, PREDIVIDE_LEVELS, STAGES, Topo, full_space,
                                group_by_topology, quick_space, select, topologies)
 
 ALL = topologies()
@@ -84,14 +84,3 @@ def test_group_by_topology_orders_launches_and_keeps_point_order():
         assert members == [p for p in reversed(pts) if p.topo == topo]
     assert collections.Counter(p.topo for p in pts) == {t: len(v) for t, v in groups.items()}
 
-
-def test_an_abbreviated_flag_counts_as_given(capsys):
-    # argparse accepts --world for --world-size; the audit must see it as given (it re-read argv by hand).
-    from repro import parity_audit
-
-    assert parity_audit.main(["--world", "4", "--list"]) == 0
-    abbreviated = capsys.readouterr().out.splitlines()[-1]
-    assert parity_audit.main(["--world-size", "4", "--list"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == abbreviated
-    assert parity_audit.main(["--list"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] != abbreviated

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from patch_and_test.client_check import FoundClient, warnings_for
 from patch_and_test.verdict import Step, Verdict, summary_table
-from repro.downstream_rule import ClientKind
+from repro.downstream.expect import ClientKind
 
 TF525 = FoundClient("transformers", "5.25.0", "f", ClientKind("own_share", "version", "0.20.2"))
 TF525_PATCHED = FoundClient("transformers", "5.25.0", "f", ClientKind("own_share", "marker-or-version", "0.20.2"))

@@ -1,11 +1,12 @@
-"""The downstream rule (repro/downstream_rule.py): classification, gates, expected ratios, report."""
+"""The downstream rule (repro.downstream.expect): classification, gates, expected ratios; the report."""
 
 from __future__ import annotations
 
 import pytest
 
-from repro.downstream_rule import (ClientKind, ClientRow, DownstreamReport, classify, compensates, expected_ratio,
-                                   mis_scaled)
+from repro.downstream.expect import ClientKind, classify, compensates, expected_ratio, mis_scaled
+from repro.downstream.report import ClientRow, DownstreamReport, render_table
+from repro.harness import scales
 
 # Shapes of the clients' code, reduced to what classify() reads (the real sources are read at run time).
 ALLGATHER_SRC = "losses_per_rank = torch.distributed.nn.functional.all_gather(loss, group=sp_group)"
@@ -95,9 +96,10 @@ def _report(rows, expect="fixed"):
 
 
 def test_row_verdicts():
-    assert _row().verdict == "mis-scaled x2.0 (as the rule predicts)"
+    assert _row().verdict == "mis-scaled x2 (as the rule predicts)"
+    assert _row(expected=0.5).verdict == "mis-scaled x1/2 (as the rule predicts)"
     assert _row(ratio=1.0, expected=1.0).verdict == "true gradient (as the rule predicts)"
-    assert _row(matches_rule=False, expected=1.0).verdict == "MISMATCH: rule says 1.0"
+    assert _row(matches_rule=False, expected=1.0).verdict == "MISMATCH: rule says 1"
     assert _row(status="not-applicable", note="why").verdict == "not applicable: why"
     assert _row(status="error", note="ImportError: x").verdict == "error: ImportError: x"
 
@@ -111,10 +113,49 @@ def test_report_exit_codes_and_round_trip():
     data = rep.to_dict()
     assert data["rows"][0]["verdict"].startswith("mis-scaled")
     assert DownstreamReport.from_dict(data).rows == rep.rows
+    assert data["holds"] and data["exit_code"] == 0 and data["schema"] == DownstreamReport.SCHEMA
+
+
+def test_report_loads_a_verdict_of_the_old_format():
+    data = _report([_row()]).to_dict()
+    data["rows"][0]["verdict"] = "mis-scaled x2.0 (as the rule predicts)"  # before scales.label
+    assert DownstreamReport.from_dict(data).rows[0].verdict == "mis-scaled x2 (as the rule predicts)"
+    data["exit_code"] = 1
+    with pytest.raises(ValueError):  # a stored verdict the rows contradict
+        DownstreamReport.from_dict(data)
+
+
+def test_table_shows_the_rule_as_a_label():
+    text = render_table(_report([_row(), _row(status="not-applicable", note="why", stage=None, expected=None)]))
+    assert "mis-scaled x2 (as the rule predicts)" in text and "not applicable: why" in text
+    assert "HOLDS (exit 0)" in text
+
+
+# The rule as it was written before it took repro.harness.scales: m * r.
+def _old_rule(client, stage, sp, fixed, version, marker):
+    from fractions import Fraction
+
+    if client.kind == "allgather":
+        m = Fraction(sp)
+    else:
+        m = Fraction(sp) if stage == 3 and compensates(client, version, marker) else Fraction(1)
+    return float(m * (Fraction(1, sp) if stage == 3 and not fixed else Fraction(1)))
+
+
+@pytest.mark.parametrize("client", [ALLGATHER, TF525, TF525_PATCHED, ClientKind("own_share", "none")])
+def test_the_rule_is_the_shared_one(client):
+    for stage in (2, 3):
+        for sp in range(1, 5):
+            for fixed in (False, True):
+                for version in ("0.19.8", "0.20.2"):
+                    for marker in (False, True):
+                        got = expected_ratio(client, stage, sp, fixed, version, marker)
+                        assert got == _old_rule(client, stage, sp, fixed, version, marker)
+                        assert scales.label(got) in {"1", str(sp), f"1/{sp}"}
 
 
 def test_module_level_recipe_says_why_a_script_is_not_a_function():
-    from repro.downstream_run import module_level_recipe
+    from repro.downstream.measure import module_level_recipe
 
     script = ("import torch\n"
               "def collate_fn(b):\n    return b\n"
@@ -127,7 +168,7 @@ def test_module_level_recipe_says_why_a_script_is_not_a_function():
 
 
 def test_client_source_follows_same_module_helpers():
-    from repro.downstream_run import client_source
+    from repro.downstream.measure import client_source
 
     assert "ZERO3_SP_GRADIENTS_SUMMED" in client_source(_loss_with_helper)
     assert classify(client_source(_loss_with_helper)) == TF525_PATCHED

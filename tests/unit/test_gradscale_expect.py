@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from repro.verdict import ReducePath, classify, compare, matches, target_scale
+from repro.gradscale.expect import matches
+from repro.harness.scales import ReducePath, expected_scale, fit, label
 
 
 @pytest.mark.parametrize("path,sp,expect,scale", [
@@ -13,30 +14,30 @@ from repro.verdict import ReducePath, classify, compare, matches, target_scale
     (ReducePath.AVG_SCATTER, 2, "fixed", 1.0),
     (ReducePath.CONTIGUOUS, 2, "fixed", 1.0),
 ])
-def test_target_scale(path, sp, expect, scale):
-    assert target_scale(path, sp, expect) == scale
+def test_expected_scale(path, sp, expect, scale):
+    assert expected_scale(path, sp, expect) == scale
 
 
 def test_unknown_expectation():
     with pytest.raises(ValueError):
-        target_scale(ReducePath.AVG_SCATTER, 2, "maybe")
+        expected_scale(ReducePath.AVG_SCATTER, 2, "maybe")
 
 
-def test_compare_finds_the_scale_and_no_residual():
+def test_fit_finds_the_scale_and_no_residual():
     e = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
-    c = compare(0.5 * e, e)
+    c = fit(0.5 * e, e)
     assert c.ratio == pytest.approx(0.5) and c.residual == pytest.approx(0.0, abs=1e-12)
 
 
-def test_compare_sees_a_direction_change():
+def test_fit_sees_a_direction_change():
     e = torch.tensor([1.0, 0.0])
-    c = compare(torch.tensor([0.0, 1.0]), e)
+    c = fit(torch.tensor([0.0, 1.0]), e)
     assert c.ratio == pytest.approx(0.0) and c.residual == pytest.approx(1.0)
 
 
-def test_compare_rejects_zero_expectation():
+def test_fit_rejects_zero_expectation():
     with pytest.raises(ValueError):
-        compare(torch.ones(2), torch.zeros(2))
+        fit(torch.ones(2), torch.zeros(2))
 
 
 def test_matches_is_elementwise():
@@ -46,7 +47,8 @@ def test_matches_is_elementwise():
     assert not matches(torch.tensor([0.5, 1.01]), e, 0.5)
 
 
-@pytest.mark.parametrize("ratio,residual,label", [
-    (1.0, 0.0, "1.0"), (0.5, 0.0, "1/2"), (2.0, 0.0, "2"), (0.7, 0.0, "other"), (1.0, 0.1, "other")])
-def test_classify(ratio, residual, label):
-    assert classify(ratio, residual, sp=2) == label
+@pytest.mark.parametrize("ratio,residual,name", [
+    (1.0, 0.0, "1"), (0.5, 0.0, "1/2"), (0.25, 0.0, "1/4"), (2.0, 0.0, "2"), (1.0, 0.1, "other"),
+    (0.0, 1.0, "other"), (-0.5, 0.0, "other")])
+def test_label(ratio, residual, name):
+    assert label(ratio, residual) == name

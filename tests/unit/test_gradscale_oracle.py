@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from repro.model import SMALL_AND_LARGE, local_gradients
-from repro.oracle import expected_gradient, expected_gradients
+from repro.gradscale.model import local_gradients
+from repro.gradscale.oracle import expected_gradient, expected_gradients
+from repro.gradscale.space import SMALL_AND_LARGE
 from repro.harness.topology import Topology
 
 

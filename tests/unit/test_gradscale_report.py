@@ -1,8 +1,12 @@
 import json
+from pathlib import Path
 
 import pytest
 
-from repro.report import SCHEMA, Report, Row, render_table
+from repro.gradscale.report import SCHEMA, Report, Row, render_table
+
+# Reports the reproducers wrote before the report became a pydantic model (labels "1.0", not "1").
+KEPT = Path(__file__).resolve().parents[2] / "docs" / "master-v4-reproducers"
 
 
 def _row(path="__avg_scatter_grads", ratio=0.5, target=0.5, ok=True, buggy_target=0.5, buggy_ok=True, fixed_ok=False):
@@ -51,3 +55,23 @@ def test_rejects_foreign_json():
 def test_table_mentions_every_row_and_the_verdict():
     text = render_table(_report([_row(), _row(ok=False)]))
     assert text.count("zero3 rs=True") == 2 and "MISMATCH" in text and "DOES NOT HOLD" in text
+
+
+def test_table_names_the_target_scale_as_a_fraction():
+    text = render_table(_report([_row()]))
+    assert "0.5000 (1/2)  1/2" in text
+
+
+def test_a_stored_verdict_that_disagrees_with_the_rows_is_rejected():
+    data = _report([_row(ok=False)]).to_dict()
+    assert data["holds"] is False
+    with pytest.raises(ValueError):
+        Report.from_dict({**data, "holds": True})
+
+
+@pytest.mark.parametrize("path", sorted(KEPT.glob("*.json")), ids=lambda p: p.name)
+def test_kept_reports_load_and_write_back_unchanged(path):
+    data = json.loads(path.read_text())
+    report = Report.load(path)
+    assert report.schema_name == SCHEMA and report.rows
+    assert report.to_dict() == data

@@ -19,7 +19,7 @@ def test_the_module_list_is_what_the_pipeline_imports():
     names = _names(inputs.pipeline_files())
     # imported by the pipeline but missing from the old hand-written list / repro/*.py glob
     for needed in ("patch_and_test/upstream_suite.py", "patch_and_test/affected.py", "patch_and_test/client_check.py",
-                   "repro/harness/exit_codes.py", "repro/harness/launch.py", "repro/known_discrepancies.toml"):
+                   "repro/harness/exit_codes.py", "repro/harness/launch.py", "repro/audit/known_discrepancies.toml"):
         assert needed in names, needed
     # what only reads results, or never runs in a pipeline, does not invalidate them
     for not_needed in ("patch_and_test/bundle.py", "patch_and_test/pr.py", "patch_and_test/lint.py",
@@ -43,8 +43,17 @@ def test_results_of_another_torch_or_python_are_not_reused(tmp_path):
     key = inputs.run_inputs(ROOT / "patches" / "master", "sha", "gloo", True)
     assert {"python", "torch"} <= set(key)
     verdict = tmp_path / "verdict.json"
-    verdict.write_text(json.dumps({"inputs": key}))
+    _verdict(key).write(verdict)
     assert bundle.reusable(verdict, key)
     for field, other in (("torch", "2.0.0+cpu"), ("python", "3.9.0")):
-        verdict.write_text(json.dumps({"inputs": {**key, field: other}}))
+        _verdict({**key, field: other}).write(verdict)
         assert not bundle.reusable(verdict, key), field
+    verdict.write_text(json.dumps({"inputs": key}))  # not a verdict: run again
+    assert not bundle.reusable(verdict, key)
+
+
+def _verdict(key: dict):
+    from patch_and_test.verdict import Verdict
+
+    return Verdict(env="e", source={}, series=None, deepspeed_before=None, deepspeed_after=None, backend="gloo",
+                   steps=[], before=[], after=[], tests=[], suites=[], inputs=key)

@@ -1,0 +1,141 @@
+"""The ALST recipe check's results: rows, the report (JSON), the verdict's pattern, the table. Pure logic."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field, computed_field
+
+from repro.alst.expect import TOLERANCES, fit, loss_ok
+from repro.harness import scales
+from repro.harness.report import LaunchReport, Record, text_table
+
+SCHEMA = "zero3-sp-gradfix/alst-recipe-report/v1"
+
+
+class AlstRow(Record):
+    """One (recipe, stage, parameter) measurement."""
+
+    recipe: str  # "allgather" | "own_share"
+    stage: int  # ZeRO stage
+    param: str  # parameter name, e.g. "model.layers.0.self_attn.q_proj.weight"
+    numel: int
+    path: str  # the reduction DeepSpeed used (observed for ZeRO-3)
+    observed_norm: float
+    expected_norm: float  # the baseline's
+    ratio: float
+    residual: float
+    max_abs_err: float  # max |observed - target * baseline|
+    max_abs_expected: float  # max |baseline|: the size of the gradient's largest entry
+    target: float  # what --expect predicts
+    ok: bool  # the row matches target within the tolerances
+    buggy_target: float
+    buggy_ok: bool
+    fixed_target: float
+    fixed_ok: bool
+
+    @computed_field
+    @property
+    def label(self) -> str:
+        """The ratio in words: "1", "2", "1/2" or "other" (``scales.label``)."""
+        return scales.label(self.ratio, self.residual)
+
+
+class AlstReport(LaunchReport):
+    """JSON schema ``zero3-sp-gradfix/alst-recipe-report/v1`` (one object):
+
+    schema, script                    str
+    deepspeed_version, torch_version, transformers_version, python_version   str
+    backend ("gloo"|"nccl"), device ("cpu"|"cuda"), launcher ("local"|"external")  str
+    world_size, sp, dp                int
+    expect                            str   "fixed" | "buggy"
+    rows                              list  AlstRow objects (its fields, plus ``label``)
+    losses                            list  per (recipe, stage): {"recipe", "stage",
+                                            "sp_loss", "baseline_loss", "rel_diff", "ok"}:
+                                            the full-sequence loss of dp group 0 as the sp run
+                                            reports it, and the baseline's
+    tolerances                        dict  the tolerances used (``repro.alst.expect``)
+    extra                             dict  model and sample facts
+    holds                             bool  every row ok and every loss ok
+    pattern                           str   "fixed" | "buggy" | "other": which table the rows match
+    exit_code                         int   0 holds, 1 does not
+    wall_time_s                       float|null
+    """
+
+    SCHEMA: ClassVar[str] = SCHEMA
+
+    transformers_version: str
+    rows: list[AlstRow]
+    losses: list[dict[str, Any]] = Field(default_factory=list)
+    tolerances: dict[str, float] = Field(default_factory=lambda: dict(TOLERANCES))
+
+    def table(self) -> str:
+        return render_table(self)
+
+    def versions(self) -> str:
+        return f"{super().versions()}, transformers {self.transformers_version}"
+
+    @computed_field
+    @property
+    def holds(self) -> bool:
+        return bool(self.rows) and all(r.ok for r in self.rows) and all(x["ok"] for x in self.losses)
+
+    @computed_field
+    @property
+    def pattern(self) -> str:
+        return pattern_of(self.rows)
+
+    @computed_field
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.holds else 1
+
+
+def pattern_of(rows: list[AlstRow]) -> str:
+    """'fixed' or 'buggy' when every row matches that table (they differ for ZeRO-3), else 'other'."""
+    if rows and all(r.fixed_ok for r in rows):
+        return "fixed"
+    if rows and all(r.buggy_ok for r in rows):
+        return "buggy"
+    return "other"
+
+
+def loss_entry(recipe: str, stage: int, sp_loss: float, baseline_loss: float) -> dict[str, Any]:
+    rel = abs(sp_loss - baseline_loss) / max(abs(baseline_loss), 1e-30)
+    return {"recipe": recipe, "stage": stage, "sp_loss": sp_loss, "baseline_loss": baseline_loss,
+            "rel_diff": rel, "ok": loss_ok(rel)}
+
+
+def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, expect: str, path: str) -> AlstRow:
+    """The row of one gradient: judged against --expect's scale, and against both known patterns."""
+    targets = {e: scales.expected_scale(scales.default_path(stage), sp, e, recipe=recipe)
+               for e in scales.EXPECTATIONS}
+    target = targets[expect]
+    scalar = scales.fit(observed, expected)
+    fits = {t: fit(observed, expected, t, scalar) for t in set(targets.values())}
+    f = fits[target]
+    return AlstRow(recipe=recipe, stage=stage, param=param, numel=int(expected.numel()), path=path,
+                   observed_norm=f.observed_norm, expected_norm=f.expected_norm, ratio=f.ratio, residual=f.residual,
+                   max_abs_err=f.max_abs_err, max_abs_expected=float(expected.detach().abs().max()),
+                   target=target, ok=f.ok, buggy_target=targets["buggy"], buggy_ok=fits[targets["buggy"]].ok,
+                   fixed_target=targets["fixed"], fixed_ok=fits[targets["fixed"]].ok)
+
+
+def render_table(report: AlstReport) -> str:
+    header = ("recipe", "stage", "param", "path", "ratio", "expect", "residual", "verdict")
+    lines = [(r.recipe, f"zero{r.stage}", r.param, r.path, f"{r.ratio:.6f} ({r.label})", scales.label(r.target),
+              f"{r.residual:.1e}", "ok" if r.ok else "MISMATCH") for r in report.rows]
+    out = text_table(header, lines)
+    if report.losses:
+        out.append("")
+        for x in report.losses:
+            verdict = "ok" if x["ok"] else "MISMATCH"
+            if x.get("note"):  # no values: what another dp group found
+                out.append(f"loss {x['recipe']:<9} zero{x['stage']}: {x['note']}  {verdict}")
+                continue
+            out.append(f"loss {x['recipe']:<9} zero{x['stage']}: sp {x['sp_loss']:.7f}  baseline "
+                       f"{x['baseline_loss']:.7f}  rel diff {x['rel_diff']:.1e}  {verdict}")
+    return "\n".join(out + ["", report.summary()])
+
+
+emit = AlstReport.emit

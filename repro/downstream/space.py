@@ -1,0 +1,20 @@
+"""What the downstream check covers: the clients, their recipe kinds and gates, the ZeRO stages. Pure data.
+
+A client's *gate* decides whether it compensates (multiplies its ZeRO-3 share by sp because it
+believes DeepSpeed averages over sp):
+
+* ``none``: never (the allgather recipes; ``own_share`` without a gate).
+* ``version``: transformers 5.25.0: ``deepspeed < 0.20.2`` (read from the client's source).
+* ``marker-or-version``: the proposed transformers patch (``patches/downstream/transformers``):
+  compensates unless DeepSpeed exposes ``MARKER_NAME = True`` in ``MARKER_MODULE`` or is
+  ``>= 0.20.2``.
+"""
+
+from __future__ import annotations
+
+CLIENTS = ("transformers", "accelerate", "arctic_training")
+KINDS = ("allgather", "own_share")  # the recipe kinds, as repro.harness.scales names them
+GATES = ("none", "version", "marker-or-version")
+STAGES = (2, 3)
+MARKER_MODULE = "deepspeed.runtime.zero.stage3"
+MARKER_NAME = "ZERO3_SP_GRADIENTS_SUMMED"

@@ -1,0 +1,1 @@
+"""The gradient-scale family: what the two reporter-style reproducers measure, expect and report."""
