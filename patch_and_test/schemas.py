@@ -9,10 +9,11 @@ file; a unit test runs the same check, so a model changed without regenerating f
 The same list tells ``bundle verify`` which model validates a JSON file by its ``schema`` key.
 A model that does not import is reported (``load_models``' second value); the unit test fails on it.
 
-pydantic's rendering of a schema may change between its releases, while the models do not. Each
-file names the pydantic that wrote it (``$comment``); with another one installed, ``stale``
-compares the shape only (every object's property names, types and required list), so a newer
-pydantic on a fresh machine does not read as a changed model.
+pydantic's rendering of a schema may change between its releases, while the models do not (2.13
+and 2.14 differ in where they spell out ``additionalProperties``). Each file names the pydantic
+that wrote it (``$comment``); with another one installed, ``stale`` compares the data contract
+only (every object's property names, types and required list), so another pydantic on a fresh
+machine does not read as a changed model, while a renamed, retyped or newly required field does.
 """
 
 from __future__ import annotations
@@ -73,19 +74,20 @@ def render(model: Any) -> str:
     return json.dumps({**model.json_schema(), "$comment": _generator()}, indent=2, sort_keys=True) + "\n"
 
 
-# Keywords that word a schema rather than constrain the data; their text varies between pydantic releases.
-_WORDING = ("title", "description", "examples", "readOnly", "$comment")
+# What a schema says about the data that every pydantic 2 release writes alike: names, types, required.
+# (Wording differs between releases, and so does where ``additionalProperties: false`` is spelt out.)
+_CONTRACT = ("type", "$ref", "items", "anyOf", "enum", "const", "required", "properties", "$defs")
 
 
 def shape(schema: Any) -> Any:
-    """What a schema says about the data, less pydantic's wording: property names, types, required."""
+    """The data contract of a schema: property names, their types, the required lists."""
     if isinstance(schema, list):
         return [shape(x) for x in schema]
     if not isinstance(schema, dict):
         return schema
     out = {}
     for key, value in schema.items():
-        if key in _WORDING:
+        if key not in _CONTRACT:
             continue
         if key in ("properties", "$defs"):  # name -> schema: the names are data, keep every one
             out[key] = {name: shape(sub) for name, sub in value.items()}
