@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from patch_and_test.series import version_sort_key
 from patch_and_test.templating import Model
 
 if TYPE_CHECKING:
@@ -384,12 +385,7 @@ def rel(bundle: Path, path: str | Path) -> str:
 
 def version_key(verdict: dict[str, Any]) -> tuple:
     version = (verdict.get("source") or {}).get("version") or verdict.get("env", "")
-    nums = tuple(int(x) for x in re.findall(r"\d+", str(version))[:3])
-    return nums, verdict.get("backend", "")
-
-
-def num_key(text: str) -> tuple:
-    return tuple(int(x) for x in re.findall(r"\d+", text))
+    return version_sort_key(version), verdict.get("backend", "")
 
 
 def cell_label(verdict: dict[str, Any]) -> str:
@@ -464,7 +460,7 @@ def _downstream_rows(bundle: Path) -> list[ClientRow]:
 def affected_results(root: Path) -> list[tuple[str, dict[str, Any]]]:
     """(tree name, affected.json) under ``root``: master first, then the newest tree first."""
     found = [(p.parent.name, load_affected(p)) for p in sorted(root.glob("*/affected.json"))]
-    return sorted(found, key=lambda f: (f[0] != "master", [-n for n in num_key(f[1].get("version") or "")]))
+    return sorted(found, key=lambda f: (f[0] != "master", [-n for n in version_sort_key(f[1].get("version") or "")]))
 
 
 def affected_context(found: list[tuple[str, dict[str, Any]]]) -> AffectedTable:
@@ -635,7 +631,7 @@ def _audit(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Audit | None:
         # The write-up the audit's known list names for this entry (docs/upstream-candidates/ in the repo).
         doc = f"upstream-candidates/{Path(writeups.get(kid) or kid + '.md').name}"
         hits.append(KnownHit(id=kid, doc=doc if (bundle / doc).exists() else None,
-                             versions=sorted(known[kid], key=num_key)))
+                             versions=sorted(known[kid], key=version_sort_key)))
     return Audit(rows=rows, known=hits)
 
 

@@ -53,6 +53,15 @@ def parse_version(text: str) -> Version:
     return parsed.release
 
 
+def version_sort_key(text: str) -> Version | tuple[()]:
+    """The version inside ``text`` ("0.19.6+fe7b53c", "patch-and-test-ds0.19.8-gloo"), to sort by; () for none."""
+    found = re.search(r"v?\d+\.\d+\.\d+\S*?(?=-[a-z]|$)", str(text))
+    try:
+        return parse_version(found.group(0)) if found else ()
+    except errors.UnknownVersion:
+        return ()
+
+
 def format_version(version: Version) -> str:
     return ".".join(map(str, version))
 

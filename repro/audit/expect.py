@@ -115,15 +115,13 @@ NOT_A_SCALE = "not-a-scale"
 
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """'0.19.8' -> (0, 19, 8); a local or pre-release suffix ('0.19.8+abc', '0.19.6.dev0') is dropped."""
-    parts = []
-    for piece in re.split(r"[.+]", text.strip()):
-        if not piece.isdigit():
-            break
-        parts.append(int(piece))
-    if not parts:
-        raise ValueError(f"not a version: {text!r}")
-    return tuple(parts)
+    """'0.19.8' -> (0, 19, 8); a local or pre-release suffix ('0.19.8+abc', '0.19.6.dev0') is dropped (PEP 440)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text.strip()).release
+    except InvalidVersion:
+        raise ValueError(f"not a version: {text!r}") from None
 
 
 _VERSION_CLAUSE = re.compile(r"^\s*(<=|>=|==|<|>)\s*([0-9][0-9A-Za-z.+]*)\s*$")

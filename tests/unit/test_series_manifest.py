@@ -235,3 +235,12 @@ def test_master_fix_divides_before_the_reduce_scatter(manifest):
     for series in manifest.series:
         if series.name != "master":
             assert "divisor" not in series.fix_patches[0].path.read_text(), series.name
+
+
+def test_version_sort_key_finds_the_version_in_a_name_or_none():
+    from patch_and_test.series import version_sort_key
+
+    assert version_sort_key("patch-and-test-ds0.19.8-gloo") == (0, 19, 8)
+    assert version_sort_key("0.19.6+fe7b53c59") == (0, 19, 6)  # not (0, 19, 6, 7, 53, 59): the hash is no number
+    assert version_sort_key("master") == ()
+    assert sorted(["0.19.10", "0.19.8", "master"], key=version_sort_key) == ["master", "0.19.8", "0.19.10"]
