@@ -4,8 +4,10 @@ The fixtures are trimmed copies of real runs (provenance: ``tests/fixtures/*/PRO
 
 * ``tests/fixtures/bundle/``: a ``patch-and-test`` bundle of DeepSpeed 0.14.5 (gloo) with the
   kept affected-tests and downstream-clients runs and the reduce-path benchmark;
-* ``tests/fixtures/bundle-checks/``: the ALST recipe (0.19.8, before/after), two parity audits
-  (0.14.5) and two pytest logs, for the sections the first bundle has no results for.
+* ``tests/fixtures/bundle-cell/``: one whole ``patch-and-test`` cell of DeepSpeed 0.19.8 (gloo)
+  with the parity audit and the ALST recipe, before and after, and two pytest logs: the sections
+  the first bundle has no results for. Its golden file was rendered by the f-string renderer
+  (commit 81781e6) from these same files.
 
 ``render_pr`` reads only the bundle's own files (its ``patches/``, ``results/`` and
 ``downstream-notice.md``), nothing of the package's ``patches/`` or ``docs/``. What else the
@@ -43,7 +45,7 @@ def _render_notice(name: str) -> str:
 
 CASES = {
     "bundle.PR.md.golden": lambda: _render_pr("bundle"),
-    "bundle-checks.PR.md.golden": lambda: _render_pr("bundle-checks"),
+    "bundle-cell.PR.md.golden": lambda: _render_pr("bundle-cell"),
     "bundle.downstream-notice.md.golden": lambda: _render_notice("bundle"),
 }
 

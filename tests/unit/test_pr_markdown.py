@@ -10,9 +10,9 @@ def test_headings_go_one_level_down_but_code_blocks_stay():
 
 
 def _bundle(tmp_path):
-    """A bundle holding the real patches and kept downstream results, plus one cell's verdict."""
-    import json
+    """A bundle of the package's real patches and kept results, and one real cell (the bundle-cell fixture)."""
     import shutil
+    from pathlib import Path
 
     from patch_and_test import bundle as bundle_mod, downstream_table
 
@@ -21,14 +21,8 @@ def _bundle(tmp_path):
     downstream_table.gather(tmp_path / "none", b / "results" / "downstream")
     shutil.copytree(bundle_mod.KEPT_AFFECTED, b / "results" / "affected")
     (b / "downstream-notice.md").write_text("# notice\n")
-    cell = b / "results" / "patch-and-test-ds0.19.8-gloo"
-    cell.mkdir(parents=True)
-    outcomes = {f"test[{c}]": "passed" for c in ("a", "b", "c", "d")}
-    verdict = {"env": "patch-and-test-ds0.19.8-gloo", "outcome": "fixed", "exit_code": 0, "backend": "gloo",
-               "source": {"version": "0.19.8"}, "before": [{"name": "before/x"}], "after": [{"name": "after/x"}],
-               "tests": [{"name": "twin TestZero3SequenceParallelGradientScale", "outcomes": outcomes,
-                          "junit": str(cell / "after" / "twin.xml")}], "suites": []}
-    (cell / "verdict.json").write_text(json.dumps(verdict))
+    cell = Path(__file__).resolve().parents[1] / "fixtures" / "bundle-cell" / "results" / "patch-and-test-ds0.19.8-gloo"
+    shutil.copytree(cell, b / "results" / cell.name)
     return b
 
 

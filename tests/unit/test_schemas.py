@@ -75,10 +75,13 @@ def test_a_model_that_does_not_import_is_skipped_with_the_reason():
     assert "ModuleNotFoundError" in skipped["nowhere"] and "not a report model" in skipped["not-a-model"]
 
 
-@pytest.mark.parametrize("folder", ["docs", "benchmarks/results", "tests/fixtures/bundle"])
+FOLDERS = ["docs", "benchmarks/results", "tests/fixtures/bundle", "tests/fixtures/bundle-cell"]
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
 def test_the_committed_reports_are_valid(folder, loaded):
-    # A bundle carries the kept runs (docs/, benchmarks/results/), and tests/fixtures/bundle is one
-    # (trimmed from a real run): bundle verify validates each report in them.
+    # A bundle carries the kept runs (docs/, benchmarks/results/); the fixtures are bundles trimmed
+    # from real runs: bundle verify validates each report in them.
     from patch_and_test.bundle import validate_reports
 
     problems, _ = validate_reports(ROOT / folder)
