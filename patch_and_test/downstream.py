@@ -29,12 +29,13 @@ import sys
 import tarfile
 import tempfile
 import time
+from typing import Any, ClassVar
 from pathlib import Path
 
 from patch_and_test import checks, install, series as series_mod, source as source_mod
 from patch_and_test.errors import BadInput, Exit, PipelineError
 from repro.downstream.space import MARKER_NAME
-from repro.harness.files import write_json
+from repro.harness.report import JsonReport
 
 SCRIPT = "downstream_clients"
 RESULTS_ROOT = Path("results") / "downstream"
@@ -45,9 +46,10 @@ MARKER_LINES = (
 STAGE3 = Path("deepspeed") / "runtime" / "zero" / "stage3.py"
 
 
-@dataclasses.dataclass
-class DownstreamRun:
+class DownstreamRun(JsonReport):
     """``results/downstream/<env>/run.json``: what ran, on what, and where each report is."""
+
+    SCHEMA: ClassVar[str] = "zero3-sp-gradfix/downstream-run/v1"
 
     env: str
     deepspeed_version: str
@@ -56,15 +58,11 @@ class DownstreamRun:
     marker_source: str  # "series 0001" | "local line (series 0001 does not define it yet)"
     clients: dict[str, str]  # distribution -> version, as installed here
     transformers_patches: list[str]
-    steps: list[dict]
-    checks: list[dict]
+    steps: list[dict[str, Any]]  # name, detail, duration_s
+    checks: list[dict[str, Any]]  # patch_and_test.checks.ReproCheck, as written
     exit_code: int = 2
     wall_time_s: float | None = None
     error: str | None = None
-    schema: str = "zero3-sp-gradfix/downstream-run/v1"
-
-    def write(self, path: Path) -> None:
-        write_json(path, dataclasses.asdict(self))
 
 
 # ----------------------------------------------------------------------------- the marker

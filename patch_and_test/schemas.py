@@ -35,6 +35,7 @@ MODELS = {
     "parity-audit": "repro.audit.report.AuditReport",
     "alst-recipe-report": "repro.alst.report.AlstReport",
     "downstream-clients-report": "repro.downstream.report.DownstreamReport",
+    "downstream-run": "patch_and_test.downstream.DownstreamRun",
 }
 
 
