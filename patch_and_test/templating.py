@@ -11,13 +11,10 @@ import functools
 from typing import Any
 
 import jinja2
-from pydantic import BaseModel, ConfigDict
 
+from repro.harness.report import Record as Model  # a context's record: typed, read-only, no unknown field
 
-class Model(BaseModel):
-    """A template context's record: typed, read-only, no unknown field."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+__all__ = ["Model", "counts", "environment", "ratio", "render", "span", "ulp"]
 
 
 def ratio(value: float | None) -> str:
