@@ -13,11 +13,11 @@ still read as plain JSON.
 from __future__ import annotations
 
 import json
-import importlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from patch_and_test.schemas import import_model
 from patch_and_test.series import version_sort_key
 from patch_and_test.templating import Model
 
@@ -36,37 +36,35 @@ def _json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _validated(path: Path, model: str) -> Any:
-    """The report at ``path``, validated by ``model`` (dotted name; imported when first needed)."""
-    module, _, name = model.rpartition(".")
-    return getattr(importlib.import_module(module), name).from_dict(_json(path))
+def _validated(path: Path, model: str) -> tuple[Any, dict[str, Any]]:
+    """The report at ``path`` validated by ``model`` (a dotted name of ``schemas.MODELS``), and its data: one read."""
+    data = _json(path)
+    return import_model(model).from_dict(data), data
 
 
 def load_verdict(path: Path) -> dict[str, Any]:
     """``results/<env>/verdict.json`` (``zero3-sp-gradfix/verdict/v1``), validated; its data."""
-    _validated(path, "patch_and_test.verdict.Verdict")
-    return _json(path)
+    return _validated(path, "patch_and_test.verdict.Verdict")[1]
 
 
 def load_gradscale_report(path: Path) -> Report:
     """A grad-scale reproducer's report (``zero3-sp-gradfix/repro-report/v1``), validated."""
-    return _validated(path, "repro.gradscale.report.Report")
+    return _validated(path, "repro.gradscale.report.Report")[0]
 
 
 def load_alst_report(path: Path) -> AlstReport:
     """The ALST recipe's report (``zero3-sp-gradfix/alst-recipe-report/v1``), validated."""
-    return _validated(path, "repro.alst.report.AlstReport")
+    return _validated(path, "repro.alst.report.AlstReport")[0]
 
 
 def load_audit_report(path: Path) -> dict[str, Any]:
     """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``), validated; its data."""
-    _validated(path, "repro.audit.report.AuditReport")
-    return _json(path)
+    return _validated(path, "repro.audit.report.AuditReport")[1]
 
 
 def load_downstream_report(path: Path) -> DownstreamReport:
     """A downstream clients report (``zero3-sp-gradfix/downstream-clients-report/v1``), validated."""
-    return _validated(path, "repro.downstream.report.DownstreamReport")
+    return _validated(path, "repro.downstream.report.DownstreamReport")[0]
 
 
 def load_affected(path: Path) -> dict[str, Any]:
