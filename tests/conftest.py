@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -47,6 +48,15 @@ def mirror() -> Path:
     if not path.exists():
         pytest.skip(f"no DeepSpeed mirror at {path} (set DEEPSPEED_MIRROR)")
     return path
+
+
+def tracked_files(*patterns: str) -> list[Path]:
+    """The repository's files (tracked, and untracked ones git does not ignore) matching ``patterns``."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard",
+                             *patterns], capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    return [ROOT / rel for rel in sorted(set(listed.stdout.splitlines())) if (ROOT / rel).is_file()]
 
 
 def git(repo: Path, *args: str) -> str:

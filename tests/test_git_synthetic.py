@@ -196,9 +196,8 @@ def test_fix_with_test_edits_is_a_fix_and_applies_without_tests(upstream, series
     dev = tmp_path / "dev"
     source.clone_shared(repo, dev)
     source.prepare_working_copy(dev, commit, "work")
-    write(dev, "deepspeed/runtime/zero/stage3.py", FIXED)
-    write(dev, "tests/unit/test_zero.py", "def test():\n    assert True\n")
-    run(dev, "commit", "-q", "-a", "-s", "-m", "Scale by sp, keep the unit test green")
+    edits = {"deepspeed/runtime/zero/stage3.py": FIXED, "tests/unit/test_zero.py": "def test():\n    assert True\n"}
+    commit_files(dev, "Scale by sp, keep the unit test green", edits)
     reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
     series = load_manifest(manifest).by_name("demo")
     assert [p.role for p in series.patches] == ["fix"] and series.fix_patches == series.patches
@@ -337,7 +336,7 @@ def test_two_jobs_at_once_get_their_own_working_copies(dev, user_checkout, tmp_p
     third.release()
 
 
-def test_checkout_with_missing_blobs_gets_a_sparse_copy(upstream, user_checkout, tmp_path):
+def test_checkout_with_missing_blobs_gets_a_sparse_copy(upstream, tmp_path):
     repo, commit = upstream
     # A user checkout that still has the unreadable path checked in: ask the upstream repo itself.
     copy = source.from_mirror(commit, mirror=repo, cache=tmp_path / "cache")
@@ -353,9 +352,7 @@ def test_refusals(user_checkout, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     run(other, "init", "-q")
-    write(other, "README", "x\n")
-    run(other, "add", "-A")
-    run(other, "commit", "-q", "-m", "x")
+    commit_files(other, "x", {"README": "x\n"}, signoff=False)
     with pytest.raises(errors.NotACheckout, match="not a DeepSpeed checkout"):
         source.from_checkout(other)
     user = user_checkout

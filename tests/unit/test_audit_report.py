@@ -6,6 +6,7 @@ from repro.audit.expect import KnownDiscrepancy
 from repro.audit.report import (SCHEMA, AuditReport, MeasuredPoint, Point, Row, raw_point, raw_row, render_summary,
                                 render_table)
 from repro.audit.space import AuditPoint
+from tests.conftest import FIXTURES
 
 KNOWN = [KnownDiscrepancy(id="zero12-predivide", title="t", when={"stage": (1, ), "predivide": ("world", )},
                           factor="1/sp", writeup="docs/x.md", code=("stage_1_and_2.py: the line", ), upstream="#1",
@@ -139,11 +140,10 @@ def test_a_file_whose_verdict_disagrees_with_its_rows_is_rejected(tmp_path):
 def test_a_report_the_pre_package_audit_wrote_still_loads():
     """tests/fixtures/parity-audit/old-code-sp2dp1-buggy.json: written by repro/parity_audit.py before
     the audit became repro/audit/ (DeepSpeed 0.19.8, gloo, world 2 sp 2, 13 points, --expect buggy)."""
-    from pathlib import Path
 
     from repro.audit.expect import DEFAULT_KNOWN_FILE, load_known
 
-    path = Path(__file__).resolve().parents[1] / "fixtures" / "parity-audit" / "old-code-sp2dp1-buggy.json"
+    path = FIXTURES / "parity-audit" / "old-code-sp2dp1-buggy.json"
     data = json.loads(path.read_text())
     report = AuditReport.load(path)
     assert report.to_dict() == data  # every key and value, derived ones included

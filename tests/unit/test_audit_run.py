@@ -3,7 +3,6 @@ topologies chosen from them, the ranks' argv built from them. Nothing is launche
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -13,9 +12,10 @@ from repro.audit import run
 from repro.audit.space import SP_VALUES
 from repro.harness import launch
 from repro.harness.cli import EXIT_SKIP
+from tests.conftest import FIXTURES
 
 # Written by the audit before it became repro/audit/ (world 2, sp 2, --expect buggy: holds).
-OLD_REPORT = run.REPO_ROOT / "tests" / "fixtures" / "parity-audit" / "old-code-sp2dp1-buggy.json"
+OLD_REPORT = FIXTURES / "parity-audit" / "old-code-sp2dp1-buggy.json"
 
 LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", launch.CHILD_DIR_VAR)
 
@@ -127,10 +127,6 @@ def test_selection_argv_round_trip():
 def test_the_script_runs_as_documented():
     """``python repro/parity_audit.py ...`` from any folder: the thin entry finds the package."""
     done = subprocess.run([sys.executable, str(run.ENTRY_SCRIPT), "--world-size", "1", "--list"], cwd="/",
-                          capture_output=True, text=True, timeout=120, env=_clean_env())
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "# 4 points in 1 launches (quick)"
-
-
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}

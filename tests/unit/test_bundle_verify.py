@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from patch_and_test import bundle as bundle_mod
+from tests.conftest import FIXTURES
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bundle"
+FIXTURE = FIXTURES / "bundle"
 CELL = "results/patch-and-test-ds0.14.5-gloo"
 
 

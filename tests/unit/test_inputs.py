@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from patch_and_test import bundle, inputs
+from tests.unit.test_verdict_model import _verdict
 
 ROOT = inputs.PACKAGE_ROOT
 
@@ -43,17 +43,8 @@ def test_results_of_another_torch_or_python_are_not_reused(tmp_path):
     key = inputs.run_inputs(ROOT / "patches" / "master", "sha", "gloo", True)
     assert {"python", "torch"} <= set(key)
     verdict = tmp_path / "verdict.json"
-    _verdict(key).write(verdict)
+    _verdict(inputs=key).write(verdict)
     assert bundle.reusable(verdict, key)
     for field, other in (("torch", "2.0.0+cpu"), ("python", "3.9.0")):
-        _verdict({**key, field: other}).write(verdict)
+        _verdict(inputs={**key, field: other}).write(verdict)
         assert not bundle.reusable(verdict, key), field
-    verdict.write_text(json.dumps({"inputs": key}))  # not a verdict: run again
-    assert not bundle.reusable(verdict, key)
-
-
-def _verdict(key: dict):
-    from patch_and_test.verdict import Verdict
-
-    return Verdict(env="e", source={}, series=None, deepspeed_before=None, deepspeed_after=None, backend="gloo",
-                   steps=[], before=[], after=[], tests=[], suites=[], inputs=key)

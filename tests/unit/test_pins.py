@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from patch_and_test import pins
+from tests.conftest import ROOT, tracked_files
 
-ROOT = Path(__file__).resolve().parents[2]
 # Records of what ran (results, the docs' measured environments) and DeepSpeed's own files are not pins.
 NOT_PINS = ("patches/", "docs/", "results/", "benchmarks/results/")
 TEXT_SUFFIXES = {".py", ".ini", ".toml", ".txt", ".cfg", ".md", ".sh", ".yaml", ".yml", ""}
 
 
 def _candidate_files() -> list[Path]:
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, text=True)
-    if listed.returncode != 0:
-        pytest.skip("not a git checkout")
-    files = []
-    for rel in sorted(set(listed.stdout.splitlines())):
-        path = ROOT / rel
-        if (rel == "requirements/pins.txt" or rel.startswith(NOT_PINS) or path.suffix not in TEXT_SUFFIXES
-                or not path.is_file()):
-            continue
-        files.append(path)
-    return files
+    return [path for path in tracked_files() if path.suffix in TEXT_SUFFIXES
+            and (rel := path.relative_to(ROOT).as_posix()) != "requirements/pins.txt" and not rel.startswith(NOT_PINS)]
 
 
 def copies(text: str, name: str, version: str) -> list[str]:

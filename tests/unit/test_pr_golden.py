@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import difflib
 import os
-from pathlib import Path
 
 import pytest
+from tests.conftest import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def _render_pr(name: str) -> str:

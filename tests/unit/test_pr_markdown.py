@@ -1,6 +1,7 @@
 """PR.md assembly: an included document's headings nest under the PR's own sections."""
 
 from patch_and_test.pr_context import demote_headings
+from tests.conftest import FIXTURES
 
 
 def test_headings_go_one_level_down_but_code_blocks_stay():
@@ -12,7 +13,6 @@ def test_headings_go_one_level_down_but_code_blocks_stay():
 def _bundle(tmp_path):
     """A bundle of the package's real patches and kept results, and one real cell (the bundle-cell fixture)."""
     import shutil
-    from pathlib import Path
 
     from patch_and_test import bundle as bundle_mod, downstream_table
 
@@ -21,7 +21,7 @@ def _bundle(tmp_path):
     downstream_table.gather(tmp_path / "none", b / "results" / "downstream")
     shutil.copytree(bundle_mod.KEPT_AFFECTED, b / "results" / "affected")
     (b / "downstream-notice.md").write_text("# notice\n")
-    cell = Path(__file__).resolve().parents[1] / "fixtures" / "bundle-cell" / "results" / "patch-and-test-ds0.19.8-gloo"
+    cell = FIXTURES / "bundle-cell" / "results" / "patch-and-test-ds0.19.8-gloo"
     shutil.copytree(cell, b / "results" / cell.name)
     return b
 
@@ -47,14 +47,13 @@ def test_pr_is_one_screen_then_folded_and_squash_ready(tmp_path):
 
 
 def test_the_context_is_typed_and_read_only():
-    from pathlib import Path
 
     import pydantic
     import pytest
 
     from patch_and_test.pr_context import PrContext, load_context
 
-    ctx = load_context(Path(__file__).resolve().parents[1] / "fixtures" / "bundle")
+    ctx = load_context(FIXTURES / "bundle")
     assert isinstance(ctx, PrContext)
     assert ctx.how_tested.ran == ["0.14.5 gloo"] and ctx.how_tested.outcomes == ["fixed"]
     assert (ctx.how_tested.downstream_held, ctx.how_tested.downstream_measured) == (16, 16)

@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
 import sys
-from pathlib import Path
 
-import pytest
+from tests.conftest import ROOT, tracked_files
 
-ROOT = Path(__file__).resolve().parents[2]
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root|home|tmp)/")
 # A reference to notes kept outside the repository. Spelt in pieces, so that this file is not one.
 NOTES_ELSEWHERE = re.compile("|".join(["FIND" + "INGS", r"\.\./" + "shared", "see " + "shared"]))
-
-
-def _tracked(*patterns: str) -> list[Path]:
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard",
-                             *patterns], capture_output=True, text=True)
-    if listed.returncode != 0:
-        pytest.skip("not a git checkout")
-    return [ROOT / rel for rel in sorted(set(listed.stdout.splitlines())) if (ROOT / rel).is_file()]
 
 
 def _common():
@@ -35,7 +24,7 @@ def _common():
 def test_no_reference_to_notes_outside_the_repository():
     # Facts the code relies on are in docs/; a finding kept elsewhere is not there for a reader.
     found = []
-    for path in _tracked("*.py", "*.md", "*.toml", "*.ini", "*.txt"):
+    for path in tracked_files("*.py", "*.md", "*.toml", "*.ini", "*.txt"):
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             if NOTES_ELSEWHERE.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
@@ -43,7 +32,7 @@ def test_no_reference_to_notes_outside_the_repository():
 
 
 def test_kept_results_name_no_folder_of_this_machine():
-    kept = _tracked("benchmarks/results/*.json", "benchmarks/results/**/*.json", "docs/*.json", "docs/**/*.json",
+    kept = tracked_files("benchmarks/results/*.json", "benchmarks/results/**/*.json", "docs/*.json", "docs/**/*.json",
                     "tests/fixtures/**")
     assert any("benchmarks/results" in str(p) for p in kept) and any("tests/fixtures" in str(p) for p in kept)
     found = [f"{p.relative_to(ROOT)}: {m[0]}" for p in kept for m in MACHINE_PATH.finditer(p.read_text())]

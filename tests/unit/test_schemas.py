@@ -75,7 +75,8 @@ def test_a_model_that_does_not_import_is_skipped_with_the_reason():
     assert "ModuleNotFoundError" in skipped["nowhere"] and "not a report model" in skipped["not-a-model"]
 
 
-FOLDERS = ["docs", "benchmarks/results", "tests/fixtures/bundle", "tests/fixtures/bundle-cell"]
+# tests/fixtures/bundle is verified whole by test_bundle_verify.py.
+FOLDERS = ["docs", "benchmarks/results", "tests/fixtures/bundle-cell"]
 
 
 @pytest.mark.parametrize("folder", FOLDERS)

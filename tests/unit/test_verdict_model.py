@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from patch_and_test.checks import PytestCheck, ReproCheck
 from patch_and_test.errors import Exit
 from patch_and_test.verdict import SCHEMA, Step, Verdict, decide, summary_table
+from tests.conftest import FIXTURES
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bundle" / "results" / "patch-and-test-ds0.14.5-gloo"
+FIXTURE = FIXTURES / "bundle" / "results" / "patch-and-test-ds0.14.5-gloo"
 # The keys verdict.json had as a dataclass (dataclasses.asdict, then outcome and exit_code): kept.
 KEYS = {"env", "source", "series", "deepspeed_before", "deepspeed_after", "backend", "steps", "before", "after",
         "tests", "suites", "already_fixed", "affected", "inputs", "environment", "wall_time_s", "client_warnings",
