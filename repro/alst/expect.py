@@ -68,14 +68,10 @@ class Fit:
     max_abs_target: float  # max |target * expected|
     elementwise_ok: bool
 
-    def __getattr__(self, name: str):
-        # ratio, residual, observed_norm, expected_norm: the scalar fit's
-        return getattr(self.scalar, name)
-
     @property
     def ok(self) -> bool:
         """The gradient is ``target`` x the baseline within the tolerances."""
-        return row_ok(self.ratio, self.residual, self.elementwise_ok, self.target)
+        return row_ok(self.scalar.ratio, self.scalar.residual, self.elementwise_ok, self.target)
 
 
 def fit(observed, expected, target: float, scalar: scales.Fit | None = None) -> Fit:

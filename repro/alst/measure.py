@@ -197,16 +197,11 @@ def sp_engine(stage: int, model_dir: Path, mpu, sp: int):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from repro.harness.engine import ds_config
+
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=ATTN)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    config = {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "zero_optimization": {"stage": stage},
-        "zero_allow_untested_optimizer": True,
-        "steps_per_print": 2**30,
-        "sequence_parallel_size": sp,
-    }
+    config = ds_config({"stage": stage}, sequence_parallel_size=sp)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=config)
     return engine, config
 
@@ -239,9 +234,7 @@ def sp_shard(engine, dp_index: int, notes: dict[str, str]):
 def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str,
            notes: dict[str, str]):
     """One engine, one step: {param: full gradient}, the full-sequence loss, {param: reduce path}."""
-    from deepspeed.utils import safe_get_full_grad
-
-    from repro.harness.engine import destroy_engine, watch_reduce_paths
+    from repro.harness.engine import destroy_engine, full_gradients, watch_reduce_paths
 
     engine, _config = sp_engine(stage, model_dir, mpu, sp)
     try:
@@ -255,14 +248,10 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         to_backprop, full_loss = sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp_world_size,
                                                  gather_impl)
         engine.backward(to_backprop)
-        named = dict(engine.module.named_parameters())
         grads, reduce_paths = {}, {}
-        for name in PARAMS:
-            grad = safe_get_full_grad(named[name])  # a collective under ZeRO-3: same order everywhere
-            if grad is None:
-                raise RuntimeError(f"zero{stage} {recipe}: DeepSpeed returned no gradient for {name}")
+        for name, param, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {recipe}: "):
             grads[name] = grad.detach().double().cpu().clone()
-            reduce_paths[name] = _path(stage, named[name], paths)
+            reduce_paths[name] = _path(stage, param, paths)
         return grads, full_loss, reduce_paths
     finally:
         destroy_engine(engine)

@@ -115,7 +115,8 @@ def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, e
     fits = {t: fit(observed, expected, t, scalar) for t in set(targets.values())}
     f = fits[target]
     return AlstRow(recipe=recipe, stage=stage, param=param, numel=int(expected.numel()), path=path,
-                   observed_norm=f.observed_norm, expected_norm=f.expected_norm, ratio=f.ratio, residual=f.residual,
+                   observed_norm=f.scalar.observed_norm, expected_norm=f.scalar.expected_norm, ratio=f.scalar.ratio,
+                   residual=f.scalar.residual,
                    max_abs_err=f.max_abs_err, max_abs_expected=float(expected.detach().abs().max()),
                    target=target, ok=f.ok, buggy_target=targets["buggy"], buggy_ok=fits[targets["buggy"]].ok,
                    fixed_target=targets["fixed"], fixed_ok=fits[targets["fixed"]].ok)

@@ -58,7 +58,7 @@ from pydantic import Field, computed_field
 from repro.audit.expect import (AVG_SCATTER, CATEGORIES, EXPECTATIONS, TOLERANCES, Judgement, KnownDiscrepancy,
                                 judge_row, point_category, point_holds)
 from repro.harness import scales
-from repro.harness.report import JsonReport, Record
+from repro.harness.report import JsonReport, Record, text_table
 
 SCHEMA = "zero3-sp-gradfix/parity-audit/v1"
 
@@ -419,12 +419,7 @@ def render_table(report: AuditReport, only_failing: bool = False) -> str:
         if p.status == "rejected":
             verdict = "rejected"
         lines.append((p.id, paths, ratios, targets, p.category, verdict))
-    widths = [max([len(h)] + [len(line[i]) for line in lines]) for i, h in enumerate(header)]
-    widths[2] = min(widths[2], 60)
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
-    out += [fmt.format(*line).rstrip() for line in lines]
-    return "\n".join(out)
+    return "\n".join(text_table(header, lines, max_widths={2: 60}))
 
 
 def render_summary(report: AuditReport) -> str:

@@ -219,9 +219,7 @@ def find_clients() -> list[Client]:
 def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_index: int,
                notes: dict[str, str]) -> dict[str, object]:
     """One engine, one step, the client's loss: {param: full gradient (float64, CPU)}."""
-    from deepspeed.utils import safe_get_full_grad
-
-    from repro.harness.engine import destroy_engine
+    from repro.harness.engine import destroy_engine, full_gradients
 
     engine, config = alst_measure.sp_engine(stage, model_dir, mpu, sp)
     try:
@@ -229,14 +227,8 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
         batch = {k: shard[k].to(engine.device) for k in ("input_ids", "position_ids", "shift_labels")}
         loss = client.call(engine, batch, sp_group, sp, config)
         engine.backward(loss)
-        named = dict(engine.module.named_parameters())
-        grads = {}
-        for name in PARAMS:
-            grad = safe_get_full_grad(named[name])  # a collective under ZeRO-3: same order on every rank
-            if grad is None:
-                raise RuntimeError(f"zero{stage} {client.name}: DeepSpeed returned no gradient for {name}")
-            grads[name] = grad.detach().double().cpu().clone()
-        return grads
+        return {name: grad.detach().double().cpu().clone()
+                for name, _, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {client.name}: ")}
     finally:
         destroy_engine(engine)
         del engine
@@ -260,8 +252,8 @@ def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, 
                      status="measured", kind=client.kind.kind, gate=client.kind.gate,
                      gate_version=client.kind.gate_version,
                      compensates=compensates(client.kind, deepspeed_version, marker) if stage == 3 else False,
-                     ratio=f.ratio, residual=f.residual, param_ratios=per_param, expected=target, matches_rule=f.ok,
-                     note=note)
+                     ratio=f.scalar.ratio, residual=f.scalar.residual, param_ratios=per_param, expected=target,
+                     matches_rule=f.ok, note=note)
 
 
 def unmeasured_rows(client: Client) -> list[ClientRow]:

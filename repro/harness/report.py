@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import platform
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -133,9 +133,11 @@ class LaunchReport(JsonReport):
             report.write(json_path)
 
 
-def text_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns under a header and a rule."""
+def text_table(header: Sequence[str], lines: Sequence[Sequence[str]],
+               max_widths: Mapping[int, int] | None = None) -> list[str]:
+    """Left-aligned columns under a header and a rule; column i padded to at most ``max_widths[i]``."""
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
+    widths = [min(w, (max_widths or {}).get(i, w)) for i, w in enumerate(widths)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
     return out + [fmt.format(*line).rstrip() for line in lines]
