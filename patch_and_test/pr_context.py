@@ -3,11 +3,10 @@
 Every number and name the templates (``patch_and_test/templates/``) show is a field here; the
 templates hold the prose and the formatting. The report files are read by one function per
 report kind (``load_verdict``, ``load_gradscale_report``, ``load_alst_report``,
-``load_audit_report``, ``load_downstream_report``, ``load_affected``, ``load_reduce_path``), so
-that each can validate with its family's model without touching the rest: the reproducers',
-ALST and downstream reports are validated (``repro.gradscale.report.Report``,
-``repro.alst.report.AlstReport``, ``repro.downstream.report.DownstreamReport``); the others are
-still read as plain JSON.
+``load_audit_report``, ``load_affected``, ``load_reduce_path``; the downstream reports through
+``downstream_table.reports``): the verdicts and the four families' reports are validated by their
+models (``patch_and_test.schemas.MODELS``); ``affected.json`` and the reduce-path benchmark are
+read as plain JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from patch_and_test.templating import Model
 
 if TYPE_CHECKING:
     from repro.alst.report import AlstReport
-    from repro.downstream.report import ClientRow, DownstreamReport
+    from repro.downstream.report import ClientRow
     from repro.gradscale.report import Report
 
 Scalar = Optional[Union[str, int, float, bool]]
@@ -60,11 +59,6 @@ def load_alst_report(path: Path) -> AlstReport:
 def load_audit_report(path: Path) -> dict[str, Any]:
     """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``), validated; its data."""
     return _validated(path, "repro.audit.report.AuditReport")[1]
-
-
-def load_downstream_report(path: Path) -> DownstreamReport:
-    """A downstream clients report (``zero3-sp-gradfix/downstream-clients-report/v1``), validated."""
-    return _validated(path, "repro.downstream.report.DownstreamReport")[0]
 
 
 def load_affected(path: Path) -> dict[str, Any]:
@@ -452,10 +446,10 @@ def _how_tested(bundle: Path, verdicts: dict[str, dict[str, Any]],
 
 
 def _downstream_rows(bundle: Path) -> list[ClientRow]:
-    rows = []
-    for path in sorted((bundle / "results" / "downstream").glob("*/*/downstream_clients.json")):
-        rows += [r for r in load_downstream_report(path).rows if r.status == "measured"]
-    return rows
+    from patch_and_test.downstream_table import reports
+
+    return [r for _, _, report in reports(bundle / "results" / "downstream") for r in report.rows
+            if r.status == "measured"]
 
 
 def affected_results(root: Path) -> list[tuple[str, dict[str, Any]]]:
