@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from repro.harness.files import load_toml
-from repro.harness.scales import EXPECTATIONS, ReducePath, error_at, expected_scale
+from repro.harness.scales import EXPECTATIONS, ReducePath, bug_scales, error_at, expected_scale
 
-AVG_SCATTER = ReducePath.AVG_SCATTER.value
 KNOWN_SCHEMA = "zero3-sp-gradfix/known-discrepancies/v1"
 DEFAULT_KNOWN_FILE = Path(__file__).resolve().with_name("known_discrepancies.toml")
 
@@ -234,15 +233,16 @@ def judge_row(point_fields: dict[str, Any], path: str, param: str, ratio: float,
     sp, dtype = fields["sp"], fields["dtype"]
     target: dict[str, float | None] = {}
     ok = {}
+    observed_path = reduce_path(path)
     for e in EXPECTATIONS:
-        scale = expected_scale(reduce_path(path), sp, e) * factor
+        scale = expected_scale(observed_path, sp, e) * factor
         if not_a_scale:
             target[e] = None
             ok[e] = not at_scale(ratio, residual, scale, dtype) and not at_scale(ratio, residual, 1.0, dtype)
         else:
             target[e] = scale
             ok[e] = at_scale(ratio, residual, scale, dtype)
-    sp_bug = path == AVG_SCATTER and sp > 1 and at_scale(ratio, residual, 1.0 / sp, dtype)
+    sp_bug = bug_scales(observed_path, sp) and at_scale(ratio, residual, 1.0 / sp, dtype)
     return Judgement(tuple(k.id for k in covering), target, ok, at_scale(ratio, residual, 1.0, dtype), sp_bug)
 
 

@@ -55,8 +55,8 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from pydantic import Field, computed_field
 
-from repro.audit.expect import (AVG_SCATTER, CATEGORIES, EXPECTATIONS, TOLERANCES, Judgement, KnownDiscrepancy,
-                                judge_row, point_category, point_holds)
+from repro.audit.expect import (CATEGORIES, EXPECTATIONS, TOLERANCES, Judgement, KnownDiscrepancy,
+                                judge_row, point_category, point_holds, reduce_path)
 from repro.harness import scales
 from repro.harness.report import JsonReport, Record, text_table
 
@@ -313,7 +313,7 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
 
 def _cause(point: Point, row: Row) -> str:
     parts = []
-    if row.path == AVG_SCATTER and point.point.sp > 1 and (row.ok["buggy"] and not row.ok["fixed"]):
+    if scales.bug_scales(reduce_path(row.path), point.point.sp) and (row.ok["buggy"] and not row.ok["fixed"]):
         parts.append("sp-bug")
     parts += row.known
     if not (row.ok["buggy"] or row.ok["fixed"]):

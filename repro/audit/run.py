@@ -41,7 +41,7 @@ from repro.audit.report import AuditReport, raw_point, raw_row, render_summary, 
 from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,
                                select, topologies)
 from repro.harness import launch
-from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, parse
+from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, validate
 
 SCRIPT = "parity_audit"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     # per topology: defaults of None tell them apart from given values (abbreviated ones included).
     parser.set_defaults(world_size=None, sp=None, backend=None)
     try:
-        args = _repro_args(parser, parser.parse_args(argv))
+        args = _repro_args(parser.parse_args(argv))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     return _parent(args, selection, topos, known)
 
 
-def _repro_args(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> ReproArgs:
-    """The parsed flags as the shared contract's ``ReproArgs``, validated by ``cli.parse``.
+def _repro_args(ns: argparse.Namespace) -> ReproArgs:
+    """The parsed flags as the shared contract's ``ReproArgs``, validated by ``cli.validate``.
 
     ``extra`` records whether --world-size and --sp were given (``world_size_given``,
     ``sp_given``) and the --backend choice (``backend_choice``, "auto" when unset); where they were
@@ -172,18 +172,7 @@ def _repro_args(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Repr
     world_size = ns.world_size if given["world_size_given"] else sp
     filled = argparse.Namespace(**{**vars(ns), "world_size": world_size, "sp": sp,
                                    "backend": given["backend_choice"], **given})
-    return parse(_Parsed(parser, filled))
-
-
-class _Parsed:
-    """A parser whose parse is done: ``cli.parse`` validates the one namespace ``main`` parsed."""
-
-    def __init__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace):
-        self.prog, self._ns = parser.prog, ns
-
-    def parse_args(self, argv: list[str] | None = None) -> argparse.Namespace:
-        assert argv is None, "already parsed"
-        return self._ns
+    return validate(filled)
 
 
 def _list(selection: Selection, topos) -> int:

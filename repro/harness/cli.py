@@ -78,7 +78,11 @@ def build_parser(description: str, prog: str | None = None) -> argparse.Argument
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> ReproArgs:
     """Parse and validate; UsageError for anything a run cannot start with."""
-    ns = parser.parse_args(argv)
+    return validate(parser.parse_args(argv))
+
+
+def validate(ns: argparse.Namespace) -> ReproArgs:
+    """The parsed flags as ``ReproArgs``; UsageError for anything a run cannot start with."""
     world_size = _launcher_world_size() or ns.world_size
     if world_size < 1:
         raise UsageError(f"--world-size must be >= 1, got {world_size}")

@@ -59,6 +59,11 @@ def deepspeed_factor(path: ReducePath | str, sp: int, expect: str) -> Fraction:
     return Fraction(1, sp) if expect == "buggy" and ReducePath(path) is ReducePath.AVG_SCATTER else Fraction(1)
 
 
+def bug_scales(path: ReducePath | str, sp: int) -> bool:
+    """Whether the unpatched code scales a gradient on ``path`` at this sp (by 1/sp): ``r`` != 1 for ``buggy``."""
+    return deepspeed_factor(path, sp, "buggy") != 1
+
+
 def recipe_factor(recipe: str, sp: int, compensates: bool = False) -> Fraction:
     """``m`` of the rule: the sum over the sp ranks of what they backprop, over the true loss."""
     if recipe not in RECIPES:

@@ -52,3 +52,11 @@ def test_matches_is_elementwise():
     (0.0, 1.0, "other"), (-0.5, 0.0, "other")])
 def test_label(ratio, residual, name):
     assert label(ratio, residual) == name
+
+
+def test_bug_scales_only_avg_scatter_with_sp():
+    from repro.harness.scales import bug_scales
+
+    assert bug_scales(ReducePath.AVG_SCATTER, 2) and bug_scales("__avg_scatter_grads", 4)
+    assert not bug_scales(ReducePath.AVG_SCATTER, 1)
+    assert not any(bug_scales(p, 2) for p in (ReducePath.CONTIGUOUS, ReducePath.STAGE_1_2, ReducePath.STAGE_0))
