@@ -58,13 +58,13 @@ def _install_runtime(session: nox.Session, alst: bool = False) -> None:
     session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/test.txt", "uv", *extra)
 
 
-def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None, backend: str) -> None:
+def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None, backend: str, *args: str) -> None:
     """The one implementation behind every patch-and-test session: python -m patch_and_test."""
     _install_runtime(session, alst=True)
     env = _env(ZERO3_SP_BACKEND=backend)
     if version:
         env["DEEPSPEED_VERSION"] = version
-    argv = ["--env-name", env_name, *session.posargs]
+    argv = ["--env-name", env_name, *args, *session.posargs]
     session.run("python", "-m", "patch_and_test", *argv, env=env, success_codes=[0, Exit.SKIPPED])
     # Exit 77 (e.g. nccl with fewer GPUs than ranks) is a skip, shown as one in nox's summary.
     verdict = results_dir(build_parser().parse_args(argv)) / "verdict.json"
@@ -77,6 +77,13 @@ def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None
 def patch_and_test(session: nox.Session) -> None:
     patch_and_test_impl(session, "patch-and-test", os.environ.get("DEEPSPEED_VERSION"),
                         os.environ.get("ZERO3_SP_BACKEND", "gloo"))
+
+
+@nox.session(name="patch-and-test-newest")
+def patch_and_test_newest(session: nox.Session) -> None:
+    """The pull-request series on the newest-upstream tree (needs the mirror: DEEPSPEED_MIRROR)."""
+    patch_and_test_impl(session, "patch-and-test-newest", None, os.environ.get("ZERO3_SP_BACKEND", "gloo"),
+                        "--newest-upstream")
 
 
 @nox.session

@@ -32,6 +32,7 @@ exit codes:
 environment:
   DEEPSPEED_SRC       a DeepSpeed git checkout to use instead of PyPI (it is cloned, not modified)
   DEEPSPEED_VERSION   the PyPI release to use (default: the newest supported)
+  DEEPSPEED_MIRROR    a git clone of DeepSpeed with its history (--newest-upstream, the tests' mirror)
   ZERO3_SP_BACKEND    gloo (default) or nccl
   ZERO3_SP_CACHE      where sdists, source trees, wheels and built ops are cached
   ZERO3_SP_UPSTREAM_TIER  quick (default) or full: which of the affected DeepSpeed tests run
@@ -45,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="DeepSpeed release from PyPI (env DEEPSPEED_VERSION)")
     parser.add_argument("--src", type=Path, default=os.environ.get("DEEPSPEED_SRC") or None,
                         help="DeepSpeed checkout to use instead of PyPI (env DEEPSPEED_SRC)")
+    parser.add_argument("--newest-upstream", action="store_true",
+                        help="the newest DeepSpeed code: the newest locked sdist grafted onto the mirror's master "
+                        "(its tests/ and docs/), patched with the pull-request series; needs the mirror "
+                        "(DEEPSPEED_MIRROR); see docs/newest-upstream.md")
     parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"))
     parser.add_argument("--env-name", default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
                         or "patch-and-test", help="names the results folder (default: the tox/nox env)")
@@ -70,12 +75,12 @@ def results_dir(args: argparse.Namespace) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.src is not None and args.version is not None:
-        print("error: give DEEPSPEED_SRC or DEEPSPEED_VERSION, not both", file=sys.stderr)
+    if sum([args.src is not None, args.version is not None, args.newest_upstream]) > 1:
+        print("error: give one of DEEPSPEED_SRC, DEEPSPEED_VERSION and --newest-upstream", file=sys.stderr)
         return int(Exit.ERROR)
     results = results_dir(args)
     verdict = run(PipelineConfig(env_name=args.env_name, results=results, version=args.version, src=args.src,
-                                 backend=args.backend, timeout=args.timeout,
+                                 newest_upstream=args.newest_upstream, backend=args.backend, timeout=args.timeout,
                                  upstream_suites=not args.no_upstream_suites, upstream_tier=args.upstream_tier,
                                  upstream_workers=args.upstream_workers, audit=not args.no_audit))
     if verdict.error:

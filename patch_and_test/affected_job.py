@@ -32,6 +32,9 @@ class AffectedVerdict:
     head: str | None = None
     selection: affected.Selection | None = None
     only: list[str] = dataclasses.field(default_factory=list)  # the selection was narrowed to these files
+    graft: dict | None = None  # a newest-upstream tree: the release and the master commit it is made of
+    # The series' own tests on part of it (``PARTIALS``): each must fail there for its test to prove anything.
+    partial: list[upstream_suite.SuiteRun] = dataclasses.field(default_factory=list)
     suite: upstream_suite.SuiteComparison | None = None
     error: str | None = None
     error_exit: int | None = None
@@ -73,20 +76,76 @@ def series_from_dir(directory: Path) -> series_mod.Series:
                              verified=())
 
 
-def run(src: Path,
+@dataclasses.dataclass(frozen=True)
+class Partial:
+    """Part of a series applied alone, and the one test class it must leave failing."""
+
+    name: str
+    roles: tuple[str, ...]  # the patches applied (series.ROLES)
+    files: tuple[str, ...]  # the test file, where each release line keeps it
+    test_class: str
+    needs: str | None = None  # a role the series must have for this run to show anything
+
+
+PARTIALS = (
+    Partial("regression test without the fix", ("test", ), ("tests/unit/v1/zero/test_zero.py",
+                                                             "tests/unit/runtime/zero/test_zero.py"),
+            "TestZero3SequenceParallelGradientScale"),
+    # the companion's reason: the recipe that relied on the bug fails with the fix alone
+    Partial("ALST test with the fix alone", ("fix", ), ("tests/unit/ulysses_alst/test_ulysses_sp_hf.py", ),
+            "TestUlyssesSPHF", needs="companion"),
+)
+
+
+def manifest_series(series_dir: Path) -> series_mod.Series | None:
+    """The manifest's series for a folder of patches/, with its roles; None for any other folder."""
+    try:
+        found = series_mod.load_manifest().by_name(series_dir.name)
+    except PipelineError:
+        return None
+    return found if found.directory.resolve() == series_dir.resolve() else None
+
+
+def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results: Path,
+                 **kwargs) -> list[upstream_suite.SuiteRun]:
+    """Each ``PARTIALS`` entry whose patches and test exist: applied alone on the base, its test class run."""
+    runs = []
+    for part in PARTIALS:
+        patches = tuple(p for p in series.patches if p.role in part.roles)
+        files = [f for f in part.files if (tree.path / f).is_file()]
+        if not patches or not files or (part.needs and not any(p.role == part.needs for p in series.patches)):
+            continue  # nothing to show here
+        subset = dataclasses.replace(series, patches=patches)
+        series_mod.apply_series(tree.path, subset)
+        try:
+            runs.append(upstream_suite.run_suite(part.name, tree.path, files, results / "partial", **{
+                **kwargs, "keep": (part.test_class, )}))
+            print(f"{part.name}: {runs[-1].counts}", flush=True)
+        finally:
+            series_mod.git(tree.path, "reset", "-q", "--hard", tree.base)
+    return runs
+
+
+def run(src: Path | None,
         series_dir: Path,
         results: Path,
         *,
         tier: str = "quick",
         only: list[str] | None = None,
         workers: int = 0) -> AffectedVerdict:
+    """DeepSpeed's affected tests of ``src`` (a checkout; None: the newest-upstream tree), before and after."""
     results.mkdir(parents=True, exist_ok=True)
     # Names, not this machine's paths: the base commit says which tree it was.
-    verdict = AffectedVerdict(source=src.resolve().name, series=series_dir.name, only=list(only or []))
+    name = src.resolve().name if src is not None else source_mod.NEWEST_UPSTREAM
+    verdict = AffectedVerdict(source=name, series=series_dir.name, only=list(only or []))
     tree = None
     try:
         chosen = series_from_dir(series_dir)
-        tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
+        if src is None:
+            tree = source_mod.from_newest_upstream(f"affected-{series_dir.name}")
+            verdict.graft = dataclasses.asdict(tree.graft)
+        else:
+            tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
         verdict.base = series_mod.git(tree.path, "rev-parse", "HEAD").stdout.strip()
         verdict.version = tree.version
         selection = affected.select(affected.series_changes(series_dir), tree.path)
@@ -97,6 +156,9 @@ def run(src: Path,
                       workers=workers)
         before = upstream_suite.run_suite("before", tree.path, files, results / "before", **kwargs)
         print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
+        with_roles = manifest_series(series_dir)
+        if with_roles is not None and not only:
+            verdict.partial = run_partials(tree, with_roles, results, **kwargs)
         applied = series_mod.apply_series(tree.path, chosen)
         verdict.head = applied.head
         after = upstream_suite.run_suite("after", tree.path, files, results / "after", **kwargs)
@@ -143,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m patch_and_test.affected_job",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--src", type=Path, required=True, help="a clean DeepSpeed checkout (only read)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--src", type=Path, help="a clean DeepSpeed checkout (only read)")
+    where.add_argument("--newest-upstream", action="store_true",
+                       help="the newest locked sdist's code on the mirror's master, with master's tests/ "
+                       "(deepspeed-sdists.lock [newest-upstream]; needs the mirror, DEEPSPEED_MIRROR)")
     parser.add_argument("--series", type=Path, required=True, help="a folder of git format-patch files")
     parser.add_argument("--results", type=Path, default=Path("results/affected"))
     parser.add_argument("--tier", choices=("quick", "full"), default="quick")

@@ -255,12 +255,14 @@ def trees_for(manifest: Manifest,
         return [(series_for_tree(copy.path, manifest), copy)]
     mirror = source.mirror_path()
     if mirror.exists():
-        return [(s, source.from_mirror(s.base_commit, mirror, branch=f"zero3-sp-lint/{s.name}"))
-                for s in manifest.series]
+        return [(s, source.from_series_base(s, mirror, branch=f"zero3-sp-lint/{s.name}")) for s in manifest.series]
     lock = source.load_lock()
+    newest = source.load_newest_upstream().release
     pairs = []
     for series in manifest.series:
-        covered = sorted((v for v in lock if series.covers(parse_version(v))), key=parse_version)
+        # A series made on the newest-upstream graft takes that release's sdist: its code is the graft's.
+        covered = [newest] if series.base_ref == source.NEWEST_UPSTREAM else sorted(
+            (v for v in lock if series.covers(parse_version(v))), key=parse_version)
         if not covered:
             why = f"series {series.name}: NOT LINTED: no mirror at {mirror} and no locked sdist in {series.range_text}"
             if unlinted is None:
@@ -297,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         where = {
             "mirror": f"sparse checkout of the mirror at {tree.upstream_commit}",
             "checkout": f"copy of the checkout at {tree.upstream_commit}",
-            "pypi-sdist": f"PyPI sdist of DeepSpeed {tree.version}"
+            "pypi-sdist": f"PyPI sdist of DeepSpeed {tree.version}",
+            source.NEWEST_UPSTREAM: f"the newest-upstream tree {tree.upstream_commit}"
+            + (f" ({tree.graft.release} sdist on master {tree.graft.history[:12]})" if tree.graft else ""),
         }[tree.origin]
         print(f"series {report.series}: {where} ({tree.path})")
         for item in report.not_linted:

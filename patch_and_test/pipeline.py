@@ -42,6 +42,7 @@ class PipelineConfig:
     results: Path
     version: str | None = None  # a PyPI release; None: the newest supported
     src: Path | None = None  # a DeepSpeed checkout (DEEPSPEED_SRC): used instead of PyPI
+    newest_upstream: bool = False  # the newest locked sdist grafted onto the mirror's master: the PR series
     backend: str = "gloo"
     timeout: float = 600.0  # per reproducer launch
     upstream_suites: bool = True  # where the source has tests/: run DeepSpeed's own tests too
@@ -90,7 +91,7 @@ def run(cfg: PipelineConfig) -> Verdict:
 
 def _run_steps(r: _Run) -> None:
     cfg = r.cfg
-    version = None if cfg.src else (cfg.version or _newest())
+    version = None if cfg.src or cfg.newest_upstream else (cfg.version or _newest())
     if version is not None:
         # Known before any download: a skipped cell is still tied to the inputs it would have used.
         r.verdict.inputs = inputs.run_inputs(series_mod.series_for_version(version).directory, _sdist_sha256(version),
@@ -99,13 +100,20 @@ def _run_steps(r: _Run) -> None:
         raise Skipped(f"nccl needs one GPU per rank: {WORLD_SIZE} ranks, {gpu_count()} GPU(s) visible")
 
     t = time.monotonic()
-    tree = r.tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(version)
+    if cfg.newest_upstream:
+        tree = r.tree = source_mod.from_newest_upstream()
+    else:
+        tree = r.tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(version)
     r.verdict.source = {"origin": tree.origin, "path": str(tree.path), "version": tree.version,
                         "upstream_commit": tree.upstream_commit, "base": tree.base, "branch": tree.branch,
-                        "has_tests": tree.has_tests, "dropped_paths": list(tree.dropped_paths)}
-    r.step("source", "ok", f"DeepSpeed {tree.version} ({tree.origin}) at {tree.path}", t)
+                        "has_tests": tree.has_tests, "dropped_paths": list(tree.dropped_paths),
+                        "graft": dataclasses.asdict(tree.graft) if tree.graft else None}
+    made_of = (f" = {tree.graft.release} sdist on master {tree.graft.history[:12]} ({tree.graft.history_date})"
+               if tree.graft else "")
+    r.step("source", "ok", f"DeepSpeed {tree.version} ({tree.origin}{made_of}) at {tree.path}", t)
 
-    chosen = series_mod.series_for_tree(tree.path)
+    chosen = (series_mod.load_manifest().by_name(tree.series_name) if tree.series_name
+              else series_mod.series_for_tree(tree.path))
     r.verdict.series = {"name": chosen.name, "version": chosen.version, "base_commit": chosen.base_commit,
                         "base_ref": chosen.base_ref, "range": chosen.range_text}
     # What these results depend on, so a later bundle can tell whether they are still current.

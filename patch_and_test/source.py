@@ -1,6 +1,6 @@
 """Get a DeepSpeed source tree to patch, never touching the user's own checkout.
 
-Two origins:
+Three origins:
 
 * ``from_pypi(version)``: the version's sdist, downloaded with pip, checked against the sha256 in
   ``deepspeed-sdists.lock``, unpacked and committed to a fresh git repo with a fixed author and
@@ -9,6 +9,11 @@ Two origins:
 * ``from_checkout(path)``: a separate working copy of the user's DeepSpeed checkout, made with
   ``git clone --shared`` into the cache (their objects are read, nothing is written into their
   repo) and checked out at their HEAD onto a branch ``zero3-sp-fix/<series>``.
+* ``from_newest_upstream()``: the newest DeepSpeed code we can read (the newest locked sdist, which is newer
+  than any commit of the mirror) grafted onto the mirror master's history: one commit whose parent is that
+  master commit, whose code (``GRAFTED_PATHS``) is the sdist's and whose ``tests/`` and ``docs/`` are
+  master's. Made with a fixed identity and date, so its id is the same on every machine: the pull-request
+  series names it as ``base-commit:``. What in such a tree is older than its code: docs/newest-upstream.md.
 
 A working copy belongs to one caller at a time: it holds an exclusive lock on it (``flock``,
 released by ``SourceTree.release()``, when the tree is garbage-collected, or when the process
@@ -43,7 +48,7 @@ from patch_and_test.gitrun import git_out
 from patch_and_test.inputs import sha256_file
 from repro.harness.env import cache_root
 from repro.harness.files import load_toml
-from patch_and_test.series import (PACKAGE_ROOT, STAGE3, ensure_clean, format_version, git, parse_version,
+from patch_and_test.series import (PACKAGE_ROOT, STAGE3, Series, ensure_clean, format_version, git, parse_version,
                                    series_for_version, work_tree_root)
 
 DEFAULT_LOCK = PACKAGE_ROOT / "deepspeed-sdists.lock"
@@ -62,18 +67,23 @@ FIXED_IDENTITY = {
 # sdist ships some of them, and committing them would make the tree dirty after an install.
 SDIST_EXCLUDES = ("deepspeed.egg-info/", "deepspeed/git_version_info_installed.py", "build.txt", "build/", "dist/",
                   "*.so", "__pycache__/", "*.pyc")
+# What a newest-upstream tree takes from the sdist: the code and what builds it. Whole folders, so a file the
+# release dropped is gone; everything else (tests/, docs/, blogs/, CI files) stays the mirror master's.
+GRAFTED_PATHS = ("accelerator", "bin", "csrc", "deepspeed", "op_builder", "requirements", "setup.py", "version.txt")
 
 
 @dataclass(frozen=True)
 class SourceTree:
     path: Path  # a git work tree that is ours to patch
     version: str  # from its version.txt
-    origin: str  # "pypi-sdist", "checkout" or "mirror"
-    upstream_commit: str | None  # the DeepSpeed commit it was made from (None for an sdist)
+    origin: str  # "pypi-sdist", "checkout", "mirror" or "newest-upstream"
+    upstream_commit: str | None  # the DeepSpeed commit it was made from (None for an sdist; the graft's id)
     base: str  # the local commit to apply a series onto (HEAD when returned)
     branch: str
     has_tests: bool
     dropped_paths: tuple[str, ...] = ()  # left out because their blobs are missing
+    graft: Graft | None = None  # newest-upstream: what the tree is made of
+    series_name: str | None = None  # the series this origin takes whatever its version.txt says
     # The open lock file that makes ``path`` this caller's alone (closing it frees the copy).
     claim: IO | None = field(default=None, compare=False, repr=False)
 
@@ -110,6 +120,25 @@ class LockEntry:
     version: str
     filename: str
     sha256: str
+
+
+@dataclass(frozen=True)
+class NewestUpstream:
+    """The lock's ``[newest-upstream]``: which release is grafted onto which master commit."""
+
+    release: str
+    history: str  # a full commit id of the mirror's master
+
+
+def load_newest_upstream(path: Path | None = None) -> NewestUpstream:
+    path = path or DEFAULT_LOCK
+    try:
+        table = load_toml(path).get("newest-upstream")
+    except FileNotFoundError:
+        raise errors.BadInput(f"sdist lock file not found: {path}") from None
+    if not isinstance(table, dict) or not {"release", "history"} <= table.keys():
+        raise errors.BadInput(f"{path}: no [newest-upstream] table with release and history")
+    return NewestUpstream(str(table["release"]), str(table["history"]))
 
 
 def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
@@ -359,6 +388,139 @@ def from_checkout(path: Path | str, series_name: str | None = None, cache: Path 
                       has_tests=(dest / "tests").is_dir(),
                       dropped_paths=dropped,
                       claim=claim)
+
+
+# --- the newest release grafted onto the mirror's history ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Graft:
+    """A newest-upstream commit: the sdist of ``release`` over ``history`` (both recorded in the verdict)."""
+
+    commit: str
+    release: str
+    sdist_sha256: str
+    history: str  # the mirror's master commit: parent of the graft, source of tests/ and docs/
+    history_date: str
+
+
+def grafted_entries(history: list[tuple[str, str, str]], release: list[tuple[str, str, str]],
+                    paths: tuple[str, ...] = GRAFTED_PATHS) -> list[tuple[str, str, str]]:
+    """(mode, blob, path) of the graft's tree: ``release``'s entries under ``paths``, ``history``'s elsewhere."""
+
+    def grafted(path: str) -> bool:
+        return path.split("/", 1)[0] in paths
+
+    return sorted([e for e in history if not grafted(e[2])] + [e for e in release if grafted(e[2])],
+                  key=lambda e: e[2])
+
+
+def _excluded(rel: str) -> bool:
+    parts = rel.split("/")
+    return ("__pycache__" in parts or rel.endswith((".pyc", ".so")) or rel == "deepspeed/git_version_info_installed.py")
+
+
+def _tree_entries(repo: Path, commit: str) -> list[tuple[str, str, str]]:
+    listing = git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
+    entries = []
+    for record in filter(None, listing.split("\0")):
+        meta, path = record.split("\t", 1)
+        mode, _kind, sha = meta.split()
+        entries.append((mode, sha, path))
+    return entries
+
+
+def _hash_files(repo: Path, root: Path, paths: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(mode, blob, path) of every file of ``root`` under ``paths``, written into ``repo``'s objects."""
+    files = sorted(str(f.relative_to(root)) for top in paths if (root / top).exists()
+                   for f in ([root / top] if (root / top).is_file() else (root / top).rglob("*"))
+                   if f.is_file() and not _excluded(str(f.relative_to(root))))
+    blobs = git_out(repo, "hash-object", "-w", "--no-filters", "--stdin-paths",
+                    input="".join(f"{root / f}\n" for f in files)).split()
+    return [("100755" if os.access(root / f, os.X_OK) else "100644", blob, f) for f, blob in zip(files, blobs)]
+
+
+def build_graft(release: str, history: str, mirror: Path | None = None,
+                cache: Path | None = None) -> tuple[Path, Graft]:
+    """The repo holding the newest-upstream commit (made once, then cached) and what it is made of."""
+    cache = cache or cache_dir()
+    mirror = mirror or mirror_path()
+    if not mirror.exists():
+        raise errors.BadInput(f"no DeepSpeed mirror at {mirror} (set DEEPSPEED_MIRROR): the newest-upstream tree "
+                              "grafts the newest sdist onto its history")
+    if git(mirror, "cat-file", "-e", f"{history}^{{commit}}", check=False).returncode != 0:
+        raise errors.BadInput(f"{mirror} has no commit {history[:12]} (the lock's newest-upstream history)")
+    lock = load_lock()
+    archive = fetch_sdist(release, lock, cache)
+    repo = cache / "newest-upstream" / f"deepspeed-{release}-on-{history[:12]}"
+    tag = "refs/tags/newest-upstream"
+    if not (repo / ".git").is_dir() or git(repo, "rev-parse", "-q", "--verify", tag, check=False).returncode != 0:
+        if repo.exists():
+            shutil.rmtree(repo)
+        staging = Path(tempfile.mkdtemp(prefix=f"deepspeed-{release}.", dir=_mkdir(repo.parent)))
+        try:
+            clone_shared(mirror, staging / "repo")
+            _unpack(archive, staging / "sdist")
+            entries = grafted_entries(_tree_entries(staging / "repo", history),
+                                      _hash_files(staging / "repo", staging / "sdist", GRAFTED_PATHS))
+            index_env = {**os.environ, "GIT_INDEX_FILE": str(staging / "index")}
+            git_out(staging / "repo", "update-index", "-z", "--add", "--index-info", env=index_env,
+                    input="".join(f"{mode} {sha}\t{path}\0" for mode, sha, path in entries))
+            # The mirror lacks a few image blobs of history's tree: they are named, not needed.
+            tree = git_out(staging / "repo", "write-tree", "--missing-ok", env=index_env).strip()
+            message = (f"DeepSpeed {release} (PyPI sdist) on master {history[:12]}\n\n"
+                       f"{', '.join(GRAFTED_PATHS)}: from {archive.name} (sha256 {lock[release].sha256}).\n"
+                       f"Everything else, tests/ and docs/ included: master {history}.\n"
+                       "Made by zero3-sp-gradfix (patch_and_test.source.build_graft); not an upstream commit.\n")
+            commit = git_out(staging / "repo", "commit-tree", tree, "-p", history, "-m", message,
+                             env=_fixed_env()).strip()
+            git_out(staging / "repo", "update-ref", tag, commit)
+            os.replace(staging / "repo", repo)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    commit = git_out(repo, "rev-parse", f"{tag}^{{commit}}").strip()
+    date = git_out(repo, "log", "-1", "--format=%cs", history).strip()
+    return repo, Graft(commit, release, lock[release].sha256, history, date)
+
+
+NEWEST_UPSTREAM = "newest-upstream"  # the origin, and the base_ref of a series made on the graft
+
+
+def from_newest_upstream(series_name: str = "master", cache: Path | None = None, mirror: Path | None = None,
+                         branch: str | None = None) -> SourceTree:
+    """A working copy of the newest-upstream commit (the lock's ``[newest-upstream]``), on ``zero3-sp-fix/<series>``.
+
+    It stands for DeepSpeed's master as it is today, so it takes the pull-request series (``series_name``),
+    whatever its version.txt (the release's) says.
+    """
+    wanted = load_newest_upstream()
+    repo, graft = build_graft(wanted.release, wanted.history, mirror, cache)
+    branch = branch or f"zero3-sp-fix/{series_name}"
+    dest, base, dropped, claim = _working_copy(repo, graft.commit, f"newest-{graft.release}", branch, cache)
+    return SourceTree(path=dest,
+                      version=(dest / "version.txt").read_text().strip(),
+                      origin=NEWEST_UPSTREAM,
+                      upstream_commit=graft.commit,
+                      base=base,
+                      branch=branch,
+                      has_tests=(dest / "tests").is_dir(),
+                      dropped_paths=dropped,
+                      claim=claim,
+                      graft=graft,
+                      series_name=series_name)
+
+
+def from_series_base(series: Series, mirror: Path | None = None, branch: str | None = None,
+                     cache: Path | None = None) -> SourceTree:
+    """A working copy of the commit ``series`` was made on: a commit of the mirror, or the newest-upstream graft."""
+    if series.base_ref != NEWEST_UPSTREAM:
+        return from_mirror(series.base_commit, mirror, branch, cache)
+    tree = from_newest_upstream(series.name, cache, mirror, branch)
+    if tree.upstream_commit != series.base_commit:
+        tree.release()
+        raise errors.BadInput(f"series {series.name} was made on {series.base_commit[:12]}, but the lock's "
+                              f"newest-upstream tree is {tree.upstream_commit[:12]}: reroll it")
+    return tree
 
 
 def from_mirror(commit: str,
