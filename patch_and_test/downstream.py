@@ -9,10 +9,9 @@ fix (patch 0001, as ``patch-and-test`` applies it to an sdist) goes on, the patc
 installed and the reproducer runs again with ``--expect fixed``. Results:
 ``results/downstream/<env>/{unpatched,patched}/downstream_clients.{json,log}`` and ``run.json``.
 
-Capability marker: the series' 0001 defines ``ZERO3_SP_GRADIENTS_SUMMED``. While a series'
-0001 does not yet carry it, the run adds that one line as an extra local commit on the patched
-tree and says so in ``run.json`` (``marker_source``); the reproducer reads the marker from the
-installed DeepSpeed either way.
+Capability marker: a build of a released DeepSpeed with the fix is a backport, and every backport series
+ends with the patch that defines ``ZERO3_SP_GRADIENTS_SUMMED``: the run refuses a series without it (a
+version-gated client would then double-correct unseen). ``run.json`` names the patch (``marker_source``).
 
 Exit codes: 0 both runs hold; 1 one does not; 2 a step or a run could not run; 77 nothing to
 measure (no client installed).
@@ -21,7 +20,6 @@ measure (no client installed).
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import os
 import subprocess
@@ -39,10 +37,6 @@ from repro.harness.report import JsonReport
 
 SCRIPT = "downstream_clients"
 RESULTS_ROOT = Path("results") / "downstream"
-MARKER_LINES = (
-    "# ZeRO-3 sums gradients over the sequence-parallel ranks on every reduction path (#8692). Client code\n"
-    "# that scales its sp loss for older releases can test this instead of comparing version numbers.\n"
-    f"{MARKER_NAME} = True\n")
 STAGE3 = Path("deepspeed") / "runtime" / "zero" / "stage3.py"
 
 
@@ -55,7 +49,7 @@ class DownstreamRun(JsonReport):
     deepspeed_version: str
     series: str
     applied: list[str]
-    marker_source: str  # "series 0001" | "local line (series 0001 does not define it yet)"
+    marker_source: str  # "series <the marker patch>" (kept runs of older series: "series 0001")
     clients: dict[str, str]  # distribution -> version, as installed here
     transformers_patches: list[str]
     steps: list[dict[str, Any]]  # name, detail, duration_s
@@ -68,36 +62,13 @@ class DownstreamRun(JsonReport):
 # ----------------------------------------------------------------------------- the marker
 
 
-def marker_insert_line(stage3_source: str) -> int:
-    """0-based line index after the last module-level import: where the marker goes. Pure."""
-    tree = ast.parse(stage3_source)
-    last = 0
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            last = node.end_lineno or node.lineno
-    return last
-
-
-def with_marker(stage3_source: str) -> str:
-    """stage3.py with the marker block after its imports (unchanged when it already defines it). Pure."""
-    if f"\n{MARKER_NAME} =" in stage3_source:
-        return stage3_source
-    lines = stage3_source.splitlines(keepends=True)
-    at = marker_insert_line(stage3_source)
-    return "".join(lines[:at] + ["\n"] + [MARKER_LINES] + lines[at:])
-
-
-def ensure_marker(tree: Path) -> str:
-    """Commit the marker onto the patched tree if the applied series did not define it."""
-    path = tree / STAGE3
-    text = path.read_text()
-    if f"\n{MARKER_NAME} =" in text:
-        return "series 0001"
-    path.write_text(with_marker(text))
-    env = {**os.environ, **source_mod.FIXED_IDENTITY}
-    series_mod.git(tree, "add", str(STAGE3))
-    series_mod.git(tree, "commit", "-q", "-m", f"local: add {MARKER_NAME} (pending in series 0001)", env=env)
-    return "local line (series 0001 does not define it yet)"
+def marker_patch(series: series_mod.Series) -> str:
+    """The series' marker patch (a backport's last): the patched build a client sees must carry the marker."""
+    found = [p.file for p in series.patches if p.role == "marker"]
+    if not found:
+        raise BadInput(f"series {series.name} has no marker patch: a released build with the fix needs "
+                       f"{MARKER_NAME} (see patches/series.toml, role marker)")
+    return found[0]
 
 
 # ----------------------------------------------------------------------------- clients
@@ -195,7 +166,7 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
         chosen = series_mod.series_for_tree(tree.path)
         applied = series_mod.apply_series(tree.path, chosen)
         record.series, record.applied = chosen.name, list(applied.applied)
-        record.marker_source = ensure_marker(tree.path)
+        record.marker_source = f"series {marker_patch(chosen)}"
         step("source", f"DeepSpeed {tree.version} sdist; {applied.summary().splitlines()[0]}; marker: "
              f"{record.marker_source}", t)
 

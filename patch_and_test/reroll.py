@@ -34,7 +34,7 @@ from pathlib import Path
 
 from patch_and_test import errors
 from patch_and_test.gitrun import git, git_out
-from patch_and_test.series import DEFAULT_MANIFEST
+from patch_and_test.series import DEFAULT_MANIFEST, MARKER_NAME, STAGE3
 from patch_and_test.source import FIXED_IDENTITY, clone_shared, prepare_working_copy
 from repro.harness.files import TOMLDecodeError, load_toml
 
@@ -164,8 +164,8 @@ COMPANION_TESTS = ("tests/unit/ulysses_alst/", )
 
 
 def _role(repo: Path, commit: str) -> str:
-    """companion: tests/ and docs/, or the ALST tests alone; test: other tests/ only; fix: code, and maybe
-    tests/ (see series.ROLES).
+    """companion: tests/ and docs/, or the ALST tests alone; test: other tests/ only; marker: stage3.py alone,
+    adding the capability marker; fix: code, and maybe tests/ (see series.ROLES).
 
     A fix may carry the test edits that keep existing tests green with it (bisectable); a tree
     without tests/ (a PyPI sdist) gets the fix without those hunks. docs/ with code is refused.
@@ -179,6 +179,8 @@ def _role(repo: Path, commit: str) -> str:
         return "companion"
     if all(in_tests):
         return "test"
+    if paths == [STAGE3] and re.search(rf"^\+{MARKER_NAME} = True$", git_out(repo, "show", "--format=", commit), re.M):
+        return "marker"
     if not any(in_docs):
         return "fix"
     raise errors.BadInput(f"{commit[:12]} touches docs/ and code: split it, so that the fix alone applies to "
@@ -271,8 +273,11 @@ def reroll(repo: Path,
             extra = [f"--range-diff={old_local_base}..{old_head}"]
             range_diff_text = git_out(where, *FORMAT_CONFIG, "range-diff", "--no-color",
                                       f"{old_local_base}..{old_head}", f"{local_base}..{head}")
+        # The cover letter is from the series' author, not from whoever runs this (a project identity).
+        name, email = git_out(repo, "log", "-1", "--format=%an%n%ae", head).splitlines()
+        as_author = {**os.environ, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
         git_out(where, *FORMAT_CONFIG, "format-patch", "-q", "--cover-letter", f"--base={local_base}", "-v",
-                str(version), *extra, "-o", str(formatted), f"{local_base}..{head}")
+                str(version), *extra, "-o", str(formatted), f"{local_base}..{head}", env=as_author)
         files = sorted(formatted.glob("*.patch"))
         prefix = f"v{version}-"
         _fill_cover(files[0], subject, body, local_base, upstream, cid)

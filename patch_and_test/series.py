@@ -18,6 +18,7 @@ import packaging.version
 
 from patch_and_test import errors
 from patch_and_test.gitrun import git  # noqa: F401 (re-exported: callers import it from here)
+from repro.downstream.space import MARKER_NAME  # noqa: F401 (re-exported for the pipeline)
 from repro.harness.files import TOMLDecodeError, load_toml
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +34,9 @@ Version = tuple[int, int, int]
 #   test:      the regression test; needs tests/
 #   companion: a change that must land with the fix in DeepSpeed's own tests and docs (the ALST
 #              recipe that relied on the bug); needs tests/ and docs/
-ROLES: dict[str, tuple[str, ...]] = {"fix": (), "test": ("tests", ), "companion": ("tests", "docs")}
+#   marker:    backports only: the capability marker (MARKER_NAME in stage3.py) that tells client code a
+#              build with a released number has the fix; code only, like fix. Not in the pull request.
+ROLES: dict[str, tuple[str, ...]] = {"fix": (), "test": ("tests", ), "companion": ("tests", "docs"), "marker": ()}
 
 
 def parse_version(text: str) -> Version:
@@ -104,7 +107,12 @@ class Series:
 
     @property
     def fix_patches(self) -> tuple[Patch, ...]:
+        """Every patch that applies to a tree without tests/ (a PyPI sdist): the fix, and a backport's marker."""
         return tuple(p for p in self.patches if not p.needs_tests)
+
+    @property
+    def carries_marker(self) -> bool:
+        return any(p.role == "marker" for p in self.patches)
 
     @property
     def test_patches(self) -> tuple[Patch, ...]:

@@ -75,16 +75,26 @@ def test_no_unpatched_release_looks_fixed(mirror, manifest):
         assert not source_has_fix(git(mirror, "show", f"{ref}:deepspeed/runtime/zero/stage3.py")), ref
 
 
-def test_series_base_commits_are_real_upstream_commits(mirror, manifest):
+def test_series_base_commits_are_real_commits(mirror, manifest, tmp_path):
+    """Each base is a commit of the mirror under its ref, or the newest-upstream graft, which the package rebuilds
+    with the same id from the mirror and the locked sdist."""
     for series in manifest.series:
-        assert git(mirror, "rev-parse", f"{series.base_ref}^{{commit}}").strip() == series.base_commit
-        # index lines name the blobs of the base commit, or of an earlier patch of the series (master's
-        # test_autoep_unit.py: the fix keeps it green, the test then adds a case)
+        if series.base_ref == source.NEWEST_UPSTREAM:
+            tree = source.from_series_base(series, mirror, cache=tmp_path / "cache")
+            repo = tree.path
+            parent = git(repo, "rev-parse", f"{series.base_commit}^").strip()
+            assert parent == source.load_newest_upstream().history
+            assert git(mirror, "merge-base", "--is-ancestor", parent, "master") == ""
+        else:
+            repo = mirror
+            assert git(mirror, "rev-parse", f"{series.base_ref}^{{commit}}").strip() == series.base_commit
+        # index lines name the blobs of the base commit, or of an earlier patch of the series (the fix edits
+        # test_autoep_unit.py and test_coalesced_collectives.py, the marker stage3.py after the fix)
         written: dict[str, str] = {}
         for patch in series.patches:
             for path, blob, new in re.findall(r"^diff --git a/(\S+) .*\nindex ([0-9a-f]+)\.\.([0-9a-f]+)",
                                               patch.path.read_text(), re.M):
-                base = written.get(path) or git(mirror, "rev-parse", f"{series.base_commit}:{path}")
+                base = written.get(path) or git(repo, "rev-parse", f"{series.base_commit}:{path}")
                 assert base.startswith(blob), (patch.file, path)
                 written[path] = new
 
@@ -98,7 +108,7 @@ def test_reroll_round_trip_on_master(mirror, manifest, tmp_path):
     """Rerolling the unchanged master series (vN) as vN+1 gives the same patches and an all-'=' range-diff."""
     master = manifest.by_name("master")
     nxt = master.version + 1
-    tree = source.from_mirror(master.base_commit, mirror, branch="zero3-sp-fix/master", cache=tmp_path / "cache")
+    tree = source.from_series_base(master, mirror, branch="zero3-sp-fix/master", cache=tmp_path / "cache")
     apply_series(tree.path, master)
     work = tmp_path / "patches"
     shutil.copytree(manifest.path.parent, work)
@@ -127,3 +137,30 @@ def test_lint_passes_on_the_mirror(mirror, capsys):
     out = capsys.readouterr().out
     assert out.count("sparse checkout of the mirror") == len(load_manifest().series)
     assert "finding" not in out and "not linted" not in out
+
+
+def test_the_newest_upstream_tree_is_the_releases_code_on_masters_tests(mirror, manifest, tmp_path):
+    """Rebuilt in a fresh cache it has the same id (the series' base-commit); its code is the sdist's, byte for
+    byte, its tests/ and docs/ are master's, and its parent is the lock's master commit."""
+    wanted = source.load_newest_upstream()
+    repo, graft = source.build_graft(wanted.release, wanted.history, mirror, cache=tmp_path / "cache")
+    assert graft.commit == manifest.by_name("master").base_commit == manifest.by_name("v0.19.8").base_commit
+    assert git(repo, "rev-parse", f"{graft.commit}^").strip() == wanted.history
+    for folder in ("tests", "docs", "blogs"):
+        ours = git(repo, "rev-parse", f"{graft.commit}:{folder}")
+        assert ours == git(mirror, "rev-parse", f"{wanted.history}:{folder}"), folder
+    unpacked = tmp_path / "sdist"
+    source._unpack(source.fetch_sdist(wanted.release, cache=tmp_path / "cache"), unpacked)
+    listed = git(repo, "ls-tree", "-r", "--name-only", graft.commit, "--", *source.GRAFTED_PATHS).split()
+    on_disk = sorted(str(p.relative_to(unpacked)) for top in source.GRAFTED_PATHS
+                     for p in ([unpacked / top] if (unpacked / top).is_file() else (unpacked / top).rglob("*"))
+                     if p.is_file() and not source._excluded(str(p.relative_to(unpacked))))
+    assert listed == on_disk
+    assert git(repo, "show", f"{graft.commit}:version.txt").strip() == wanted.release
+    assert (git(repo, "show", f"{graft.commit}:deepspeed/runtime/zero/stage3.py")
+            == (unpacked / "deepspeed/runtime/zero/stage3.py").read_text())
+    assert not tree_has_fix_of(repo, graft.commit)
+
+
+def tree_has_fix_of(repo, commit) -> bool:
+    return source_has_fix(git(repo, "show", f"{commit}:deepspeed/runtime/zero/stage3.py"))

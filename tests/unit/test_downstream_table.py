@@ -1,22 +1,20 @@
-"""The downstream table and the marker insertion (pure parts of patch_and_test.downstream*)."""
+"""The downstream table and the marker patch (pure parts of patch_and_test.downstream*)."""
 
 from __future__ import annotations
 
 import pytest
 
-from patch_and_test.downstream import MARKER_LINES, marker_insert_line, with_marker
+from patch_and_test.downstream import marker_patch
+from patch_and_test.errors import BadInput
 from patch_and_test.downstream_table import BEGIN, END, block_of, render, replace_block
 from tests.unit.test_downstream_expect import _report, _row
 
 
-def test_marker_goes_after_the_imports_once():
-    src = '"""doc"""\nimport os\nfrom a import (b,\n    c)\n\nX = 1\n'
-    assert marker_insert_line(src) == 4
-    out = with_marker(src)
-    assert out.index("ZERO3_SP_GRADIENTS_SUMMED = True") > out.index("c)")
-    assert out.index("ZERO3_SP_GRADIENTS_SUMMED = True") < out.index("X = 1")
-    assert with_marker(out) == out
-    assert MARKER_LINES.endswith("ZERO3_SP_GRADIENTS_SUMMED = True\n")
+def test_a_backport_without_its_marker_patch_is_refused(manifest):
+    # every backport ends with the marker; a series without one would let a version-gated client double-correct
+    assert marker_patch(manifest.by_name("v0.19.8")).startswith("0004-Mark-ZeRO-3")
+    with pytest.raises(BadInput, match="has no marker patch"):
+        marker_patch(manifest.by_name("master"))
 
 
 def test_replace_block_and_block_of():

@@ -70,8 +70,9 @@ def test_cover_letter_agrees_with_the_manifest(series):
         assert others == {int(claimed)}, (series.name, claimed, others)
     for claimed in re.findall(r"\bmaster at v(\d+)", letter):
         assert MANIFEST.by_name("master").version == int(claimed), (series.name, claimed)
-    # A backport names its base (a tag, or master for a release newer than every tag) and what it serves.
-    made_on = re.search(r"made on (v[\d.]+|master)", letter)
+    # A backport names its base (a tag, master, or the newest-upstream tree for a release newer than master)
+    # and what it serves.
+    made_on = re.search(r"made on (?:the )?(v[\d.]+|master|newest-upstream)", letter)
     if series.name != "master":
         assert made_on and made_on[1] == series.base_ref, series.name
         span = re.search(r"^Subject: .*\((v[\d.]+)(?: to (v[\d.]+))? backport\)", letter, re.M)

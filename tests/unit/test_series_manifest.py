@@ -11,11 +11,13 @@ from patch_and_test import errors
 from patch_and_test.series import load_manifest, parse_version, series_for_tree, series_for_version
 
 EXPECTED = {
-    "0.14.0": "v0.14.0-v0.17.1",
-    "0.14.5": "v0.14.0-v0.17.1",
-    "0.15.4": "v0.14.0-v0.17.1",
-    "0.16.9": "v0.14.0-v0.17.1",
-    "0.17.1": "v0.14.0-v0.17.1",  # still tests/unit/runtime/zero/test_zero.py, no ALST test yet
+    "0.14.0": "v0.14.0-v0.16.1",
+    "0.14.5": "v0.14.0-v0.16.1",
+    "0.15.4": "v0.14.0-v0.16.1",
+    "0.16.1": "v0.14.0-v0.16.1",
+    "0.16.2": "v0.16.2-v0.17.1",  # ZeRO++ LoCo in the qgZ branch from here
+    "0.16.9": "v0.16.2-v0.17.1",
+    "0.17.1": "v0.16.2-v0.17.1",  # still tests/unit/runtime/zero/test_zero.py, no ALST test yet
     "0.17.2": "v0.17.2-v0.17.5",  # the ALST test from here; the tutorial from 0.17.3
     "0.17.5": "v0.17.2-v0.17.5",
     "0.17.6": "v0.17.6-v0.18.3",
@@ -25,15 +27,17 @@ EXPECTED = {
     "0.18.9": "v0.18.4-v0.18.9",
     "0.19.0": "v0.19.0-v0.19.2",
     "0.19.2": "v0.19.0-v0.19.2",
-    "0.19.3": "master",  # the averaging_world_size rescale exists from here
-    "0.19.4": "master",
-    "0.19.6": "master",  # the mirror's master says 0.19.6
-    "0.19.7": "master",
-    "0.19.8": "v0.19.8",  # no LoCo branch in __avg_scatter_grads: master's patch 1 does not apply
+    "0.19.3": "v0.19.3-v0.19.7",  # the averaging_world_size rescale exists from here
+    "0.19.4": "v0.19.3-v0.19.7",
+    "0.19.6": "v0.19.3-v0.19.7",  # the mirror's master says 0.19.6
+    "0.19.7": "v0.19.3-v0.19.7",
+    "0.19.8": "v0.19.8",  # no LoCo branch in __avg_scatter_grads; a release, so a backport: with the marker
+    "0.19.9": "master",  # a master checkout after 0.19.8 gets the pull request
+    "0.20.2": "master",
 }
-SERIES = ["v0.14.0-v0.17.1", "v0.17.2-v0.17.5", "v0.17.6-v0.18.3", "v0.18.4-v0.18.9", "v0.19.0-v0.19.2", "master",
-          "v0.19.8"]
-WITH_COMPANION = SERIES[1:]
+SERIES = ["v0.14.0-v0.16.1", "v0.16.2-v0.17.1", "v0.17.2-v0.17.5", "v0.17.6-v0.18.3", "v0.18.4-v0.18.9",
+          "v0.19.0-v0.19.2", "v0.19.3-v0.19.7", "v0.19.8", "master"]
+WITH_COMPANION = SERIES[2:]
 
 
 @pytest.mark.parametrize("version,name", sorted(EXPECTED.items()))
@@ -42,18 +46,18 @@ def test_every_supported_version_has_its_series(manifest, version, name):
 
 
 @pytest.mark.parametrize("version", ["0.19.6", "0.19.6+fe7b53c59", "0.19.6.dev0", "v0.19.5", " 0.19.6\n"])
-def test_master_and_dev_versions_map_to_master(manifest, version):
-    # DeepSpeed's master says 0.19.6 in version.txt while v0.19.5 is the newest tag.
-    assert series_for_version(version, manifest).name == "master"
+def test_the_mirrors_master_and_dev_versions_map_to_its_backport(manifest, version):
+    # The mirror's master says 0.19.6 in version.txt while v0.19.5 is its newest tag.
+    assert series_for_version(version, manifest).name == "v0.19.3-v0.19.7"
 
 
-@pytest.mark.parametrize("version", ["0.13.5", "0.11.2", "0.20.0", "1.0.0"])
+@pytest.mark.parametrize("version", ["0.13.5", "0.11.2", "0.21.0", "1.0.0"])
 def test_unknown_versions_are_refused_with_the_supported_range(manifest, version):
     with pytest.raises(errors.UnknownVersion) as caught:
         series_for_version(version, manifest)
     message = str(caught.value)
     assert "\n" not in message
-    assert version in message and ">=0.14.0,<0.20.0" in message
+    assert version in message and ">=0.14.0,<0.21.0" in message
     assert caught.value.exit_code == errors.Exit.ERROR
 
 
@@ -83,21 +87,28 @@ def test_parse_version_is_pep440_not_a_prefix_match(text):
         parse_version(text)
 
 
+def roles_of(name: str) -> list[str]:
+    """The pull request: fix, test, companion. A backport: the same, then the marker."""
+    roles = ["fix", "test"] + (["companion"] if name in WITH_COMPANION else [])
+    return roles if name == "master" else roles + ["marker"]
+
+
 def test_manifest_shape(manifest):
     assert [s.name for s in manifest.series] == SERIES
     for series in manifest.series:
         assert series.version >= 1
         assert re.fullmatch(r"[0-9a-f]{40}", series.base_commit)
-        roles = ["fix", "test", "companion"] if series.name in WITH_COMPANION else ["fix", "test"]
+        roles = roles_of(series.name)
         assert [p.role for p in series.patches] == roles
         assert [p.file[:5] for p in series.patches] == [f"000{i}-" for i in range(1, len(roles) + 1)]
-        assert series.fix_patches == series.patches[:1] and series.test_patches == series.patches[1:]
+        assert [p.role for p in series.fix_patches] == [r for r in roles if r in ("fix", "marker")]
+        assert series.carries_marker == (series.name != "master")
         assert all(p.path.is_file() for p in series.patches)
-        # The cover letter names the same real upstream commit as the manifest.
+        # The cover letter names the same base commit as the manifest.
         letter = series.cover_letter.read_text()
         assert f"base-commit: {series.base_commit}\n" in letter
         assert f"[PATCH v{series.version} 0/{len(roles)}]" in letter
-    # Contiguous ranges: every release from 0.14.0 to 0.19.x has a series.
+    # Contiguous ranges: every release from 0.14.0 on has a series.
     for lower, upper in zip(manifest.series, manifest.series[1:]):
         assert lower.below_version == upper.min_version, (lower.name, upper.name)
 
@@ -105,42 +116,71 @@ def test_manifest_shape(manifest):
 MARKER = ("+# ZeRO-3 sums gradients over the sequence-parallel ranks on every reduction path (#8692). Client code\n"
           "+# that scales its sp loss for older releases can test this instead of comparing version numbers.\n"
           "+ZERO3_SP_GRADIENTS_SUMMED = True\n")
+NEWEST_UPSTREAM = "8cfb7779842a3deb300514716ada0e1b5d5b789e"  # the 0.19.8 sdist on master edaa72212672
 
 
-def test_v3_series_carry_the_marker_the_4_rank_test_and_the_companion(manifest):
+def test_the_pull_request_adds_no_module_constant_and_every_backport_carries_the_marker(manifest):
+    master = manifest.by_name("master")
+    for patch in master.patches:
+        text = patch.path.read_text()
+        assert "ZERO3_SP_GRADIENTS_SUMMED" not in text, patch.file
+        # no module-level assignment at all (an added line "NAME = ..." at column 0)
+        added = [line for line in text.split("\n---\n", 1)[1].splitlines() if re.match(r"^\+\w+\s*=", line)]
+        assert not added, (patch.file, added)
     for series in manifest.series:
-        new = series.name in ("v0.17.2-v0.17.5", "v0.19.8")  # first version; the others were rerolled from v2
-        # master v4: the fix divides before the reduce-scatter instead of rescaling afterwards
-        assert series.version == (1 if new else 4 if series.name == "master" else 3), series.name
+        if series.name == "master":
+            continue
+        (marker, ) = [p for p in series.patches if p.role == "marker"]
+        text = marker.path.read_text()
+        assert MARKER in text and re.findall(r"^\+\+\+ b/(.+)$", text, re.M) == ["deepspeed/runtime/zero/stage3.py"]
+        assert "ZERO3_SP_GRADIENTS_SUMMED" not in series.fix_patches[0].path.read_text(), series.name
+        assert series.patches[-1] is marker, "the marker comes after the pull request's patches"
+
+
+def test_every_series_has_the_regression_test_in_both_layouts(manifest):
+    for series in manifest.series:
         fix = series.fix_patches[0].path.read_text()
-        assert MARKER in fix and "ZERO3_SP_GRADIENTS_SUMMED" in fix.split("\n---\n")[0], series.name
         assert "Reported-by: alanhuangyoo (GitHub)" in fix and "Fixes: ec029e7625ae" in fix
         test = series.patches[1].path.read_text()
         assert "+    def test_sp2_dp2(self, reduce_scatter, contiguous_gradients, reduce_bucket_size):" in test
         assert "+    @pytest.mark.world_size(4)" in test
         letter = series.cover_letter.read_text()
-        if not new:
-            assert (f"Changes in v{series.version}:" in letter and "Changes in v3:" in letter
-                    and f"Range-diff against v{series.version - 1}:" in letter)
-        assert not list(series.directory.glob("range-diff-*")), "the range-diff lives in the cover letter only"
+        assert f"Changes in v{series.version}:" in letter and f"Range-diff against v{series.version - 1}:" in letter
         assert "@TESTS@" not in letter and "@COMPANION@" not in letter and "***" not in letter
         if series.name in WITH_COMPANION:
             (companion, ) = series.companion_patches
             assert companion.needs_tests and companion.needs_dirs == ("tests", "docs")
 
 
-def test_master_fix_keeps_the_autoep_unit_test_green(manifest):
-    # That test builds the optimizer with object.__new__ (v0.19.3 on): the fix commit sets the
-    # attribute it now reads, and the test commit adds the sp=2 case of the same kind.
-    master = manifest.by_name("master")
-    fix, test = (p.path.read_text() for p in master.patches[:2])
-    assert "+++ b/tests/unit/v1/moe/test_autoep_unit.py" in fix
-    assert "+        optimizer.sequence_parallel_size = 1" in fix
-    assert "+    def test_zero3_reduce_scatter_grads_sum_over_sequence_parallel(self, monkeypatch):" in test
+def test_the_pull_request_is_made_on_the_newest_upstream_tree(manifest):
+    for name in ("master", "v0.19.8"):
+        series = manifest.by_name(name)
+        assert series.base_commit == NEWEST_UPSTREAM and series.base_ref == "newest-upstream"
+    # The v0.19.8 backport is the pull request cherry-picked, plus the marker.
+    pr, backport = manifest.by_name("master"), manifest.by_name("v0.19.8")
+    for mine, theirs in zip(pr.patches, backport.patches):
+        assert diff_of(mine.path) == diff_of(theirs.path), mine.file
+
+
+def diff_of(path: Path) -> str:
+    """The diff of a format-patch file, without its index line (blob ids differ only by the patches below)."""
+    diff = path.read_text().split("\n---\n", 1)[1]
+    diff = diff[diff.index("diff --git"):]
+    return re.sub(r"^index \S+", "index", diff.rsplit("\n-- \n", 1)[0], flags=re.M)
+
+
+def test_the_fix_touches_the_autoep_unit_test_only_where_autoep_exists(manifest):
+    # That test builds the optimizer with object.__new__ (v0.19.3 on): the fix commit sets the attribute it
+    # now reads and its reduce_scatter_coalesced mock takes the divisor.
     for series in manifest.series:
-        # v0.19.8 carries master's v3 patches (their fix sets the attribute too); older releases lack the test
-        if series.name not in ("master", "v0.19.8"):
-            assert "test_autoep_unit.py" not in series.fix_patches[0].path.read_text(), series.name
+        fix = series.fix_patches[0].path.read_text()
+        has_autoep = series.min_version >= (0, 19, 3)
+        assert ("+++ b/tests/unit/v1/moe/test_autoep_unit.py" in fix) == has_autoep, series.name
+        if has_autoep:
+            assert "+        optimizer.sequence_parallel_size = 1" in fix
+            assert "def fake_reduce_scatter(grads, process_group, divisor=None):" in fix
+        # the AutoEP mock case of master v4's test patch is gone: it repeated the real test through a mock
+        assert "test_zero3_reduce_scatter_grads_sum_over_sequence_parallel" not in series.patches[1].path.read_text()
 
 
 def test_patches_touch_only_what_their_role_allows(manifest):
@@ -150,8 +190,11 @@ def test_patches_touch_only_what_their_role_allows(manifest):
             assert paths, patch.file
             tops = {p.split("/", 1)[0] for p in paths}
             if patch.role == "fix":
-                # the code, and on master the unit test it would break (left out on a tree without tests/)
+                # the code, and the unit tests it would break or that cover its new argument (left out on a tree
+                # without tests/)
                 assert tops - {"tests"} == {"deepspeed"}, (series.name, patch.file)
+            elif patch.role == "marker":
+                assert paths == ["deepspeed/runtime/zero/stage3.py"], (series.name, patch.file)
             elif patch.role == "test":
                 assert tops == {"tests"}, (series.name, patch.file)
             else:
@@ -201,7 +244,7 @@ def test_minimal_manifest_loads(tmp_path):
     [
         ((block(), block(name="b", low="0.1.5", high="0.3.0")), "overlap"),
         ((block(role="docs"), ), "role"),
-        ((block(role="tests"), ), "fix\\|test\\|companion"),
+        ((block(role="tests"), ), "fix\\|test\\|companion\\|marker"),
         ((block(commit="abc"), ), "base_commit"),
         ((), "no \\[\\[series\\]\\]"),
     ],
@@ -222,19 +265,16 @@ def test_bad_schema_and_missing_file(tmp_path):
         load_manifest(tmp_path / "bad.toml")
 
 
-def test_master_fix_divides_before_the_reduce_scatter(manifest):
-    """master from v4: sp folded into reduce_scatter_coalesced's pre-divide, the AutoEP mocks take it."""
-    master = manifest.by_name("master")
-    fix = master.fix_patches[0].path.read_text()
-    assert "+    divisor: float = None," in fix and "divisor=averaging_world_size)" in fix
-    assert "+    def test_divisor(self):" in fix
-    test = master.patches[1].path.read_text()
-    for text in (fix, test):
-        assert "def fake_reduce_scatter(grads, process_group, divisor=None):" in text
-    # the backports keep the one-line form: their releases have no averaging_world_size rescale to fold into
+def test_every_fix_divides_before_the_reduce_scatter(manifest):
+    """The pull request's form in every series: sp folded into reduce_scatter_coalesced's pre-divide (an optional
+    divisor), the qgZ branch rescaled in that branch, nothing after the reduction."""
     for series in manifest.series:
-        if series.name != "master":
-            assert "divisor" not in series.fix_patches[0].path.read_text(), series.name
+        fix = series.fix_patches[0].path.read_text()
+        assert "+    divisor: Optional[float] = None," in fix, series.name
+        assert "+                                                                divisor=averaging_world_size)" in fix
+        assert "+            # qgZ averages over the partition group: rescale to the averaging world size." in fix
+        assert "+    def test_divisor(self):" in fix
+        assert "divided_by" not in fix and "divide once, before the reduction" not in fix, series.name
 
 
 def test_version_sort_key_finds_the_version_in_a_name_or_none():
