@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -130,6 +131,10 @@ def _run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: di
         out.flush()
         # Its own session, so that a deadline takes down every rank it started, not just the parent.
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
+        # A SIGTERM to the job (kill, a CI timeout) must take that session down too: raise, so the handler
+        # below runs, instead of dying at once and leaving the ranks running on a tree the next job reuses.
+        previous = (signal.signal(signal.SIGTERM, _exit_on_sigterm)
+                    if threading.current_thread() is threading.main_thread() else None)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -139,7 +144,14 @@ def _run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: di
         except BaseException:
             _kill_group(proc)
             raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
     return code, round(time.monotonic() - start, 3)
+
+
+def _exit_on_sigterm(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
