@@ -21,6 +21,7 @@ from pathlib import Path
 
 from patch_and_test import affected, series as series_mod, source as source_mod, upstream_suite
 from patch_and_test.errors import Exit, PipelineError
+from repro.harness.env import host_environment
 
 
 @dataclasses.dataclass
@@ -35,6 +36,7 @@ class AffectedVerdict:
     graft: dict | None = None  # a newest-upstream tree: the release and the master commit it is made of
     # The series' own tests on part of it (``PARTIALS``): each must fail there for its test to prove anything.
     partial: list[upstream_suite.SuiteRun] = dataclasses.field(default_factory=list)
+    environment: dict = dataclasses.field(default_factory=dict)  # repro.harness.env.host_environment
     suite: upstream_suite.SuiteComparison | None = None
     error: str | None = None
     error_exit: int | None = None
@@ -137,7 +139,8 @@ def run(src: Path | None,
     results.mkdir(parents=True, exist_ok=True)
     # Names, not this machine's paths: the base commit says which tree it was.
     name = src.resolve().name if src is not None else source_mod.NEWEST_UPSTREAM
-    verdict = AffectedVerdict(source=name, series=series_dir.name, only=list(only or []))
+    verdict = AffectedVerdict(source=name, series=series_dir.name, only=list(only or []),
+                              environment=host_environment("gloo"))
     tree = None
     try:
         chosen = series_from_dir(series_dir)

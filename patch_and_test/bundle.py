@@ -5,16 +5,20 @@
      ``results/<env>/verdict.json`` when its input hashes (code, series, sdist) still match,
      else run the pipeline for that cell in this interpreter;
   2. copy the series, the results and the evidence the other checks wrote under ``results/``;
-  3. render ``PR.md`` from those copies only, and the GitHub form of the master series
-     (``github/``: PR title and body, squash message, the branch as a git bundle; ``github_form``);
+  3. render ``PR.md`` (the pull request, squash-ready) and ``EVIDENCE.md`` (the review's tables) from
+     those copies only, and the GitHub form of the master series (``github/``: PR title and body, squash
+     message, the branch as a git bundle; ``github_form``); with ``--sign-as`` the bundle's series are the
+     sender's re-signed copies, else they carry the package's placeholder sign-off and are not ready to send;
   4. write ``MANIFEST.sha256`` (every file, plus the inputs: sdists, checkout commits, series)
      and ``dist/<name>-v<series version>.tar.gz``.
 ``python -m patch_and_test.bundle verify [PATH]`` (``tox -e verify-bundle``) re-checks every hash,
 validates every report the bundle carries (each ``results/*/verdict.json`` by ``Verdict``, every
 other JSON file whose ``schema`` names a model of ``patch_and_test.schemas``: no unknown key, and
-no stored verdict that its own rows contradict) and re-renders PR.md from the bundle's own
-results: any edited number, byte or file fails. With a DeepSpeed mirror it also fetches the branch
-into a clone at the base and compares it with git am.
+no stored verdict that its own rows contradict) and re-renders PR.md and EVIDENCE.md from the
+bundle's own results: any edited number, byte or file fails; so does a PR.md over its line budget,
+without ``Fixes #N`` or with a link into the bundle, and a link of EVIDENCE.md to a file the bundle
+lacks. With a DeepSpeed mirror it also fetches the branch into a clone at the base and compares it
+with git am.
 """
 
 from __future__ import annotations
@@ -26,14 +30,15 @@ import shutil
 import sys
 import tarfile
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from patch_and_test import downstream_table, github_form, inputs, schemas, source
+from patch_and_test import downstream_table, github_form, inputs, schemas, signoff, source
 from patch_and_test.errors import Exit, PipelineError
-from patch_and_test.pr import ISSUE, MAX_HEAD_LINES, head_lines, render_pr
+from patch_and_test.pr import ISSUE, MAX_LINES, local_links, nonblank_lines, render_evidence, render_pr
 from patch_and_test.verdict import Verdict
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +46,7 @@ NAME = "zero3-sp-gradfix"
 BACKENDS = ("gloo", "nccl")
 MANIFEST = "MANIFEST.sha256"
 # Evidence written by other checks, copied when present (they carry their own JSON).
-EVIDENCE_DIRS = ("alst", "audit", "benchmarks", "upstream")
+EVIDENCE_DIRS = ("alst", "audit", "benchmarks")
 COMMITTED_BENCHMARKS = PACKAGE_ROOT / "benchmarks" / "results"
 DOWNSTREAM = "downstream"  # results/downstream: tox -m downstream (the real clients' sp loss code)
 # DeepSpeed's own tests the series can reach, per tree (python -m patch_and_test.affected_job): the
@@ -112,13 +117,17 @@ def series_version() -> int:
     return max(s.version for s in load_manifest().series)
 
 
-def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: bool = True) -> Path:
+def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: bool = True,
+          sign_as: tuple[str, str] | None = None) -> Path:
     started = time.monotonic()
     status = ensure_results(results, cells, timeout, audit)
     bundle = dist / f"{NAME}-v{series_version()}"
     shutil.rmtree(bundle, ignore_errors=True)
     bundle.mkdir(parents=True)
     shutil.copytree(PACKAGE_ROOT / "patches", bundle / "patches")
+    if sign_as is not None:
+        for folder in sorted(p.parent for p in (bundle / "patches").glob("*/0000-cover-letter.patch")):
+            signoff.resign(PACKAGE_ROOT / "patches" / folder.name, folder, *sign_as)
     for env in [c.env for c in cells] + sorted(p.name for p in results.glob("patch-and-test-src*") if p.is_dir()):
         if (results / env).is_dir():
             shutil.copytree(results / env, bundle / "results" / env, ignore=shutil.ignore_patterns("*.tmp"))
@@ -142,6 +151,9 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
     # The parity audit's write-ups of the other upstream discrepancies it found.
     shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
     (bundle / "PR.md").write_text(render_pr(bundle))
+    (bundle / "EVIDENCE.md").write_text(render_evidence(bundle))
+    state = signoff.sign_state(bundle / "patches" / "master")
+    print(f"[bundle] patches/master {state.describe()}")
     for note in github_form.write(bundle, _master_series(), source.mirror_path()):
         print(f"[bundle] note: {note}")
     write_manifest(bundle)
@@ -231,14 +243,16 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
             problems += [f"downstream-notice.md: {p}" for p in _diff_lines(text, rendered)]
         except ValueError as err:  # a report that does not validate (listed above)
             problems.append(f"downstream-notice.md: cannot be rendered from the results: {_reason(err)}")
-    pr = bundle / "PR.md"
-    if pr.exists():
+    for name, render in (("PR.md", render_pr), ("EVIDENCE.md", render_evidence)):
+        path = bundle / name
+        if not path.exists():
+            problems.append(f"{name}: missing")
+            continue
         try:
-            problems += [f"PR.md: {p}" for p in _diff_lines(pr.read_text(), render_pr(bundle))]
+            problems += [f"{name}: {p}" for p in _diff_lines(path.read_text(), render(bundle))]
         except ValueError as err:
-            problems.append(f"PR.md: cannot be rendered from the results: {_reason(err)}")
-        if head_lines(pr.read_text()) > MAX_HEAD_LINES or f"Fixes #{ISSUE}" not in pr.read_text():
-            problems.append(f"PR.md: more than {MAX_HEAD_LINES} lines before the fold, or no 'Fixes #{ISSUE}'")
+            problems.append(f"{name}: cannot be rendered from the results: {_reason(err)}")
+    problems += markdown_problems(bundle)
     if (bundle / "github").is_dir():
         found, notes = github_form.verify(bundle, _master_series(), source.mirror_path())
         problems += found
@@ -252,6 +266,26 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
             twin = bundle / "patches" / rel
             if p.is_file() and (not twin.exists() or twin.read_bytes() != p.read_bytes()):
                 problems.append(f"patches/{rel}: differs from the repository's patches/")
+    return problems
+
+
+def markdown_problems(bundle: Path) -> list[str]:
+    """PR.md: within its line budget, with ``Fixes #N``, linking nothing inside the bundle; EVIDENCE.md: every
+    link a file or folder of the bundle."""
+    problems = []
+    pr = bundle / "PR.md"
+    if pr.exists():
+        text = pr.read_text()
+        if nonblank_lines(text) > MAX_LINES:
+            problems.append(f"PR.md: {nonblank_lines(text)} non-blank lines (at most {MAX_LINES})")
+        if f"Fixes #{ISSUE}" not in text:
+            problems.append(f"PR.md: no 'Fixes #{ISSUE}'")
+        problems += [f"PR.md: links {t} (a pull request's body cannot link into the bundle)" for t in local_links(text)]
+    evidence = bundle / "EVIDENCE.md"
+    if evidence.exists():
+        for target in local_links(evidence.read_text()):
+            if not (bundle / urllib.parse.unquote(target.split("#", 1)[0])).exists():
+                problems.append(f"EVIDENCE.md: links {target}, which the bundle does not have")
     return problems
 
 
@@ -322,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     build_p.add_argument("--backends", nargs="*", default=list(BACKENDS))
     build_p.add_argument("--timeout", type=float, default=600.0)
     build_p.add_argument("--no-audit", action="store_true", help="cells without the parity audit (quicker)")
+    build_p.add_argument("--sign-as", metavar="'NAME <EMAIL>'", default=None,
+                         help="sign the bundle's series off as this identity (the sender's); without it they carry "
+                         "the package's placeholder and the bundle says they are not ready to send")
     verify_p = sub.add_parser("verify", help="re-check a bundle's hashes, its reports and every number in its PR.md")
     verify_p.add_argument("path", nargs="?", type=Path, default=None, help="default: the newest bundle in dist/")
     verify_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
@@ -336,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(Exit.OK if not problems else Exit.NOT_FIXED)
         cells = [c for c in matrix()
                  if (not args.versions or c.version in args.versions) and c.backend in args.backends]
-        bundle = build(args.results, args.dist, cells, args.timeout, audit=not args.no_audit)
+        sign_as = signoff.parse_identity(args.sign_as) if args.sign_as else None
+        bundle = build(args.results, args.dist, cells, args.timeout, audit=not args.no_audit, sign_as=sign_as)
         bad = {env: v.outcome for env, v in _verdicts(bundle).items() if v.outcome not in GOOD_OUTCOMES}
         if bad:
             print(f"error: bundle written, but not every cell is fixed or skipped: {bad}", file=sys.stderr)

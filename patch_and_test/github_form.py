@@ -3,8 +3,9 @@
 DeepSpeed merges pull requests by squash: one commit whose message is the PR title and a body,
 with the DCO sign-offs. ``write`` puts into ``<bundle>/github/``:
 
-* ``pr-title.txt`` and ``pr-body.md`` (the body is the bundle's PR.md);
-* ``squash-message.txt``: the squash commit's message, rendered from the series' own messages;
+* ``pr-title.txt`` and ``pr-body.md`` (the bundle's PR.md without its title line);
+* ``squash-message.txt``: the squash commit's message: the title, then the body, which ends with the
+  sign-offs;
 * ``zero3-sp-grad-scale.bundle``: a git bundle of the branch ``zero3-sp-grad-scale``, the master
   series committed on its real base commit (the bundle's one prerequisite), and ``README.md``
   with the commands that fetch it.
@@ -31,11 +32,11 @@ from pathlib import Path
 from patch_and_test import errors
 from patch_and_test.gitrun import git, git_out
 from patch_and_test.series import Series, apply_series
-from patch_and_test.source import FIXED_IDENTITY, from_mirror
+from patch_and_test.source import (FIXED_IDENTITY, NEWEST_UPSTREAM, build_graft, from_series_base,
+                                   load_newest_upstream)
 
 BRANCH = "zero3-sp-grad-scale"
 BUNDLE_FILE = f"{BRANCH}.bundle"
-ISSUE = 8692
 TRAILER = re.compile(r"^(Fixes|Link|Reported-by|Signed-off-by|Co-developed-by|Suggested-by): ")
 # The committer of the branch's commits: fixed, so that their ids do not depend on who builds it.
 COMMITTER = {k: v for k, v in FIXED_IDENTITY.items() if k.startswith("GIT_COMMITTER_")}
@@ -75,25 +76,31 @@ def title(series: Series) -> str:
     return series_messages(series)[0][0]
 
 
-def squash_message(series: Series) -> str:
-    """Title, the fix's own message, one line per other commit, ``Fixes #N``, every trailer once."""
-    messages = series_messages(series)
-    subject, body, _ = messages[0]
-    lines = [subject, "", *body, ""]
-    lines += [f"* {s}" for s, _, _ in messages[1:]]
-    lines += ["", f"Fixes #{ISSUE}", ""]
-    seen: list[str] = []
-    for _, _, trailers in messages:
-        seen += [t for t in trailers if t not in seen and not t.startswith("Link: ")]
-    # Fixes:/Reported-by: first, sign-offs last (DCO).
-    lines += sorted(seen, key=lambda t: t.startswith("Signed-off-by: "))
-    return "\n".join(lines) + "\n"
+def pr_body(pr_markdown: str) -> str:
+    """PR.md without its ``# title`` line: what goes into GitHub's description box."""
+    first, _, rest = pr_markdown.partition("\n")
+    return rest.lstrip("\n") if first.startswith("# ") else pr_markdown
+
+
+def squash_message(series: Series, pr_markdown: str) -> str:
+    """The squash commit's message: the pull request's title, then its body (PR.md), whose last lines are
+    the sign-offs (DeepSpeed squash-merges with the title and description as the message)."""
+    return f"{title(series)}\n\n{pr_body(pr_markdown).rstrip()}\n"
+
+
+def base_repo(series: Series, mirror: Path) -> Path:
+    """A repository holding the series' base: the mirror, or the newest-upstream graft built from it."""
+    if series.base_ref != NEWEST_UPSTREAM:
+        return mirror
+    wanted = load_newest_upstream()
+    repo, graft = build_graft(wanted.release, wanted.history, mirror)
+    return repo
 
 
 def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
     """(repo, head) of ``BRANCH``: the series committed on ``series.base_commit`` in a scratch clone."""
     repo = work / "branch.git"
-    git_out(None, "clone", "-q", "--bare", "--shared", str(mirror), str(repo))
+    git_out(None, "clone", "-q", "--bare", "--shared", str(base_repo(series, mirror)), str(repo))
     if git(repo, "cat-file", "-e", f"{series.base_commit}^{{commit}}", check=False).returncode != 0:
         raise errors.BadInput(f"{series.base_commit[:12]} (the {series.name} series' base) is not in {mirror}")
     index = work / "index"
@@ -116,29 +123,35 @@ def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
 
 README = """# The master series as a branch
 
-`{bundle}` holds the branch `{branch}`: the master series (v{version}) committed on DeepSpeed's
+`{bundle}` holds the branch `{branch}`: the master series (v{version}) committed on
 `{base}` ({base_ref}), head `{head}`. Its only prerequisite is that base commit.
-
+{where}
 ```bash
-cd DeepSpeed && git fetch origin && git checkout -q {base_short}
 git bundle verify /path/to/{bundle}
 git fetch /path/to/{bundle} {branch}:{branch}
-git diff --stat {base_short} {branch}      # the series' 3 commits
+git diff --stat {base_short} {branch}      # the series' commits
 ```
 
-Pull request: title `pr-title.txt`, body `pr-body.md` (the bundle's PR.md); squash merge with
+On DeepSpeed's master as it is today, `git am patches/master/000[1-9]-*.patch` (after
+`python -m patch_and_test.signoff patches/master`). Pull request: title `pr-title.txt`, body
+`pr-body.md` (the bundle's PR.md without its title); the squash commit's message is
 `squash-message.txt`.
 """
+WHERE = {
+    NEWEST_UPSTREAM: "\nThat base is not an upstream commit: it is DeepSpeed's newest release (its sdist)\n"
+    "committed on a commit of master, whose tests it keeps; `python -m patch_and_test --newest-upstream`\n"
+    "(zero3-sp-gradfix) builds it with this id in a clone of DeepSpeed: fetch the bundle there.\n",
+}
 
 
 def write(bundle: Path, series: Series, mirror: Path | None) -> list[str]:
     """Write ``<bundle>/github/``; returns notes (what could not be made here, and why)."""
     out = bundle / "github"
     out.mkdir(parents=True, exist_ok=True)
+    pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
     (out / "pr-title.txt").write_text(title(series) + "\n")
-    (out / "squash-message.txt").write_text(squash_message(series))
-    if (bundle / "PR.md").exists():
-        (out / "pr-body.md").write_text((bundle / "PR.md").read_text())
+    (out / "squash-message.txt").write_text(squash_message(series, pr))
+    (out / "pr-body.md").write_text(pr_body(pr))
     if mirror is None or not mirror.exists():
         return [f"github/{BUNDLE_FILE}: not made (no DeepSpeed mirror: set DEEPSPEED_MIRROR)"]
     with tempfile.TemporaryDirectory(prefix="zero3-sp-branch.") as tmp:
@@ -146,7 +159,8 @@ def write(bundle: Path, series: Series, mirror: Path | None) -> list[str]:
         git(repo, "bundle", "create", str(out / BUNDLE_FILE), BRANCH, f"^{series.base_commit}")
     (out / "README.md").write_text(README.format(bundle=BUNDLE_FILE, branch=BRANCH, version=series.version,
                                                  base=series.base_commit, base_short=series.base_commit[:12],
-                                                 base_ref=series.base_ref, head=head))
+                                                 base_ref=series.base_ref, head=head,
+                                                 where=WHERE.get(series.base_ref, "\n")))
     return []
 
 
@@ -154,9 +168,9 @@ def verify(bundle: Path, series: Series, mirror: Path | None) -> tuple[list[str]
     """(problems, notes) of ``<bundle>/github/``."""
     out = bundle / "github"
     problems: list[str] = []
-    expected = {"pr-title.txt": title(series) + "\n", "squash-message.txt": squash_message(series)}
-    if (bundle / "PR.md").exists():
-        expected["pr-body.md"] = (bundle / "PR.md").read_text()
+    pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
+    expected = {"pr-title.txt": title(series) + "\n", "squash-message.txt": squash_message(series, pr),
+                "pr-body.md": pr_body(pr)}
     for name, text in expected.items():
         path = out / name
         if not path.exists():
@@ -174,7 +188,7 @@ def verify(bundle: Path, series: Series, mirror: Path | None) -> tuple[list[str]
 def check_branch(branch_file: Path, series: Series, mirror: Path) -> list[str]:
     """Fetch the bundle into a clone at the base; compare with ``git am`` of the series there."""
     with tempfile.TemporaryDirectory(prefix="zero3-sp-branch-check.") as tmp:
-        tree = from_mirror(series.base_commit, mirror, branch="zero3-sp-am", cache=Path(tmp) / "cache")
+        tree = from_series_base(series, mirror, branch="zero3-sp-am", cache=Path(tmp) / "cache")
         try:
             repo = tree.path
             checked = git(repo, "bundle", "verify", str(branch_file), check=False)

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import platform
 import time
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from patch_and_test import upstream_suite
 from patch_and_test.errors import Exit, PipelineError, Skipped
 from patch_and_test.verdict import Step, Verdict, summary_table
 from repro.harness.cli import gpu_count
+from repro.harness.env import host_environment
 
 WORLD_SIZE = 2  # the reproducers' default launch: sp=2, dp=1
 AUDIT_TIMEOUT_FACTOR = 3  # the job's audit is two launches of many engines each: minutes on shared cores
@@ -59,7 +58,7 @@ class _Run:
         self.out = cfg.results
         self.verdict = Verdict(env=cfg.env_name, source={}, series=None, deepspeed_before=None, deepspeed_after=None,
                                backend=cfg.backend, steps=[], before=[], after=[], tests=[], suites=[],
-                               environment=_environment(cfg.backend))
+                               environment=host_environment(cfg.backend))
         self.tree: source_mod.SourceTree | None = None  # held (locked) until the run ends
 
     def step(self, name: str, status: str, detail: str, started: float, log: Path | None = None) -> None:
@@ -300,17 +299,3 @@ def _sdist_sha256(version: str) -> str | None:
 
 def _newest() -> str:
     return max(source_mod.load_lock(), key=series_mod.parse_version)
-
-
-def _environment(backend: str) -> dict:
-    import importlib.metadata as md
-
-    def version(dist: str) -> str | None:
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            return None
-
-    return {"os": platform.platform(), "python": platform.python_version(), "torch": version("torch"),
-            "backend": backend, "device": "cuda" if backend == "nccl" else "cpu", "gpus": gpu_count(),
-            "cpus": os.cpu_count(), "machine": platform.machine()}

@@ -1,41 +1,54 @@
-"""PR.md: the pull-request description, rendered only from a bundle's own files.
+"""PR.md and EVIDENCE.md, rendered only from a bundle's own files.
 
-Deterministic: the same bundle renders the same bytes, which is how ``bundle verify`` checks
-that every number in PR.md is the one in the results it cites. Nothing here is typed by
-hand that a run produced: ratios, counts, versions and environments are read from the
-verdicts and reports under ``<bundle>/results/`` into a typed context
-(``patch_and_test.pr_context.load_context``) and rendered by the templates
-``patch_and_test/templates/PR.md.j2`` and ``templates/pr/*.md.j2``; each table cites the files
-it read.
+DeepSpeed squash-merges: the pull request's title and body become the commit. ``PR.md`` is that body in
+the form maintainers merge (title, Summary, ``Fixes #N``, Testing; at most ``MAX_LINES`` non-blank lines,
+no link into the bundle, which GitHub would not resolve); ``EVIDENCE.md`` is the rest of the review:
+root cause, series, matrix, DeepSpeed's tests, ALST, audit, numerics, environment, each table citing the
+bundle's file it read. Deterministic: the same bundle renders the same bytes, which is how ``bundle
+verify`` checks that every number is the one in the results. Nothing here is typed by hand that a run
+produced: the context is read from the verdicts and reports under ``<bundle>/results/``
+(``patch_and_test.pr_context.load_context``) and rendered by ``patch_and_test/templates/``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from patch_and_test import templating
 from patch_and_test.pr_context import affected_context, affected_results, load_context
 
-TITLE = "Scale ZeRO-3 __avg_scatter_grads by sequence_parallel_size"
 ISSUE = 8692
-# The description a reviewer reads on one screen ends here; the rest is folded.
-FOLD = "<details><summary>Evidence: root cause, series, matrix, DeepSpeed's tests, ALST, audit, numerics, " \
-    "environment</summary>"
-MAX_HEAD_LINES = 60
+MAX_LINES = 25  # non-blank lines of PR.md: a squash commit's message, not a report
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 
-__all__ = ["FOLD", "ISSUE", "MAX_HEAD_LINES", "TITLE", "affected_results", "affected_table", "head_lines",
-           "render_pr"]
+__all__ = ["ISSUE", "MAX_LINES", "affected_results", "affected_table", "local_links", "nonblank_lines",
+           "render_evidence", "render_pr"]
 
 
 def render_pr(bundle: Path) -> str:
-    """A squash-ready GitHub pull-request description: one screen, then the evidence folded."""
-    return templating.render("PR.md.j2", ctx=load_context(bundle), title=TITLE, issue=ISSUE, fold=FOLD)
+    """The pull request's body, squash-ready."""
+    return templating.render("PR.md.j2", ctx=load_context(bundle), issue=ISSUE)
 
 
-def head_lines(markdown: str) -> int:
-    """How many lines PR.md shows before its first fold."""
-    return markdown.split(FOLD, 1)[0].rstrip("\n").count("\n") + 1
+def render_evidence(bundle: Path) -> str:
+    """The review's evidence: every table, with links to the bundle's files (where the bundle has them)."""
+
+    def linked(text: str, target: str) -> str:
+        # A trimmed bundle may lack a file a run wrote (a log, a junit file): named, not linked.
+        return f"[{text}]({templating.link(target)})" if (bundle / target).exists() else f"{text} (`{target}`)"
+
+    return templating.render("EVIDENCE.md.j2", ctx=load_context(bundle), issue=ISSUE, linked=linked)
+
+
+def nonblank_lines(markdown: str) -> int:
+    return sum(1 for line in markdown.splitlines() if line.strip())
+
+
+def local_links(markdown: str) -> list[str]:
+    """Link targets that are files (not web addresses, not anchors)."""
+    return [t for t in LINK.findall(markdown) if not re.match(r"^(https?:|mailto:|#)", t)]
 
 
 def affected_table(found: list[tuple[str, dict[str, Any]]], link_root: str) -> str:

@@ -22,7 +22,6 @@ from patch_and_test.templating import Model
 
 if TYPE_CHECKING:
     from repro.alst.report import AlstReport
-    from repro.downstream.report import ClientRow
     from repro.gradscale.report import Report
 
 Scalar = Optional[Union[str, int, float, bool]]
@@ -82,6 +81,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 class PatchRef(Model):
     subject: str
     role: str
+    files: list[str]  # what the patch touches, read from its diff
 
 
 class Series(Model):
@@ -99,36 +99,6 @@ class Fix(Model):
     master: Series
     backports: int
     backports_from: Optional[str]
-
-
-class TestResult(Model):
-    cell: str
-    counts: Counts
-
-
-class TestSummary(Model):
-    name: str
-    results: list[TestResult]
-
-
-class AffectedSummary(Model):
-    tier: str
-    trees: list[str]
-    before: int
-    new: int
-    regressions: int
-    errors: list[str]
-
-
-class HowTested(Model):
-    ran: list[str]
-    outcomes: list[str]
-    not_run: list[str]
-    not_run_reason: Optional[str]
-    tests: list[TestSummary]
-    affected: Optional[AffectedSummary]
-    downstream_held: int
-    downstream_measured: int
 
 
 class RatioPair(Model):
@@ -234,13 +204,6 @@ class AffectedTable(Model):
     reasons: list[Reason]
 
 
-class LogRow(Model):
-    name: str
-    path: str
-    counts: str
-    failed: list[str]
-
-
 class Span(Model):
     lo: float
     hi: float
@@ -318,15 +281,52 @@ class EnvRow(Model):
     backends: list[Scalar]
 
 
+class Graft(Model):
+    """The newest-upstream tree a run was made on: a release's code on a master commit with its tests."""
+    release: str
+    history: str
+    history_date: str
+
+
+class Cost(Model):
+    ratio: float  # after/before, the worst dtype of the target case
+    case: str
+    calls: int  # paired calls per dtype
+    tree: str
+
+
+class Testing(Model):
+    """PR.md's Testing section: DeepSpeed's own tests on the newest tree, and the reduce path's cost."""
+    tree: Optional[Graft]
+    regression_without_fix: Optional[Counts]
+    regression_with_fix: Optional[Counts]
+    alst_fix_alone: Optional[Counts]
+    alst_failed_fix_alone: list[str]
+    alst_with_series: Optional[Counts]
+    affected: Optional[AffectedSuite]
+    pre_existing: list[Reason]
+    cost: Optional[Cost]
+    environment: dict[str, Scalar]
+    cells: list[MatrixCell]  # the package's reproducers on released DeepSpeed, unpatched -> patched
+
+
+class SignOff(Model):
+    series: str
+    signers: list[str]
+    ready: bool
+    problems: list[str]
+
+
 class PrContext(Model):
+    title: str
+    testing: Testing
+    signoff: list[SignOff]
     fix: Optional[Fix]
-    how_tested: HowTested
     series: list[Series]
     notice: Optional[str]
     matrix: Optional[Matrix]
     tests: Optional[Tests]
     affected: Optional[AffectedTable]
-    upstream_logs: list[LogRow]
     alst: list[AlstRow]
     audit: Optional[Audit]
     numerics: Optional[Numerics]
@@ -343,10 +343,11 @@ def load_context(bundle: Path) -> PrContext:
     affected = affected_results(bundle / "results" / "affected")
     notice = bundle / "downstream-notice.md"
     return PrContext(
-        fix=_fix(series), how_tested=_how_tested(bundle, verdicts, affected), series=series,
+        title=_title(bundle), testing=_testing(bundle, affected, verdicts), signoff=_signoff(bundle, series), fix=_fix(series),
+        series=series,
         notice=_notice(notice) if notice.exists() else None, matrix=_matrix(bundle, verdicts),
         tests=_tests(bundle, verdicts), affected=affected_context(affected) if affected else None,
-        upstream_logs=_upstream_logs(bundle), alst=_alst(bundle, verdicts), audit=_audit(bundle, verdicts),
+        alst=_alst(bundle, verdicts), audit=_audit(bundle, verdicts),
         numerics=_numerics(bundle), environment=_environment(verdicts), evidence=_evidence(bundle))
 
 
@@ -397,7 +398,8 @@ def _series(bundle: Path) -> list[Series]:
     return [Series(name=s["name"], version=s["version"], min_version=s["min_version"],
                    below_version=s["below_version"], base_ref=s["base_ref"], base_commit=s["base_commit"],
                    patches=[PatchRef(subject=patch_subject(bundle / "patches" / s["name"] / p["file"]),
-                                     role=p["role"]) for p in s["patches"]])
+                                     role=p["role"], files=patch_files(bundle / "patches" / s["name"] / p["file"]))
+                            for p in s["patches"]])
             for s in manifest.get("series", [])]
 
 
@@ -410,6 +412,77 @@ def patch_subject(path: Path) -> str:
     return re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
 
 
+def patch_files(path: Path) -> list[str]:
+    return re.findall(r"^diff --git a/(\S+) b/", path.read_text(errors="replace"), re.M) if path.exists() else []
+
+
+def _title(bundle: Path) -> str:
+    """The pull request's title: the subject of the master series' fix patch."""
+    first = sorted((bundle / "patches" / "master").glob("0001-*.patch"))
+    return patch_subject(first[0]) if first else "Scale ZeRO-3 __avg_scatter_grads by sequence_parallel_size"
+
+
+def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
+    """Who signed each series off, and whether it can be sent (not while the placeholder signs it)."""
+    from patch_and_test.signoff import sign_state
+
+    out = []
+    for s in series:
+        state = sign_state(bundle / "patches" / s.name)
+        out.append(SignOff(series=s.name, signers=list(state.signers), ready=state.ready,
+                           problems=list(state.problems)))
+    return out
+
+
+def _outcome_counts(results: list[dict[str, Any]], phase: str, needle: str) -> Counts | None:
+    found = {r["test"]: r[phase] for r in results if needle in r["test"] and r.get(phase)}
+    return test_counts(found) if found else None
+
+
+def _testing(bundle: Path, affected: list[tuple[str, dict[str, Any]]],
+             verdicts: dict[str, dict[str, Any]]) -> Testing:
+    """From the newest-upstream tree's affected-tests run (its partial runs too) and the reduce-path benchmark."""
+    from patch_and_test.affected_job import PARTIALS
+
+    newest = next((data for _, data in affected if data.get("graft")), None)
+    tree = suite = None
+    partial: dict[str, dict[str, Any]] = {}
+    results: list[dict[str, Any]] = []
+    if newest is not None:
+        g = newest["graft"]
+        tree = Graft(release=g["release"], history=g["history"], history_date=g["history_date"])
+        partial = {run["name"]: run for run in newest.get("partial", [])}
+        suite = newest.get("suite") or {}
+        results = suite.get("results", [])
+    regression, alst = PARTIALS[0], PARTIALS[1]
+    without = partial.get(regression.name)
+    alone = partial.get(alst.name)
+    table = affected_context([(n, d) for n, d in affected if d is newest]) if newest is not None else None
+    return Testing(
+        tree=tree,
+        regression_without_fix=test_counts(without["outcomes"]) if without else None,
+        regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
+        alst_fix_alone=test_counts(alone["outcomes"]) if alone else None,
+        alst_failed_fix_alone=sorted(t.split("::")[-1] for t, o in (alone or {}).get("outcomes", {}).items()
+                                     if o in ("failed", "error")),
+        alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
+        affected=table.trees[0].suite if table and table.trees else None,
+        pre_existing=table.reasons if table else [],
+        cost=_cost(bundle), environment=(newest or {}).get("environment") or {},
+        cells=(_matrix(bundle, verdicts) or Matrix(cells=[], rows=[], skipped=[])).cells)
+
+
+def _cost(bundle: Path) -> Cost | None:
+    path = bundle / "results" / "benchmarks" / "reduce_path.json"
+    if not path.exists():
+        return None
+    data = load_reduce_path(path)
+    if "after_over_before" not in data:
+        return None
+    return Cost(ratio=data["after_over_before"], case=data["target"]["case"], calls=data.get("paired_calls", 0),
+                tree=data.get("tree", "?"))
+
+
 def _fix(series: list[Series]) -> Fix | None:
     master = next((s for s in series if s.name == "master"), None)
     if master is None:
@@ -417,39 +490,6 @@ def _fix(series: list[Series]) -> Fix | None:
     backports = [s for s in series if s.name != "master"]
     return Fix(master=master, backports=len(backports),
                backports_from=min(s.min_version for s in backports) if backports else None)
-
-
-def _how_tested(bundle: Path, verdicts: dict[str, dict[str, Any]],
-                affected: list[tuple[str, dict[str, Any]]]) -> HowTested:
-    ran, not_run = ([v for _, v in c] for c in _cells(verdicts))
-    # One line per test name, whatever the number of cells: the screen stays one screen.
-    by_test: dict[str, list[TestResult]] = {}
-    for v in ran:
-        for t in v.get("tests", []):
-            by_test.setdefault(t["name"], []).append(TestResult(cell=cell_label(v), counts=test_counts(t["outcomes"])))
-    suites = [(name, data, data.get("suite") or {}) for name, data in affected]
-    summary = None
-    if suites:
-        summary = AffectedSummary(
-            tier=suites[0][2].get("tier", "?"),
-            trees=[f"{name} {data.get('version') or ''}".strip() for name, data, _ in suites],
-            before=sum(s["collected_before"] for _, _, s in suites if s),
-            new=sum(sum(1 for r in s["results"] if r["category"] == "new") for _, _, s in suites if s),
-            regressions=sum(len(s.get("regressions", [])) for _, _, s in suites if s),
-            errors=[name for name, _, s in suites if not s or s.get("status") == "error"])
-    rows = _downstream_rows(bundle)
-    return HowTested(ran=[cell_label(v) for v in ran], outcomes=sorted({v["outcome"] for v in ran}),
-                     not_run=[cell_label(v) for v in not_run],
-                     not_run_reason=(not_run[0].get("error") or not_run[0]["outcome"]) if not_run else None,
-                     tests=[TestSummary(name=n, results=r) for n, r in by_test.items()], affected=summary,
-                     downstream_held=sum(1 for r in rows if r.matches_rule), downstream_measured=len(rows))
-
-
-def _downstream_rows(bundle: Path) -> list[ClientRow]:
-    from patch_and_test.downstream_table import reports
-
-    return [r for _, _, report in reports(bundle / "results" / "downstream") for r in report.rows
-            if r.status == "measured"]
 
 
 def affected_results(root: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -555,30 +595,6 @@ def demote_headings(markdown: str) -> str:
             fenced = not fenced
         out.append("#" + line if not fenced and re.match(r"#+ ", line) else line)
     return "\n".join(out)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def pytest_summary(text: str) -> tuple[str, list[str]]:
-    """The counts of a pytest log's final line, and the tests it lists as FAILED."""
-    lines = [_ANSI.sub("", line) for line in text.splitlines()]
-    summary = next((m.group(1) for line in reversed(lines)
-                    for m in [re.match(r"^=+ (.* in [\d.]+s.*?) =+$", line.strip())] if m), "no summary line")
-    counts = re.sub(r"\s*in [\d.]+s.*$", "", summary)
-    counts = ", ".join(part for part in counts.split(", ") if "warning" not in part and "deselected" not in part)
-    failed = sorted({m.group(1) for line in lines for m in [re.match(r"^FAILED (\S+)", line.strip())] if m})
-    return counts, failed
-
-
-def _upstream_logs(bundle: Path) -> list[LogRow]:
-    """DeepSpeed's own tests, run by hand on real checkouts of the mirror (their logs are in the bundle)."""
-    rows = []
-    for log in sorted((bundle / "results" / "upstream").glob("*.log")):
-        counts, failed = pytest_summary(log.read_text(errors="replace"))
-        rows.append(LogRow(name=log.stem, path=rel(bundle, log), counts=counts,
-                           failed=[t.split("::", 1)[-1] for t in failed]))
-    return rows
 
 
 def _checks(bundle: Path, verdicts: dict[str, dict[str, Any]], script: str, load):

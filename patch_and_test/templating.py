@@ -8,13 +8,14 @@ template's final newline is kept, so a template reads like the text it renders.
 from __future__ import annotations
 
 import functools
+import urllib.parse
 from typing import Any
 
 import jinja2
 
 from repro.harness.report import Record as Model  # a context's record: typed, read-only, no unknown field
 
-__all__ = ["Model", "counts", "environment", "ratio", "render", "span", "ulp"]
+__all__ = ["Model", "counts", "environment", "link", "ratio", "render", "short_test", "span", "ulp"]
 
 
 def ratio(value: float | None) -> str:
@@ -40,12 +41,23 @@ def counts(value: dict[str, int], empty: str = "none") -> str:
     return ", ".join(f"{n} {k}" for k, n in value.items() if n) or empty
 
 
+def link(path: str) -> str:
+    """A bundle-relative path as a Markdown link target (a space, say, would end the link)."""
+    return urllib.parse.quote(str(path))
+
+
+def short_test(node_id: str) -> str:
+    """``unit/x/test_y.py::TestC::test_z[a]`` -> `` `TestC::test_z[a]` ``: the class and test, for prose."""
+    return f"`{'::'.join(str(node_id).split('::')[-2:])}`"
+
+
 @functools.lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("patch_and_test", "templates"),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
                              trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(ratio=ratio, span=span, ulp=ulp, counts=counts, rstrip=lambda text: str(text).rstrip())
+    env.filters.update(ratio=ratio, span=span, ulp=ulp, counts=counts, link=link, short_test=short_test,
+                       rstrip=lambda text: str(text).rstrip())
     return env
 
 

@@ -6,6 +6,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import os
+import platform
 import sys
 from pathlib import Path
 
@@ -58,3 +59,17 @@ def rank_environment(backend: str, world_size: int, local_world_size: int) -> di
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
     return env
+
+
+def host_environment(backend: str) -> dict:
+    """What a result ran on, as reports record it: versions and counts, never this machine's paths."""
+    from repro.harness.cli import gpu_count
+
+    def version(dist: str) -> str | None:
+        found = _safe_version(dist)
+        return None if found == "none" else found
+
+    return {"os": platform.platform(), "python": platform.python_version(), "torch": version("torch"),
+            "transformers": version("transformers"), "backend": backend,
+            "device": "cuda" if backend == "nccl" else "cpu", "gpus": gpu_count(), "cpus": os.cpu_count(),
+            "machine": platform.machine()}

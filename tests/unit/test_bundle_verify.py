@@ -25,8 +25,12 @@ def bundle(tmp_path) -> Path:
     from patch_and_test import github_form
     from patch_and_test.series import load_manifest
 
+    from patch_and_test.pr import render_evidence, render_pr
+
     b = tmp_path / "bundle"
     shutil.copytree(FIXTURE, b)
+    (b / "PR.md").write_text(render_pr(b))
+    (b / "EVIDENCE.md").write_text(render_evidence(b))
     github_form.write(b, load_manifest().by_name("master"), None)  # no mirror: a note, no branch
     bundle_mod.write_manifest(b)
     return b
@@ -40,26 +44,35 @@ def _edit(b: Path, rel: str, change) -> None:
     bundle_mod.write_manifest(b)  # the hashes match: only the report's own content can tell
 
 
+def only_renders(problems: list[str]) -> bool:
+    """PR.md and EVIDENCE.md cannot be rendered from a report that does not validate: each says so, once."""
+    return sorted(p.split(":")[0] for p in problems) == ["EVIDENCE.md", "PR.md"] and all(
+        "cannot be rendered from the results" in p for p in problems)
+
+
 def test_the_fixture_bundle_verifies(bundle):
     assert bundle_mod.verify(bundle) == []
 
 
 def test_a_verdict_whose_checks_contradict_its_outcome_fails(bundle):
     _edit(bundle, f"{CELL}/verdict.json", lambda d: d["after"][0].update(exit_code=1))
-    assert bundle_mod.verify(bundle) == [
-        f"{CELL}/verdict.json: not a valid zero3-sp-gradfix/verdict/v1 report: "
-        "zero3-sp-gradfix/verdict/v1: stored outcome='fixed' but its rows give 'not-fixed'"]
+    problem, *renders = bundle_mod.verify(bundle)
+    assert problem == (f"{CELL}/verdict.json: not a valid zero3-sp-gradfix/verdict/v1 report: "
+                       "zero3-sp-gradfix/verdict/v1: stored outcome='fixed' but its rows give 'not-fixed'")
+    assert only_renders(renders)
 
 
 def test_a_verdict_with_an_unknown_key_fails(bundle):
     _edit(bundle, f"{CELL}/verdict.json", lambda d: d["steps"][0].update(note="added"))
-    (problem, ) = bundle_mod.verify(bundle)
+    problem, *renders = bundle_mod.verify(bundle)
+    assert only_renders(renders)
     assert problem.startswith(f"{CELL}/verdict.json: not a valid zero3-sp-gradfix/verdict/v1 report: steps.0.note: ")
 
 
 def test_a_verdict_is_validated_even_without_its_schema_key(bundle):
     _edit(bundle, f"{CELL}/verdict.json", lambda d: d.pop("schema"))
-    (problem, ) = bundle_mod.verify(bundle)
+    problem, *renders = bundle_mod.verify(bundle)
+    assert only_renders(renders)
     assert problem.startswith(f"{CELL}/verdict.json: not a valid zero3-sp-gradfix/verdict/v1 report: ")
     assert "schema=None" in problem
 
@@ -96,7 +109,8 @@ def test_a_reproducer_row_whose_ok_flag_was_edited_fails(bundle):
         row["ok"] = not row["ok"]
 
     _edit(bundle, rel, flip)
-    (problem, ) = bundle_mod.verify(bundle)
+    problem, *renders = bundle_mod.verify(bundle)
+    assert only_renders(renders)
     assert problem.startswith(f"{rel}: not a valid zero3-sp-gradfix/repro-report/v1 report: "), problem
 
 
@@ -119,3 +133,22 @@ def test_a_kept_verdict_that_does_not_validate_is_not_reused(tmp_path):
     data["outcome"] = "not-fixed"
     path.write_text(json.dumps(data))
     assert not bundle_mod.reusable(path, inputs)
+
+
+def test_a_pr_body_that_links_into_the_bundle_or_grows_past_25_lines_fails(bundle):
+    pr = bundle / "PR.md"
+    pr.write_text(pr.read_text().replace("Fixes #8692", "Fixes #8692 ([evidence](EVIDENCE.md))")
+                  + "".join(f"line {i}\n" for i in range(30)))
+    bundle_mod.write_manifest(bundle)
+    problems = bundle_mod.verify(bundle)
+    assert "PR.md: links EVIDENCE.md (a pull request's body cannot link into the bundle)" in problems
+    assert any(p.startswith("PR.md: ") and "non-blank lines (at most 25)" in p for p in problems)
+
+
+def test_an_evidence_link_to_a_file_the_bundle_lacks_fails(bundle):
+    from patch_and_test.pr import local_links
+
+    target = local_links((bundle / "EVIDENCE.md").read_text())[0]
+    (bundle / target).unlink()
+    bundle_mod.write_manifest(bundle)
+    assert f"EVIDENCE.md: links {target}, which the bundle does not have" in bundle_mod.verify(bundle)

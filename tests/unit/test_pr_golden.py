@@ -5,9 +5,8 @@ The fixtures are trimmed copies of real runs (provenance: ``tests/fixtures/*/PRO
 * ``tests/fixtures/bundle/``: a ``patch-and-test`` bundle of DeepSpeed 0.14.5 (gloo) with the
   kept affected-tests and downstream-clients runs and the reduce-path benchmark;
 * ``tests/fixtures/bundle-cell/``: one whole ``patch-and-test`` cell of DeepSpeed 0.19.8 (gloo)
-  with the parity audit and the ALST recipe, before and after, and two pytest logs: the sections
-  the first bundle has no results for. Its golden file was rendered by the f-string renderer
-  (commit 81781e6) from these same files.
+  with the parity audit and the ALST recipe, before and after: the sections the first bundle has no
+  results for, and a bundle without ``patches/`` (no empty table).
 
 ``render_pr`` reads only the bundle's own files (its ``patches/``, ``results/`` and
 ``downstream-notice.md``), nothing of the package's ``patches/`` or ``docs/``. What else the
@@ -15,7 +14,8 @@ golden files depend on is the package's code: the templates (``patch_and_test/te
 prose between the numbers), ``patch_and_test.pr_context`` and the report models it validates
 with (``repro.gradscale.report``, ``repro.alst.report``, ``repro.downstream.report``). A change to
 the wording is a change to the golden files: rerun with ``UPDATE_GOLDEN=1`` and review the diff.
-The golden files were first written by the f-string renderer the templates replaced.
+The golden files were first written by the f-string renderer the templates replaced; PR.md's were
+rewritten when it took DeepSpeed's squash-merge form, with EVIDENCE.md's beside them.
 Needs jinja2 and pydantic, not DeepSpeed or torch.
 """
 
@@ -35,6 +35,12 @@ def _render_pr(name: str) -> str:
     return render_pr(FIXTURES / name)
 
 
+def _render_evidence(name: str) -> str:
+    from patch_and_test.pr import render_evidence
+
+    return render_evidence(FIXTURES / name)
+
+
 def _render_notice(name: str) -> str:
     from patch_and_test.downstream_table import render_into
 
@@ -45,6 +51,8 @@ def _render_notice(name: str) -> str:
 CASES = {
     "bundle.PR.md.golden": lambda: _render_pr("bundle"),
     "bundle-cell.PR.md.golden": lambda: _render_pr("bundle-cell"),
+    "bundle.EVIDENCE.md.golden": lambda: _render_evidence("bundle"),
+    "bundle-cell.EVIDENCE.md.golden": lambda: _render_evidence("bundle-cell"),
     "bundle.downstream-notice.md.golden": lambda: _render_notice("bundle"),
 }
 
