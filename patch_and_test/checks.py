@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,7 +101,7 @@ def _pattern(report: dict) -> str | None:
 def run_pytest(name: str, args: list[str], out_dir: Path, *, cwd: Path, env: dict[str, str] | None = None,
                timeout: float = 3600) -> PytestCheck:
     out_dir.mkdir(parents=True, exist_ok=True)
-    slug = name.replace("/", "_")
+    slug = re.sub(r"[^\w.-]+", "-", name)  # a file name a Markdown link can carry: no spaces, no slashes
     junit = out_dir / f"{slug}.junit.xml"
     log = out_dir / f"{slug}.log"
     junit.unlink(missing_ok=True)
