@@ -343,8 +343,8 @@ def load_context(bundle: Path) -> PrContext:
     affected = affected_results(bundle / "results" / "affected")
     notice = bundle / "downstream-notice.md"
     return PrContext(
-        title=_title(bundle), testing=_testing(bundle, affected, verdicts), signoff=_signoff(bundle, series), fix=_fix(series),
-        series=series,
+        title=_title(bundle), testing=_testing(bundle, affected, verdicts), signoff=_signoff(bundle, series),
+        fix=_fix(series), series=series,
         notice=_notice(notice) if notice.exists() else None, matrix=_matrix(bundle, verdicts),
         tests=_tests(bundle, verdicts), affected=affected_context(affected) if affected else None,
         alst=_alst(bundle, verdicts), audit=_audit(bundle, verdicts),
