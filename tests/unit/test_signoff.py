@@ -13,14 +13,17 @@ from patch_and_test.series import load_manifest
 SENDER = ("Ada Lovelace", "ada@example.org")
 
 
-def test_every_series_is_signed_by_the_placeholder_not_by_an_identity_posing_as_a_person():
-    for series in load_manifest().series:
-        for path in [series.cover_letter, *(p.path for p in series.patches)]:
-            text = path.read_text()
-            authors = re.findall(r"^From: (.*(?:\n[ \t].*)*)$", text.split("\n\n", 1)[0], re.M)
-            assert [" ".join(a.split()) for a in authors] == [signoff.placeholder()], path
-            signers = set(re.findall(r"^Signed-off-by: (.+)$", text.split("\n---\n", 1)[0], re.M))
-            assert signers <= {signoff.placeholder()}, (path, signers)
+def test_every_patch_is_signed_by_the_placeholder_not_by_an_identity_posing_as_a_person():
+    manifest = load_manifest()
+    downstream = sorted(manifest.path.parent.glob("downstream/*/0*.patch"))
+    assert downstream
+    for path in [*downstream, *(p for s in manifest.series for p in [s.cover_letter, *(x.path for x in s.patches)])]:
+        text = path.read_text()
+        authors = re.findall(r"^From: (.*(?:\n[ \t].*)*)$", text.split("\n\n", 1)[0], re.M)
+        assert [" ".join(a.split()) for a in authors] == [signoff.placeholder()], path
+        signers = set(re.findall(r"^Signed-off-by: (.+)$", text.split("\n---\n", 1)[0], re.M))
+        assert signers <= {signoff.placeholder()}, (path, signers)
+    for series in manifest.series:
         assert not signoff.sign_state(series.directory).ready, series.name
 
 
