@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib.util
+import inspect
 import statistics
 import random
 import sys
@@ -76,8 +77,21 @@ def load_impls(spec: dict[str, str]) -> dict[str, Impl]:
                 continue
             setattr(stage3, attr, own_cc[attr])
         cls = stage3.DeepSpeedZeroOptimizer_Stage3
-        impls[name] = Impl(vars(cls)[f"_{cls.__name__}{AVG}"], vars(cls)[f"_{cls.__name__}{CONTIGUOUS}"])
+        impls[name] = Impl(_with_dtype(vars(cls)[f"_{cls.__name__}{AVG}"]),
+                           _with_dtype(vars(cls)[f"_{cls.__name__}{CONTIGUOUS}"]))
     return impls
+
+
+def _with_dtype(method: Callable) -> Callable:
+    """``method(opt, first, comm_dtype)`` whatever the release: before 0.17 these methods took no dtype (the
+    optimizer's ``communication_data_type`` was used)."""
+    inner = method
+    while not isinstance(inspect.signature(inner).parameters.get("self"), inspect.Parameter):
+        # DeepSpeed's instrument_w_nvtx wraps without functools.wraps: the method is in its closure
+        inner = next(c.cell_contents for c in inner.__closure__ if inspect.isfunction(c.cell_contents))
+    if len(inspect.signature(inner).parameters) >= 3:
+        return method
+    return lambda opt, first, comm_dtype: method(opt, first)
 
 
 def _load_module(path: Path, name: str) -> types.ModuleType:
@@ -196,9 +210,9 @@ def _wrap(optimizer, method: str, before_original: Callable) -> None:
     name = mangled_name(optimizer, method)
     original = getattr(type(optimizer), name)
 
-    def wrapped(first, comm_dtype):
-        before_original(optimizer, first, comm_dtype)
-        return original(optimizer, first, comm_dtype)
+    def wrapped(first, *dtype):  # (first, comm_dtype) from 0.17 on; (first) before
+        before_original(optimizer, first, dtype[0] if dtype else optimizer.communication_data_type)
+        return original(optimizer, first, *dtype)
 
     setattr(optimizer, name, wrapped)
 
@@ -255,7 +269,8 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     isolated = _isolated_post_scale(outputs["before"], comm_dtype, float(ctx.topology.sp), plan.iters * 2)
     restore()
 
-    process_group = opt._get_param_partition_group(params[0])
+    partition_group = getattr(opt, "_get_param_partition_group", None)  # from 0.19.3 (AutoEP); dp before
+    process_group = partition_group(params[0]) if partition_group else opt.dp_process_group
     world = dist.get_world_size(group=process_group)
     rank = dist.get_rank(group=process_group)
     partition_elements = sum(num.partition_slice(p.grad.numel(), world, rank)[1] -

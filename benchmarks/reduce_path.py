@@ -1,19 +1,18 @@
 #!/usr/bin/env python
 """What the sp fix costs on ZeRO-3's reduce path, and what it does to the numerics.
 
-Two forms of the fix of ZeRO-3's ``__avg_scatter_grads`` under sequence parallelism (sp > 1):
-"rescale" (the one-line form upstream proposed, master series v3, what 0.19.8's series carries)
-divides the averaging world size by sp, which makes the existing post-scale
-``g.mul(world / (world / sp))`` run: one more pass over every gradient partition and one new
-tensor per parameter of the bucket. "divisor" (the master series' patch 1 from v4, the recommended
-fix) folds sp into the divisor that ``reduce_scatter_coalesced`` already pre-divides by
-(world / sp instead of world), so the path divides once, like the contiguous path and ZeRO-1/2,
-and allocates nothing more.
+The fix (the series' patch 1, "divisor") folds sp into the divisor that ``reduce_scatter_coalesced``
+already pre-divides by (world / sp instead of world), so ``__avg_scatter_grads`` divides once, like the
+contiguous path and ZeRO-1/2, and allocates nothing more. The one-line form first proposed upstream
+("rescale": divide the averaging world size by sp after the reduction, which runs the post-scale
+``g.mul(world / (world / sp))``: one more pass and one new tensor per parameter) can be timed beside it
+with ``--patch rescale=FILE``.
 
-Implementations: "before" is the installed DeepSpeed; every ``--patch NAME=FILE`` is applied to
-a scratch copy of the installed ``stage3.py`` and ``coalesced_collectives.py`` (nothing else
-of DeepSpeed is copied; by default ``benchmarks/reduce_path_patches/divisor-0.19.8.patch`` and
-the v0.19.8 series' fix patch).
+Implementations: "before" is the installed DeepSpeed; "divisor" is the fix patch of the series that
+serves the installed release (``patches/series.toml``); every ``--patch NAME=FILE`` more. Each is
+applied to a scratch copy of the installed ``stage3.py`` and ``coalesced_collectives.py`` (nothing else
+of DeepSpeed is copied). Releases before 0.17 (the oldest served is the lock's oldest) are timed too;
+their numerics phase is not supported (``--skip-numerics``).
 
 Timing (2 ranks, sp=2, gloo on CPU or nccl with 2 GPUs): inside one real ZeRO-3 engine's
 backward, on the bucket the engine is about to reduce, every implementation is timed on the
@@ -29,9 +28,9 @@ path's partition is compared with a float64 oracle (sum over sp, mean over dp) a
 in the communication format (bf16, fp16, fp32), and the paths' outputs with each other bit
 for bit.
 
-Target (issue: reduce-path cost): after/before <= 1.02 on the many-small-parameters case for
-the recommended fix (the master series' patch 1). Writes benchmarks/results/reduce_path.json and
-reduce_path.md; the last line printed is ``after/before = R`` for the recommended fix.
+Target: after/before <= 1.02 on the many-small-parameters case for the fix, on the newest release's code
+and on the oldest served release. Writes benchmarks/results/reduce_path.json and reduce_path.md (or
+``--out``), both naming the tree they ran on; the last line printed is ``after/before = R``.
 """
 
 from __future__ import annotations
@@ -55,14 +54,11 @@ for _p in (str(ROOT), str(HERE)):
         sys.path.insert(0, _p)
 
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
+from patch_and_test.series import series_for_version  # noqa: E402
 
-PATCHES = HERE / "reduce_path_patches"
-# Names: "divisor" is the recommended fix, master v4's patch 1: its added lines with the installed 0.19.8's
-# context (0.19.8 has no LoCo branch above the call; tests/unit/test_reduce_path_patches.py checks
-# the lines are master's). "rescale" is the one-line form, the v0.19.8 series' own patch 1.
+# "divisor" is the recommended fix: the fix patch of the series that serves the installed release (on 0.19.8 the
+# pull request's own patch 1, which the v0.19.8 backport carries unchanged). Other forms come with --patch.
 RECOMMENDED = "divisor"
-RESCALE_PATCH = ROOT / "patches" / "v0.19.8" / "0001-Scale-ZeRO-3-__avg_scatter_grads-by-sequence_para.patch"
-DEFAULT_PATCHES = (f"{RECOMMENDED}={PATCHES / 'divisor-0.19.8.patch'}", f"rescale={RESCALE_PATCH}")
 TARGET = 1.02
 TARGET_CASE = "many_small"
 AA = "before-again"
@@ -411,8 +407,8 @@ def driver_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=default_python(), help="interpreter with torch + the DeepSpeed to patch")
     parser.add_argument("--patch", action="append", default=None, metavar="NAME=FILE",
-                        help="an implementation to compare with the installed one (default: divisor, the master "
-                        "series' fix, and rescale); repeatable")
+                        help="another implementation to time beside the installed one and 'divisor' (the fix "
+                        "patch of the installed release's series); repeatable")
     parser.add_argument("--backend", choices=["gloo", "nccl", "auto"], default="auto")
     parser.add_argument("--repeats", type=int, default=3, help="timing launches (default 3)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds per launch and case")
@@ -439,8 +435,11 @@ def driver_main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=None, help=f"JSON path (default {RESULTS}/reduce_path.json)")
     args = parser.parse_args(argv)
 
-    patches = dict(_pair(p) for p in (args.patch or DEFAULT_PATCHES))
-    patches = {n: Path(f) for n, f in patches.items()}
+    env = environment(args.python)
+    series = series_for_version(env["deepspeed"])
+    patches = {RECOMMENDED: series.fix_patches[0].path, **{n: Path(f) for n, f in map(_pair, args.patch or [])}}
+    tree = (f"DeepSpeed {env['deepspeed']} as installed, + patches/{series.name} (v{series.version}) "
+            f"{series.fix_patches[0].file[:4]}")
     if "before" in patches:
         raise SystemExit("error: 'before' is the installed DeepSpeed; name the patches otherwise")
     backend = args.backend
@@ -450,7 +449,7 @@ def driver_main(argv: list[str]) -> int:
         backend = "nccl" if gpu_count() >= 2 else "gloo"
     waited = _wait_for_quiet(args.max_load, args.max_wait)
     out_path = args.out or RESULTS / "reduce_path.json"
-    payload: dict = {"benchmark": "reduce_path", "environment": environment(args.python), "backend": backend,
+    payload: dict = {"benchmark": "reduce_path", "environment": env, "tree": tree, "backend": backend,
                      "waited_for_load_s": waited, "patches": {n: _shown(p) for n, p in patches.items()},
                      "recommended": RECOMMENDED, "target": {"case": TARGET_CASE, "max_ratio": TARGET}}
     if args.keep_other and out_path.exists():
@@ -515,10 +514,15 @@ def driver_main(argv: list[str]) -> int:
             payload["numerics_bitwise"] = numerics_flags(launches)
             payload["numerics_launches"] = [{k: v for k, v in lr.items() if k != "results"} for lr in launches]
     payload["load_average_at_end"] = os.getloadavg()
+    ratio = recommended_ratio(payload)
+    if ratio is not None:
+        payload["after_over_before"] = round(ratio, 4)
+        payload["paired_calls"] = min(r["wall_ratio_vs_before"][RECOMMENDED]["rounds"] for r in payload["timing"]
+                                      if r["case"] == TARGET_CASE)
     conclusion = _conclusion(payload)
     payload["conclusion"] = conclusion
     path = write_result("reduce_path", payload, out_path)
-    md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", ""]
+    md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", "", f"Tree: {tree}.", ""]
     if "timing" in payload:
         timed = [n for n in payload["timing"][0]["wall_ms"]]
         md += ["## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "", _run_line(payload["timing_run"]), "",
@@ -528,9 +532,9 @@ def driver_main(argv: list[str]) -> int:
                numerics_markdown(payload["numerics"], payload["numerics_bitwise"]), ""]
     md += [conclusion, ""]
     path.with_suffix(".md").write_text("\n".join(md))
-    print("\n".join(md[2:]))
+    print("\n".join(md[4:]))
     print(f"{conclusion}; {path}")
-    ratio = recommended_ratio(payload)
+    print(f"tree: {tree}")
     # The last line, for scripts: the recommended fix's time on many small parameters over the unpatched
     # code's (the worst dtype's median paired ratio).
     print(f"after/before = {ratio:.4f}" if ratio is not None else "after/before = not measured (timing skipped)")

@@ -1,40 +1,36 @@
-"""The reduce-path benchmark times master's fix on the installed 0.19.8: its copy must add master's lines."""
+"""The reduce-path benchmark times the fix of the series that serves the installed release: on 0.19.8 that is
+the pull request's own patch 1, the one the v0.19.8 backport carries unchanged."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
-from pathlib import Path
 
-from patch_and_test.series import load_manifest
-
-ROOT = Path(__file__).resolve().parents[2]
-CODE = ("deepspeed/runtime/comm/coalesced_collectives.py", "deepspeed/runtime/zero/stage3.py")
+from patch_and_test.series import load_manifest, series_for_version
+from tests.conftest import ROOT
 
 
-def added_lines(patch: Path) -> dict[str, list[str]]:
-    """The '+' lines of each DeepSpeed code file the patch touches, in order."""
-    lines: dict[str, list[str]] = {}
-    current = None
-    for line in patch.read_text().splitlines():
-        header = re.match(r"^diff --git a/(\S+) b/", line)
-        if header:
-            current = header[1]
-        elif current in CODE and line.startswith("+") and not line.startswith("+++"):
-            lines.setdefault(current, []).append(line)
-    return lines
-
-
-def test_benchmark_divisor_patch_adds_exactly_master_fix_code():
-    master = added_lines(load_manifest().by_name("master").fix_patches[0].path)
-    copy = added_lines(ROOT / "benchmarks" / "reduce_path_patches" / "divisor-0.19.8.patch")
-    assert set(master) == set(CODE) and copy == master
-
-
-def test_benchmark_rescale_form_is_the_v0_19_8_series_fix():
-    import importlib.util
-
+def _benchmark():
     spec = importlib.util.spec_from_file_location("reduce_path", ROOT / "benchmarks" / "reduce_path.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.RESCALE_PATCH == load_manifest().by_name("v0.19.8").fix_patches[0].path
-    assert module.RECOMMENDED == "divisor"
+    return module
+
+
+def diff_of(path) -> str:
+    text = path.read_text().split("\n---\n", 1)[1]
+    return re.sub(r"^index \S+", "index", text[text.index("diff --git"):].rsplit("\n-- \n", 1)[0], flags=re.M)
+
+
+def test_on_the_newest_release_the_benchmark_times_the_pull_requests_fix():
+    manifest = load_manifest()
+    newest = series_for_version("0.19.8", manifest)
+    assert diff_of(newest.fix_patches[0].path) == diff_of(manifest.by_name("master").fix_patches[0].path)
+    assert _benchmark().RECOMMENDED == "divisor"
+
+
+def test_every_served_release_has_a_fix_patch_that_touches_only_what_the_benchmark_loads():
+    patched = {"deepspeed/runtime/zero/stage3.py", "deepspeed/runtime/comm/coalesced_collectives.py"}
+    for series in load_manifest().series:
+        touched = set(re.findall(r"^diff --git a/(deepspeed/\S+) b/", series.fix_patches[0].path.read_text(), re.M))
+        assert touched == patched, series.name
