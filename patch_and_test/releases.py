@@ -95,6 +95,7 @@ class ReleaseRow(Record):
     version: str
     sdist: str  # the archive's file name
     sha256: str
+    downloaded: bool  # by this run; False: the package cache had it (its sha256 is still this run's reading)
     locked: bool  # deepspeed-sdists.lock pins this version (and the sha256 matched it)
     version_txt: str  # the sdist's own version.txt
     mirror_tag: Optional[bool]  # a tag v<version> on the mirror; None: no mirror to ask
@@ -293,6 +294,7 @@ def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] |
                   cache: Path | None = None) -> ReleaseRow:
     """Download, unpack, apply, read: one row. Raises BadInput when a step could not run."""
     start = time.monotonic()
+    cached = source.sdist_path(version, lock, cache).is_file()
     archive = source.fetch_sdist(version, lock, cache, require_lock=False)
     digest = sha256_file(archive)
     try:
@@ -315,7 +317,7 @@ def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] |
         after = tree_has_fix(tree.path)
     finally:
         tree.release()
-    return ReleaseRow(version=version, sdist=archive.name, sha256=digest, locked=version in lock,
+    return ReleaseRow(version=version, sdist=archive.name, sha256=digest, downloaded=not cached, locked=version in lock,
                       version_txt=tree.version, mirror_tag=None if tags is None else f"v{version}" in tags,
                       series=series.name if series else None, applied=list(applied),
                       left_out=[LeftOut(file=s.file, reason=s.reason) for s in left_out], fixed_before=before,

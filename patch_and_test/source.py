@@ -172,6 +172,12 @@ def parse_index_versions(text: str) -> list[str]:
     raise errors.BadInput("pip index versions printed no 'Available versions:' line")
 
 
+def sdist_path(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None) -> Path:
+    """Where the cache keeps the sdist of ``version`` (whether or not it is there yet)."""
+    entry = (lock if lock is not None else load_lock()).get(version)
+    return (cache or cache_dir()) / "sdists" / (entry.filename if entry else f"deepspeed-{version}.tar.gz")
+
+
 def fetch_sdist(version: str,
                 lock: dict[str, LockEntry] | None = None,
                 cache: Path | None = None,
@@ -189,10 +195,10 @@ def fetch_sdist(version: str,
     if entry is None and require_lock:
         raise errors.UnknownVersion(f"no sdist of DeepSpeed {version} in the lock file "
                                     f"(locked: {', '.join(sorted(lock, key=parse_version))})")
-    cache = cache or cache_dir()
-    archive = cache / "sdists" / (entry.filename if entry else f"deepspeed-{version}.tar.gz")
+    archive = sdist_path(version, lock, cache)
     if not archive.is_file() or (entry is not None and sha256_file(archive) != entry.sha256):
-        with tempfile.TemporaryDirectory(dir=_mkdir(cache)) as tmp:
+        # Download beside sdists/ (same file system): the rename below is atomic.
+        with tempfile.TemporaryDirectory(dir=_mkdir(archive.parent.parent)) as tmp:
             downloaded = download_sdist(version, Path(tmp))
             if entry is not None:
                 digest = sha256_file(downloaded)

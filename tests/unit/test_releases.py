@@ -20,7 +20,7 @@ SERIES = SeriesUsed(name="s", version=2, range=">=0.19.0,<0.20.0", patches=[
 
 
 def _row(version="0.19.7", **changes) -> ReleaseRow:
-    fields = dict(version=version, sdist=f"deepspeed-{version}.tar.gz", sha256="d" * 64, locked=False,
+    fields = dict(version=version, sdist=f"deepspeed-{version}.tar.gz", sha256="d" * 64, downloaded=True, locked=False,
                   version_txt=version, mirror_tag=False, series="s", applied=[FIX, MARK],
                   left_out=[LeftOut(file=TEST, reason="needs tests/")], fixed_before=False, fixed_after=True,
                   error=None, seconds=1.0)
@@ -91,7 +91,8 @@ def test_the_markdown_is_rendered_from_the_report():
     assert ("| **0.19.7** | **none** | `dddddddddddddddd` | s v2 | none | unfixed | **unfixed** | **FAILS** "
             "| does not apply: a \\| b; no git tag: PyPI is its only source |") in text
     assert f"`{TEST}` (test, needs tests/: not on an sdist; sha256 `{'c' * 16}`)" in text
-    assert "which has each sdist's full sha256" in text and "d" * 17 not in text
+    assert "also has each sdist's full sha256" in text and "d" * 17 not in text
+    assert "in 3 s\n(2 of 2 sdists downloaded by that run" in text
 
 
 def test_without_a_mirror_the_tag_is_unknown():
