@@ -82,7 +82,7 @@ def install_clients(specs: list[str], log: Path) -> None:
 
 def transformers_sdist(version: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [*source_mod._pip(), "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest),
+    cmd = [*source_mod.pip_command(), "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest),
            f"transformers=={version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(dest.glob(f"transformers-{version}.tar.gz"))

@@ -34,6 +34,7 @@ import fcntl
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -155,7 +156,8 @@ def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
 
 
 
-def _pip() -> list[str]:
+def pip_command() -> list[str]:
+    """How to run pip here: this interpreter's, else the one on PATH."""
     if importlib.util.find_spec("pip") is not None:
         return [sys.executable, "-m", "pip"]
     for name in ("pip3", "pip"):
@@ -168,7 +170,7 @@ def download_sdist(version: str, dest: Path) -> Path:
     """pip download the sdist of deepspeed==version into dest (no dependencies, no wheels)."""
     dest.mkdir(parents=True, exist_ok=True)
     result = _run(
-        [*_pip(), "download", "--no-deps", "--no-binary", ":all:", "--dest",
+        [*pip_command(), "download", "--no-deps", "--no-binary", ":all:", "--dest",
          str(dest), f"deepspeed=={version}"])
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -179,22 +181,59 @@ def download_sdist(version: str, dest: Path) -> Path:
     return found[0]
 
 
-def fetch_sdist(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None) -> Path:
-    """The verified sdist archive of ``version`` (downloaded once, then taken from the cache)."""
+def released_versions() -> list[str]:
+    """Every DeepSpeed release the package index lists, newest first (``pip index versions deepspeed``).
+
+    pip leaves out pre-releases and yanked releases (a yanked one is still downloadable by its exact
+    version: pass it explicitly where it matters)."""
+    result = _run([*pip_command(), "index", "versions", "deepspeed"])
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise errors.BadInput(f"pip index versions deepspeed failed: {tail[0]}")
+    return parse_index_versions(result.stdout)
+
+
+def parse_index_versions(text: str) -> list[str]:
+    """The versions on the ``Available versions: a, b, ...`` line that ``pip index versions`` prints. Pure."""
+    for line in text.splitlines():
+        if line.startswith("Available versions:"):
+            return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+    raise errors.BadInput("pip index versions printed no 'Available versions:' line")
+
+
+def sdist_path(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None) -> Path:
+    """Where the cache keeps the sdist of ``version`` (whether or not it is there yet)."""
+    entry = (lock if lock is not None else load_lock()).get(version)
+    return (cache or cache_dir()) / "sdists" / (entry.filename if entry else f"deepspeed-{version}.tar.gz")
+
+
+def fetch_sdist(version: str,
+                lock: dict[str, LockEntry] | None = None,
+                cache: Path | None = None,
+                *,
+                require_lock: bool = True) -> Path:
+    """The sdist archive of ``version`` (downloaded once, then taken from the cache).
+
+    A version the lock lists is checked against its sha256 (a cached file that differs is downloaded
+    again). One it does not list is refused, unless ``require_lock`` is false: then the archive is
+    taken as pip downloads it (pip checks it against the sha256 PyPI publishes) and the caller
+    records its sha256 (``python -m patch_and_test.releases``, the table of every release).
+    """
     lock = lock if lock is not None else load_lock()
     entry = lock.get(version)
-    if entry is None:
+    if entry is None and require_lock:
         raise errors.UnknownVersion(f"no sdist of DeepSpeed {version} in the lock file "
                                     f"(locked: {', '.join(sorted(lock, key=parse_version))})")
-    cache = cache or cache_dir()
-    archive = cache / "sdists" / entry.filename
-    if not archive.is_file() or sha256_file(archive) != entry.sha256:
-        with tempfile.TemporaryDirectory(dir=_mkdir(cache)) as tmp:
+    archive = sdist_path(version, lock, cache)
+    if not archive.is_file() or (entry is not None and sha256_file(archive) != entry.sha256):
+        # Download beside sdists/ (same file system): the rename below is atomic.
+        with tempfile.TemporaryDirectory(dir=_mkdir(archive.parent.parent)) as tmp:
             downloaded = download_sdist(version, Path(tmp))
-            digest = sha256_file(downloaded)
-            if downloaded.name != entry.filename or digest != entry.sha256:
-                raise errors.BadInput(f"{downloaded.name}: sha256 {digest} does not match the lock "
-                                      f"({entry.filename} {entry.sha256})")
+            if entry is not None:
+                digest = sha256_file(downloaded)
+                if downloaded.name != entry.filename or digest != entry.sha256:
+                    raise errors.BadInput(f"{downloaded.name}: sha256 {digest} does not match the lock "
+                                          f"({entry.filename} {entry.sha256})")
             _mkdir(archive.parent)
             os.replace(downloaded, archive)
     return archive
@@ -226,14 +265,21 @@ def _unpack(archive: Path, dest: Path) -> None:
                 tar.extract(member, dest)
 
 
-def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry] | None = None) -> SourceTree:
-    """A git repo of the PyPI sdist of ``version``, reset to its pristine commit on branch ``main``."""
+def from_pypi(version: str,
+              cache: Path | None = None,
+              lock: dict[str, LockEntry] | None = None,
+              *,
+              require_lock: bool = True) -> SourceTree:
+    """A git repo of the PyPI sdist of ``version``, reset to its pristine commit on branch ``main``.
+
+    ``require_lock``: as for ``fetch_sdist``; the commit message records the archive's sha256
+    (``sdist_digest``)."""
     cache = cache or cache_dir()
     version = format_version(parse_version(version))
     repo = cache / "pypi" / f"deepspeed-{version}"
     if not (repo / ".git").is_dir() or git(repo, "rev-parse", "-q", "--verify", "refs/tags/sdist",
                                            check=False).returncode != 0:
-        archive = fetch_sdist(version, lock, cache)
+        archive = fetch_sdist(version, lock, cache, require_lock=require_lock)
         if repo.exists():
             shutil.rmtree(repo)
         # Build beside the final place and rename: an interrupted build never looks like a cache hit.
@@ -261,6 +307,13 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
                       branch="main",
                       has_tests=(dest / "tests").is_dir(),
                       claim=claim)
+
+
+def sdist_digest(tree: SourceTree) -> str | None:
+    """The sha256 of the archive a PyPI tree was unpacked from, as its base commit's message records it."""
+    found = re.search(r"\.tar\.gz sha256 ([0-9a-f]{64})$", git_out(tree.path, "show", "-s", "--format=%B", tree.base),
+                      re.MULTILINE)
+    return found.group(1) if found else None
 
 
 def _commit_fixed(repo: Path, message: str) -> None:
