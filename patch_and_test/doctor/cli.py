@@ -189,9 +189,11 @@ def _remedy_lines(verdict: rule.Verdict, z: rule.ZeroSettings, sources: list[rul
     for source in sources:
         after = [c for c in verdict.cells if c.source == source and not rule.is_one(c.after_fix)]
         if after:
-            prefix = "remedy" if verdict.affected else "before you take the fix"
-            lines.append(f"{prefix}: {rule.client_remedy(source, after[0], sp)}; with the fix in, its gradients "
-                         f"would be {rule.words(after[0].after_fix)} x the true gradient")
+            if verdict.affected:
+                lines.append(f"remedy: {rule.client_remedy(source, after[0], sp)}")
+            else:
+                lines.append(f"before you take the fix: {rule.client_remedy(source, after[0], sp)}; with the fix "
+                             f"its gradients become {rule.words(after[0].after_fix)} x the true gradient")
     return lines
 
 

@@ -224,3 +224,25 @@ def test_via_clients():
     kind = ClientKind("allgather", "none")
     assert trl.base == "transformers" and trl.derive(kind) == kind
     assert axolotl.derive is None  # its recipe is not in the rule yet: listed, not judged
+
+
+def test_auto_is_filled_as_transformers_own_code_fills_it():
+    """transformers' HfTrainerDeepSpeedConfig.trainer_config_finalize on the same config and hidden size."""
+    import types
+
+    try:
+        from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
+        hf = HfTrainerDeepSpeedConfig({"zero_optimization": {"stage": 3, "reduce_scatter": False,
+                                                             "reduce_bucket_size": "auto"}})
+    except Exception as err:  # noqa: BLE001 - without transformers (or its accelerate) there is nothing to compare
+        pytest.skip(f"transformers' DeepSpeed config cannot be built here: {err}")
+    try:
+        model = types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=48))
+        hf.trainer_config_finalize(types.SimpleNamespace(get_warmup_steps=lambda steps: 0), model, 10)
+        filled = hf.config["zero_optimization"]["reduce_bucket_size"]
+    finally:
+        unset_hf_deepspeed_config()
+    ours = read.zero_settings({"zero_optimization": {"stage": 3, "reduce_scatter": False,
+                                                     "reduce_bucket_size": "auto"}}, DEFAULTS, WHERE,
+                              read.hidden_size_of(model.config))
+    assert ours.reduce_bucket_size == filled == 48 * 48
