@@ -148,6 +148,9 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
     if notice.exists():
         # Its clients table is rendered from the bundle's own copies, as PR.md is.
         (bundle / notice.name).write_text(downstream_table.render_into(notice.read_text(), bundle))
+        # Its training-level figure and the runs it is drawn from (the notice links figures/).
+        if (notice.parent / "figures").is_dir():
+            shutil.copytree(notice.parent / "figures", bundle / "figures")
     # The parity audit's write-ups of the other upstream discrepancies it found.
     shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
     (bundle / "PR.md").write_text(render_pr(bundle))

@@ -37,6 +37,7 @@ MODELS = {
     "downstream-clients-report": "repro.downstream.report.DownstreamReport",
     "downstream-run": "patch_and_test.downstream.DownstreamRun",
     "releases": "patch_and_test.releases.ReleasesReport",
+    "training-effect-report": "repro.training.report.TrainingReport",
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPRO = Path(__file__).resolve().parents[2] / "repro"
-FAMILIES = ("gradscale", "audit", "alst", "downstream")
+FAMILIES = ("gradscale", "audit", "alst", "downstream", "training")
 ROLES = ("space", "measure", "expect", "report", "run")
 
 

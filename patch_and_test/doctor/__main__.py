@@ -1,0 +1,5 @@
+import sys
+
+from patch_and_test.doctor.cli import main
+
+sys.exit(main())

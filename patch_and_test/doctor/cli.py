@@ -1,0 +1,215 @@
+"""python -m patch_and_test.doctor --ds-config ds_config.json --sp 4 [--model CONFIG | --param-sizes N,N,...]
+
+Am I affected? Reads the DeepSpeed installed in this Python (its code, not its version number), the
+DeepSpeed config, optionally the model's parameter sizes, and the installed clients' sp loss recipes
+(transformers, accelerate, trl, ArcticTraining, axolotl); prints per class of parameters the reduce
+path and the gradient factor now and after the fix (1 = the true gradient), a verdict and the remedy.
+No GPU, no training step.
+
+exit codes:
+  0  not affected: every gradient is the true gradient with this DeepSpeed, config and loss code
+  1  affected: some gradient is not (the factor, the parameters and the remedy are printed)
+  2  bad input (missing or malformed config, sp < 1, a DeepSpeed it cannot read, an "auto" it needs
+     and cannot fill) or the verdict depends on parameter sizes not given; one line on stderr
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from patch_and_test.doctor import read, rule
+from patch_and_test.doctor.check import run_check
+from patch_and_test.errors import BadInput
+from patch_and_test.series import PACKAGE_ROOT, parse_version, series_for_version
+from patch_and_test.source import load_lock
+from repro.harness.report import text_table
+
+RECIPE_CHOICES = ("none", "allgather", "own_share")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.doctor", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ds-config", type=Path, required=True, help="the DeepSpeed config JSON of the run")
+    parser.add_argument("--sp", type=int, default=None,
+                        help="sequence-parallel size (default: the config's sequence_parallel_size)")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--model", default=None,
+                       help="a transformers config (config.json, its folder, or a hub name) built on the meta device, "
+                       "no weights: its parameter sizes and hidden size (for \"auto\")")
+    sizes.add_argument("--param-sizes", default=None, help="parameter sizes in elements, comma-separated")
+    parser.add_argument("--recipe", choices=RECIPE_CHOICES, default=None,
+                        help="your loss recipe, instead of the installed clients': none/own_share (each rank "
+                        "backprops its token-weighted share), allgather (a differentiable all_gather of the loss)")
+    parser.add_argument("--deepspeed", type=Path, default=None,
+                        help="a DeepSpeed tree to read instead of the installed one")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        lines, code = diagnose(args)
+    except BadInput as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(lines), flush=True)
+    if code == 2:
+        print("error: the verdict depends on which parameters are larger than reduce_bucket_size: pass --model or "
+              "--param-sizes", file=sys.stderr)
+    return code
+
+
+def diagnose(args: argparse.Namespace) -> tuple[list[str], int]:
+    """The report's lines and the exit code; BadInput for anything it cannot decide with."""
+    if args.sp is not None and args.sp < 1:
+        raise BadInput(f"--sp must be >= 1, got {args.sp}")
+    config = read.load_config(args.ds_config)
+    sp = read.sequence_parallel_size(config, args.sp)
+    sizes = read.parse_param_sizes(args.param_sizes) if args.param_sizes else None
+    installed = read.find_deepspeed(args.deepspeed)
+    if args.model:
+        sizes = read.model_sizes(args.model)
+    clients = [] if args.recipe else read.installed_clients()
+    sources = [c.source for c in clients if c.source is not None]
+    if args.recipe or not sources:
+        sources = [rule.own_loss(args.recipe or "none")]
+    params = list(sizes.params) if sizes else None
+    result = run_check(config, sp, installed.state, sources, params, sizes.hidden_size if sizes else None,
+                       installed.defaults, installed.defaults_from)
+    z, verdict, cells = result.zero, result.verdict, list(result.verdict.cells)
+    lines = (_deepspeed_lines(installed, args.deepspeed) + _config_lines(args.ds_config, z, sp, sizes)
+             + _client_lines(clients, args.recipe, sources) + _table(cells)
+             + _verdict_lines(verdict, sp) + _remedy_lines(verdict, z, sources, sp, installed.state, params))
+    return lines, verdict.exit_code
+
+
+def _deepspeed_lines(installed: read.InstalledDeepSpeed, tree: Path | None) -> list[str]:
+    s = installed.state
+    where = f"the tree {installed.package}" if tree else "installed here"
+    return [f"DeepSpeed {s.version} ({where}): fix {'present' if s.fixed else 'absent'}, "
+            f"marker ZERO3_SP_GRADIENTS_SUMMED {'set' if s.marker else 'absent'} (read from runtime/zero/stage3.py)"]
+
+
+def _value(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _config_lines(path: Path, z: rule.ZeroSettings, sp: int, sizes: read.ModelSizes | None) -> list[str]:
+    keys = ["stage"] + ([] if z.stage in (0, 1, 2) else ["reduce_scatter", "contiguous_gradients",
+                                                          "reduce_bucket_size"])
+    shown = ", ".join(f"{k}={_value(getattr(z, k))}" + ("" if z.where(k) == "config" else f" ({z.where(k)})")
+                      for k in keys)
+    lines = [f"config {path}: {shown}; sp={sp}"]
+    notes = []
+    if z.zero_quantized_gradients and z.stage == 3:
+        notes.append("zero_quantized_gradients (qgZ) reduces inside __avg_scatter_grads (all_to_all_quant_reduce "
+                     "across nodes): the same path and factor; not measured here (it needs several nodes)")
+    if z.zero_quantized_weights or z.zero_hpz_partition_size > 1:
+        notes.append("zero_quantized_weights / zero_hpz_partition_size concern parameters, not gradients: no effect")
+    if z.gradient_predivide_factor != 1.0 or z.prescale_gradients:
+        notes.append(f"gradient_predivide_factor={z.gradient_predivide_factor}, prescale_gradients="
+                     f"{_value(z.prescale_gradients)}: not in this check; other upstream discrepancies with these "
+                     "knobs: repro/audit/known_discrepancies.toml")
+    if sizes is not None:
+        notes.append(f"parameters: {sizes.label}, {len(sizes.params)} tensors")
+    return lines + [f"  note: {n}" for n in notes]
+
+
+def _client_lines(clients: list[read.ClientInfo], recipe: str | None, sources: list[rule.LossSource]) -> list[str]:
+    lines = []
+    for c in clients:
+        what = (f"judged: {rule.recipe_words(c.source.kind.kind)}" + _gate(c.source.kind)) if c.source else "not judged"
+        lines.append(f"client {c.name} {c.version}: {what}" + (f" ({c.note})" if c.note else ""))
+    if recipe:
+        lines.append(f"loss: --recipe {recipe}: {sources[0].label}")
+    elif len(sources) == 1 and sources[0].client is None:
+        lines.append(f"loss: no installed client has sp loss code: {sources[0].label} assumed (--recipe allgather if "
+                     "you gather the loss with the differentiable all_gather)")
+    return lines
+
+
+def _gate(kind) -> str:
+    if kind.gate == "none":
+        return ""
+    return f", x sp on ZeRO-3 while {'the marker is absent and ' if kind.gate == 'marker-or-version' else ''}" \
+           f"deepspeed < {kind.gate_version}"
+
+
+def _table(cells: list[rule.Cell]) -> list[str]:
+    header = ("params", "path", "loss", "now", "after the fix")
+    rows = [(c.param_class.label + _largest(c.param_class), str(c.param_class.path), c.source.label,
+             rule.words(c.now), rule.words(c.after_fix)) for c in cells]
+    return ["gradient / true gradient:"] + ["  " + line for line in text_table(header, rows)]
+
+
+def _largest(c: rule.ParamClass) -> str:
+    if not c.largest or c.every:
+        return ""
+    return " (largest: " + ", ".join(f"{name} {n}" for name, n in c.largest[:2]) + ")"
+
+
+def _verdict_lines(verdict: rule.Verdict, sp: int) -> list[str]:
+    bad = [c for c in verdict.cells if not rule.is_one(c.now)]
+    if verdict.affected is None:
+        return ["verdict: UNDECIDED: parameters larger than reduce_bucket_size get "
+                + ", ".join(sorted({rule.words(c.now) for c in bad})) + " x the true gradient, the others 1"]
+    if not verdict.affected:
+        return ["verdict: not affected: every gradient is the true gradient"]
+    parts = []
+    for c in bad:
+        why = []
+        if not rule.is_one(c.deepspeed_now):
+            why.append(f"{c.param_class.path} without the fix divides by sp x dp, not dp")
+        if not rule.is_one(c.now / c.deepspeed_now):
+            why.append(f"the loss recipe x{rule.words(c.now / c.deepspeed_now)}")
+        scope = " (if your model has any)" if c.param_class.present is None else ""
+        parts.append(f"{rule.words(c.now)} x the true gradient for {c.param_class.label}{scope} with "
+                     f"{c.source.label}: {'; '.join(why)}")
+    return ["verdict: AFFECTED: " + "; ".join(parts)]
+
+
+def _remedy_lines(verdict: rule.Verdict, z: rule.ZeroSettings, sources: list[rule.LossSource], sp: int,
+                  ds: rule.DeepSpeedState, params: list[tuple[str, int]] | None) -> list[str]:
+    lines = []
+    needs_fix = any(not rule.is_one(c.deepspeed_now) for c in verdict.cells if c.param_class.present is not False)
+    if verdict.affected is not False and needs_fix:
+        lines += _series_remedy(ds.version)
+        if z.stage == 3:
+            alt, alt_classes = rule.workaround(z, params)
+            if all(rule.is_one(c.now) for c in rule.cells(alt, alt_classes, sources, sp, ds)):
+                bucket = alt.reduce_bucket_size if params else "your largest parameter's element count"
+                lines.append("  or, without a patch: zero_optimization reduce_scatter: false, contiguous_gradients: "
+                             f"true, reduce_bucket_size >= {bucket} (every gradient then takes "
+                             "__avg_scatter_contiguous_grads, which sums over sp; it holds a buffer of that many "
+                             "elements)")
+    for source in sources:
+        after = [c for c in verdict.cells if c.source == source and not rule.is_one(c.after_fix)]
+        if after:
+            if verdict.affected:
+                lines.append(f"remedy: {rule.client_remedy(source, after[0], sp)}")
+            else:
+                lines.append(f"before you take the fix: {rule.client_remedy(source, after[0], sp)}; with the fix "
+                             f"its gradients become {rule.words(after[0].after_fix)} x the true gradient")
+    return lines
+
+
+def _series_remedy(version: str) -> list[str]:
+    try:
+        series = series_for_version(version)
+    except BadInput as err:
+        return [f"remedy: no series here for DeepSpeed {version}: {err}"]
+    folder = series.directory.relative_to(PACKAGE_ROOT) if series.directory.is_relative_to(PACKAGE_ROOT) \
+        else series.directory
+    fix = series.fix_patches[0].file if series.fix_patches else "0001-*.patch"
+    release = ".".join(map(str, parse_version(version)))
+    checked = (f"DEEPSPEED_VERSION={release} tox -e patch-and-test" if release in load_lock()
+               else "DEEPSPEED_SRC=/path/to/your/DeepSpeed tox -e patch-and-test")
+    return [f"remedy: DeepSpeed {version} needs the series {series.name} (v{series.version}, {folder}/, for "
+            f"{series.range_text}):",
+            f"  built and checked from this repository: {checked} (the patched DeepSpeed stays in .tox/patch-and-test)",
+            f"  by hand: in a DeepSpeed checkout `git am {folder}/000[1-9]-*.patch`; on the PyPI sdist "
+            f"`git am --exclude='tests/*' {folder}/{fix}`, then `DS_BUILD_OPS=0 pip install --no-build-isolation .`"]

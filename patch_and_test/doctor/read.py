@@ -1,0 +1,436 @@
+"""What the doctor reads: the installed DeepSpeed's code, the user's config, the model's sizes, the clients.
+
+Nothing here imports DeepSpeed: its ``stage3.py`` is read for the fix (``series.source_has_fix``) and the
+capability marker, its ``runtime/zero/config.py`` for the defaults of the ZeRO keys (the field defaults
+of ``DeepSpeedZeroConfig``), its ``runtime/constants.py`` for the top-level ones. A key the reader cannot
+find there falls back to ``DOCUMENTED_DEFAULTS`` (docs/doctor.md; a unit test holds the two together).
+Every failure is a ``BadInput`` with one line (exit 2).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.metadata
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from patch_and_test.doctor.rule import PATH_KEYS, ZEROPP_KEYS, DeepSpeedState, LossSource, ZeroSettings
+from patch_and_test.errors import BadInput
+from patch_and_test.series import source_has_fix
+from repro.downstream.expect import ClientKind
+from repro.downstream.space import MARKER_NAME
+
+STAGE3 = Path("runtime") / "zero" / "stage3.py"
+ZERO_CONFIG = Path("runtime") / "zero" / "config.py"
+CONSTANTS = Path("runtime") / "constants.py"
+
+# DeepSpeed's defaults (DeepSpeedZeroConfig's fields, runtime/constants.py), the same from 0.14 to 0.19.8;
+# used only for a key the code reader cannot find. docs/doctor.md lists them.
+DOCUMENTED_DEFAULTS: dict[str, Any] = {
+    "stage": 0,
+    "reduce_scatter": True,
+    "contiguous_gradients": True,
+    "reduce_bucket_size": 500_000_000,
+    "zero_quantized_gradients": False,
+    "zero_quantized_weights": False,
+    "zero_hpz_partition_size": 1,
+    "gradient_predivide_factor": 1.0,
+    "prescale_gradients": False,
+}
+TOP_LEVEL = {"gradient_predivide_factor": "GRADIENT_PREDIVIDE_FACTOR_DEFAULT",
+             "prescale_gradients": "PRESCALE_GRADIENTS_DEFAULT"}
+# zero_optimization keys HF's integration fills from "auto" with the model's hidden size
+# (transformers' HfTrainerDeepSpeedConfig.trainer_config_finalize): reduce_bucket_size = hidden_size**2.
+HF_HIDDEN_SIZE_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
+
+
+# ----------------------------------------------------------------------------- DeepSpeed
+
+
+@dataclasses.dataclass(frozen=True)
+class InstalledDeepSpeed:
+    state: DeepSpeedState
+    package: Path  # the deepspeed/ folder read
+    defaults: dict[str, Any]
+    defaults_from: dict[str, str]  # key -> where its default was read
+
+
+def find_deepspeed(src: Path | None = None) -> InstalledDeepSpeed:
+    """The DeepSpeed this interpreter would import (or the tree ``src``), read from its files."""
+    if src is not None:
+        package = src / "deepspeed" if (src / "deepspeed").is_dir() else src
+        if not (package / STAGE3).is_file():
+            raise BadInput(f"{src} is not a DeepSpeed tree: no {package / STAGE3}")
+        version = _tree_version(package)
+    else:
+        spec = importlib.util.find_spec("deepspeed")
+        if spec is None or not spec.origin:
+            raise BadInput(f"deepspeed is not installed in this Python ({sys.executable}); or pass --deepspeed DIR")
+        package = Path(spec.origin).parent
+        try:
+            version = importlib.metadata.version("deepspeed")
+        except importlib.metadata.PackageNotFoundError:
+            version = _tree_version(package)
+    stage3 = package / STAGE3
+    try:
+        source = stage3.read_text()
+        fixed = source_has_fix(source)
+    except (OSError, SyntaxError, UnicodeDecodeError) as err:
+        raise BadInput(f"cannot read DeepSpeed's {stage3}: {type(err).__name__}: {err}") from None
+    defaults, where = read_defaults(package)
+    return InstalledDeepSpeed(DeepSpeedState(version, fixed, marker_set(source)), package, defaults, where)
+
+
+def _tree_version(package: Path) -> str:
+    for candidate in (package.parent / "version.txt", package / "version.txt"):
+        if candidate.is_file():
+            return candidate.read_text().strip()
+    raise BadInput(f"cannot read the version of the DeepSpeed at {package} (no package metadata, no version.txt)")
+
+
+def marker_set(stage3_source: str) -> bool:
+    """Whether the module sets ``ZERO3_SP_GRADIENTS_SUMMED = True`` at top level (code, not comments)."""
+    for node in ast.parse(stage3_source).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == MARKER_NAME for t in node.targets):
+            return isinstance(node.value, ast.Constant) and node.value.value is True
+    return False
+
+
+def read_defaults(package: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """The defaults DeepSpeed's code gives the keys the rule reads; the documented ones where it cannot be read."""
+    found: dict[str, Any] = {}
+    for path, reader in ((package / ZERO_CONFIG, zero_config_defaults), (package / CONSTANTS, constants_defaults)):
+        try:
+            found.update(reader(path.read_text()))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            pass
+    values, where = {}, {}
+    for key, documented in DOCUMENTED_DEFAULTS.items():
+        if key in found:
+            values[key] = found[key]
+            where[key] = f"deepspeed/{ZERO_CONFIG if key not in TOP_LEVEL else CONSTANTS}"
+        else:
+            values[key] = documented
+            where[key] = "documented (docs/doctor.md)"
+    return values, where
+
+
+def zero_config_defaults(source: str) -> dict[str, Any]:
+    """Field defaults of ``DeepSpeedZeroConfig`` for the keys the rule reads, from ``runtime/zero/config.py``."""
+    tree = ast.parse(source)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    enums = {f"{name}.{t.id}": s.value.value for name, cls in classes.items() for s in cls.body
+             if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
+             for t in s.targets if isinstance(t, ast.Name)}
+    cls = classes.get("DeepSpeedZeroConfig")
+    out: dict[str, Any] = {}
+    for stmt in cls.body if cls else ():
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None \
+                and stmt.target.id in PATH_KEYS + ZEROPP_KEYS:
+            try:
+                out[stmt.target.id] = _literal(stmt.value, enums)
+            except ValueError:
+                continue
+    return out
+
+
+def _literal(node: ast.AST, enums: dict[str, Any]) -> Any:
+    """A default as DeepSpeed writes one: a constant, ``Field(x, ...)``, ``pp_int(5e8)``, ``Enum.member``."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        key = f"{node.value.id}.{node.attr}"
+        if key in enums:
+            return enums[key]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        if node.func.id == "Field":
+            given = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "default"), None)
+            if given is not None:
+                return _literal(given, enums)
+        elif node.func.id in ("pp_int", "int") and len(node.args) == 1:
+            return int(_literal(node.args[0], enums))
+    raise ValueError(f"not a literal default: {ast.dump(node)[:80]}")
+
+
+def constants_defaults(source: str) -> dict[str, Any]:
+    wanted = {name: key for key, name in TOP_LEVEL.items()}
+    out = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for t in node.targets:
+                if isinstance(t, ast.Name) and t.id in wanted:
+                    out[wanted[t.id]] = node.value.value
+    return out
+
+
+# ----------------------------------------------------------------------------- the config
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """The DeepSpeed config file: JSON (as HF's integration reads it), else hjson (as DeepSpeed reads it)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise BadInput(f"no such DeepSpeed config: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BadInput(f"cannot read the DeepSpeed config {path}: {err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        data = _hjson(text)
+        if data is None:
+            raise BadInput(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path} is not a DeepSpeed config: a JSON object is expected, got {type(data).__name__}")
+    return data
+
+
+def _hjson(text: str) -> Any:
+    try:
+        import hjson
+    except ImportError:
+        return None
+    try:
+        return hjson.loads(text)
+    except Exception:  # noqa: BLE001 - any hjson failure means: not a config
+        return None
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if value in (0, 1):
+        return bool(value)
+    raise BadInput(f"zero_optimization.{key} must be true or false, got {value!r}")
+
+
+def _int(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise BadInput(f"{key} must be an integer, got {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or value < minimum:
+        raise BadInput(f"{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def zero_settings(config: dict[str, Any], defaults: dict[str, Any], defaults_from: dict[str, str],
+                  hidden_size: int | None) -> ZeroSettings:
+    """The ZeRO knobs DeepSpeed will run with: the config's, DeepSpeed's defaults, HF's "auto" fill."""
+    zero = config.get("zero_optimization", {})
+    if isinstance(zero, bool):  # DeepSpeed's deprecated form: true is stage 1
+        zero = {"stage": 1 if zero else 0}
+    if not isinstance(zero, dict):
+        raise BadInput(f"zero_optimization must be an object, got {type(zero).__name__}")
+    values: dict[str, Any] = {}
+    origin: list[tuple[str, str]] = []
+    for key in PATH_KEYS + ZEROPP_KEYS:
+        if key not in zero:
+            values[key] = defaults[key]
+            origin.append((key, f"default, {defaults_from[key]}"))
+            continue
+        raw = zero[key]
+        if raw == "auto":
+            if key not in HF_HIDDEN_SIZE_KEYS:
+                raise BadInput(f'zero_optimization.{key} is "auto", which HF\'s integration does not fill: '
+                               "give a value")
+            if hidden_size is not None:
+                values[key] = hidden_size * hidden_size
+                origin.append((key, f"auto: hidden_size^2 = {hidden_size}^2, as HF's integration fills it"))
+            else:
+                values[key] = None
+                origin.append((key, "auto, unfilled: HF fills it with hidden_size^2 (pass --model)"))
+            continue
+        values[key] = raw
+        origin.append((key, "config"))
+    stage = _int("zero_optimization.stage", values["stage"], 0)
+    if stage > 3:
+        raise BadInput(f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage}")
+    bucket = values["reduce_bucket_size"]
+    top = {}
+    for key in TOP_LEVEL:
+        top[key] = config.get(key, defaults[key])
+        origin.append((key, "config" if key in config else f"default, {defaults_from[key]}"))
+    try:
+        predivide = float(top["gradient_predivide_factor"])
+    except (TypeError, ValueError):
+        raise BadInput(f"gradient_predivide_factor must be a number, got {top['gradient_predivide_factor']!r}") \
+            from None
+    return ZeroSettings(
+        stage=stage, reduce_scatter=_bool("reduce_scatter", values["reduce_scatter"]),
+        contiguous_gradients=_bool("contiguous_gradients", values["contiguous_gradients"]),
+        reduce_bucket_size=None if bucket is None else _int("zero_optimization.reduce_bucket_size", bucket, 1),
+        zero_quantized_gradients=_bool("zero_quantized_gradients", values["zero_quantized_gradients"]),
+        zero_quantized_weights=_bool("zero_quantized_weights", values["zero_quantized_weights"]),
+        zero_hpz_partition_size=_int("zero_optimization.zero_hpz_partition_size", values["zero_hpz_partition_size"], 0),
+        gradient_predivide_factor=predivide,
+        prescale_gradients=_bool("prescale_gradients", top["prescale_gradients"]),
+        origin=tuple(origin))
+
+
+def sequence_parallel_size(config: dict[str, Any], given: int | None) -> int:
+    """--sp, else the config's ``sequence_parallel_size``; sp >= 1."""
+    if given is None:
+        value = config.get("sequence_parallel_size")
+        if value is None or value == "auto":
+            raise BadInput("pass --sp N (the config has no sequence_parallel_size)")
+        given = _int("sequence_parallel_size", value, 1)
+    if given < 1:
+        raise BadInput(f"--sp must be >= 1, got {given}")
+    return given
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSizes:
+    label: str
+    params: tuple[tuple[str, int], ...]  # (name, elements), as DeepSpeed sees them (tied ones once)
+    hidden_size: int | None
+
+
+def parse_param_sizes(text: str) -> ModelSizes:
+    sizes = []
+    for i, item in enumerate(text.split(","), 1):
+        try:
+            sizes.append((f"param{i}", _int("--param-sizes", item.strip(), 1)))
+        except BadInput:
+            raise BadInput(f"--param-sizes takes element counts separated by commas, got {item.strip()!r}") from None
+    return ModelSizes(f"{len(sizes)} parameter sizes given", tuple(sizes), None)
+
+
+def hidden_size_of(config: Any) -> int | None:
+    """The hidden size the way HF's integration picks it (trainer_config_finalize)."""
+    for holder in (config, getattr(config, "text_config", None)):
+        if holder is None:
+            continue
+        if getattr(holder, "hidden_size", None) is not None:
+            return int(holder.hidden_size)
+        if getattr(holder, "hidden_sizes", None):
+            return int(max(holder.hidden_sizes))
+    return None
+
+
+def model_sizes(spec: str) -> ModelSizes:
+    """A transformers config (file, folder or hub name) built on the meta device: its parameters' sizes."""
+    try:
+        import torch
+        import transformers
+    except ImportError as err:
+        raise BadInput(f"--model needs torch and transformers ({err}); or pass --param-sizes") from None
+    try:
+        config = transformers.AutoConfig.from_pretrained(spec)
+    except Exception as err:  # noqa: BLE001 - any failure to find or parse it is bad input
+        raise BadInput(f"cannot read a transformers config from {spec!r}: {_last_line(err)}") from None
+    model = None
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
+        try:
+            with torch.device("meta"):
+                model = auto.from_config(config)
+            break
+        except Exception as err:  # noqa: BLE001
+            problem = _last_line(err)
+    if model is None:
+        raise BadInput(f"cannot build {spec!r} on the meta device: {problem}")
+    params = tuple((name, int(p.numel())) for name, p in model.named_parameters())
+    return ModelSizes(f"{type(model).__name__} from {spec}", params, hidden_size_of(config))
+
+
+def _last_line(err: BaseException) -> str:
+    lines = f"{type(err).__name__}: {err}".strip().splitlines()
+    return lines[-1] if lines else type(err).__name__
+
+
+# ----------------------------------------------------------------------------- the clients
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientInfo:
+    """An installed client and what the doctor makes of it."""
+
+    name: str
+    version: str
+    source: LossSource | None  # None: not judged (no sp loss code, an example script, not in the rule yet)
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ViaClient:
+    """A client whose sp loss is another client's (it hands the loss on), possibly changed."""
+
+    dist: str
+    code_file: str  # where the hand-off is, inside the installed distribution
+    hands_off: tuple[str, ...]  # what the code must contain for the hand-off (read, not imported)
+    base: str  # the client whose recipe it gets
+    derive: Callable[[ClientKind], ClientKind] | None  # its recipe from the base's; None: not in the rule yet
+    how: str
+
+
+VIA_CLIENTS = (
+    ViaClient("trl", "trl/trainer/sft_trainer.py", ("sp_backend", "super().compute_loss("), "transformers",
+              lambda kind: kind, "SFTTrainer.compute_loss hands the loss to transformers' Trainer.compute_loss"),
+    # axolotl divides transformers' loss by sp_size (core/trainers/base.py); one line here once the rule has it.
+    ViaClient("axolotl", "axolotl/core/trainers/base.py", ("sp_size", ), "transformers", None,
+              "divides transformers' loss by sp_size, a recipe the rule does not have yet"),
+)
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _code(relative: str) -> str | None:
+    top, _, rest = relative.partition("/")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.origin:
+        return None
+    path = Path(spec.origin).parent / rest
+    return path.read_text(errors="replace") if path.is_file() else None
+
+
+def installed_clients() -> list[ClientInfo]:
+    """The installed clients with sp loss code, read as ``patch-and-test``'s client check reads them."""
+    from patch_and_test.client_check import found_clients
+    from repro.downstream.measure import ACCELERATE_SCRIPT
+
+    out: list[ClientInfo] = []
+    for c in found_clients():
+        label = f"{c.name} {c.version}"
+        if c.kind is None:
+            out.append(ClientInfo(c.name, c.version, None, c.note))
+        elif c.function == ACCELERATE_SCRIPT:
+            out.append(ClientInfo(c.name, c.version, None,
+                                  f"no sp loss code of its own; its ALST example script's recipe is "
+                                  f"{c.kind.kind} (for a training loop copied from it: --recipe {c.kind.kind})"))
+        else:
+            out.append(ClientInfo(c.name, c.version, LossSource(label, c.kind, c.name)))
+    by_name = {c.name: c for c in out}
+    for via in VIA_CLIENTS:
+        version = _dist_version(via.dist)
+        if version is None:
+            continue
+        base = by_name.get(via.base)
+        code = _code(via.code_file)
+        if code is None or not all(needle in code for needle in via.hands_off):
+            out.append(ClientInfo(via.dist, version, None, f"its {via.code_file} does not hand the loss to {via.base}"))
+        elif via.derive is None:
+            out.append(ClientInfo(via.dist, version, None, f"not judged: it {via.how}"))
+        elif base is None or base.source is None:
+            out.append(ClientInfo(via.dist, version, None, f"it {via.how}, and {via.base} has no sp loss code here"))
+        else:
+            out.append(ClientInfo(via.dist, version,
+                                  LossSource(f"{via.dist} {version} (via {base.source.label})",
+                                             via.derive(base.source.kind), via.base), via.how))
+    return out

@@ -1,0 +1,231 @@
+"""The doctor's logic: which reduce path each parameter takes, the factor it gets, the verdict, the remedy. Pure.
+
+The path rule (DeepSpeed's ``stage3.py``: ``reduce_independent_p_g_buckets_and_remove_grads`` flushes the
+bucket before a parameter that would overflow it, and ``__reduce_and_partition_ipg_grads`` picks the
+method): ZeRO-3 reduces a parameter's gradient with ``__avg_scatter_contiguous_grads`` iff
+``contiguous_gradients`` and not ``reduce_scatter`` and the parameter has at most ``reduce_bucket_size``
+elements; otherwise with ``__avg_scatter_grads``. ZeRO-0 reduces in the engine, ZeRO-1/2 in
+``stage_1_and_2.py``: both sum over the sp ranks. ZeRO++'s quantized gradients (qgZ) need
+``reduce_scatter`` and reduce inside ``__avg_scatter_grads`` (its multi-node ``all_to_all_quant_reduce``
+branch): the same path. hpZ and quantized weights concern parameters, not gradients.
+
+The factor of a gradient (1 = the true gradient) is the one rule of the package,
+``repro.harness.scales.expected_scale`` (DeepSpeed's factor on that path times the loss recipe's), with
+the client's gate read by ``repro.downstream.expect.compensates``; nothing here restates it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+from repro.downstream.expect import ClientKind, compensates
+from repro.harness import scales
+from repro.harness.scales import ReducePath
+
+# The ZeRO keys the path rule reads, in the order they are shown.
+PATH_KEYS = ("stage", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size")
+ZEROPP_KEYS = ("zero_quantized_gradients", "zero_quantized_weights", "zero_hpz_partition_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class ZeroSettings:
+    """The ZeRO knobs the gradient reduction depends on, as DeepSpeed will see them."""
+
+    stage: int
+    reduce_scatter: bool
+    contiguous_gradients: bool
+    reduce_bucket_size: int | None  # None: "auto" left unfilled (no model to fill it from)
+    zero_quantized_gradients: bool = False
+    zero_quantized_weights: bool = False
+    zero_hpz_partition_size: int = 1
+    gradient_predivide_factor: float = 1.0
+    prescale_gradients: bool = False
+    origin: tuple[tuple[str, str], ...] = ()  # (key, "config" | "default" | "auto: ...")
+
+    def where(self, key: str) -> str:
+        return dict(self.origin).get(key, "config")
+
+    @property
+    def bucket_decides(self) -> bool:
+        """Whether a parameter's size decides its path (ZeRO-3, contiguous_gradients, not reduce_scatter)."""
+        return self.stage == 3 and self.contiguous_gradients and not self.reduce_scatter
+
+
+@dataclasses.dataclass(frozen=True)
+class DeepSpeedState:
+    """The installed DeepSpeed, as read from its code."""
+
+    version: str
+    fixed: bool  # stage3.py's __avg_scatter_grads accounts for sequence parallelism
+    marker: bool  # stage3.py sets ZERO3_SP_GRADIENTS_SUMMED = True
+
+    @property
+    def expect(self) -> str:
+        return "fixed" if self.fixed else "buggy"
+
+    def with_fix(self) -> DeepSpeedState:
+        """The same release with a series applied: its patch 0001 adds the fix and the marker, not a new version."""
+        return dataclasses.replace(self, fixed=True, marker=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossSource:
+    """Whose loss code turns the sp ranks' shard losses into what each rank backprops."""
+
+    label: str  # e.g. "transformers 5.24.0", "your own loss"
+    kind: ClientKind
+    client: str | None = None  # the distribution, for the remedy; None: the user's own code
+
+
+def own_loss(recipe: str) -> LossSource:
+    """The user's own loss code, described by one of the rule's recipes."""
+    if recipe not in scales.RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(scales.RECIPES)}")
+    kind = "allgather" if recipe == "allgather" else "own_share"
+    return LossSource(f"your own loss ({recipe_words(kind)})", ClientKind(kind, "none"))
+
+
+def recipe_words(kind: str) -> str:
+    return {"allgather": "differentiable all_gather of the loss", "own_share": "each rank's token-weighted share"}[kind]
+
+
+def reduce_path(z: ZeroSettings, numel: int | None) -> ReducePath | None:
+    """The method that reduces a parameter with ``numel`` elements; None when the size decides and is unknown."""
+    if z.stage == 0:
+        return ReducePath.STAGE_0
+    if z.stage in (1, 2):
+        return ReducePath.STAGE_1_2
+    if z.stage != 3:
+        raise ValueError(f"ZeRO stage {z.stage} does not exist")
+    if not z.bucket_decides:
+        return ReducePath.AVG_SCATTER
+    if numel is None or z.reduce_bucket_size is None:
+        return None
+    return ReducePath.CONTIGUOUS if numel <= z.reduce_bucket_size else ReducePath.AVG_SCATTER
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamClass:
+    """Parameters that take one reduce path."""
+
+    label: str
+    path: ReducePath
+    count: int | None  # None: the sizes are unknown
+    largest: tuple[tuple[str, int], ...] = ()  # up to three (name, elements), largest first
+    every: bool = False  # the class holds every parameter (so it is present whatever the sizes)
+
+    @property
+    def present(self) -> bool | None:
+        """Whether the model has a parameter in this class; None when the sizes that decide it are unknown."""
+        return True if self.every else (None if self.count is None else self.count > 0)
+
+
+def param_classes(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> list[ParamClass]:
+    """The classes of ``params`` (name, elements) by reduce path; without sizes, the classes the rule knows."""
+    if not z.bucket_decides:
+        path = reduce_path(z, None)
+        why = {ReducePath.STAGE_0: "ZeRO-0", ReducePath.STAGE_1_2: f"ZeRO-{z.stage}"}.get(
+            path, "ZeRO-3, reduce_scatter=true" if z.reduce_scatter else "ZeRO-3, contiguous_gradients=false")
+        count = None if params is None else len(params)
+        label = f"all ({why})" if params is None else f"all {count} ({why})"
+        return [ParamClass(label, path, count, _largest(params or ()), every=True)]
+    if z.reduce_bucket_size is None:
+        raise ValueError("reduce_bucket_size is needed to split the parameters")
+    n = z.reduce_bucket_size
+    if params is None:
+        return [ParamClass(f"<= {n} elements", ReducePath.CONTIGUOUS, None),
+                ParamClass(f"> {n} elements", ReducePath.AVG_SCATTER, None)]
+    small = [p for p in params if p[1] <= n]
+    large = [p for p in params if p[1] > n]
+    out = []
+    if small:
+        out.append(ParamClass(f"{len(small)} <= {n} elements", ReducePath.CONTIGUOUS, len(small), _largest(small)))
+    if large:
+        out.append(ParamClass(f"{len(large)} > {n} elements", ReducePath.AVG_SCATTER, len(large), _largest(large)))
+    return out
+
+
+def _largest(params: Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(params, key=lambda p: -p[1])[:3])
+
+
+def factor(path: ReducePath, sp: int, stage: int, ds: DeepSpeedState, source: LossSource) -> float:
+    """The gradient over the true gradient: the rule, with the client's gate for this DeepSpeed."""
+    gate = stage == 3 and compensates(source.kind, ds.version, ds.marker)
+    return scales.expected_scale(path, sp, ds.expect, recipe=source.kind.kind, compensates=gate)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    param_class: ParamClass
+    source: LossSource
+    now: float  # with the DeepSpeed installed here
+    after_fix: float  # with a series applied to it
+    deepspeed_now: float  # DeepSpeed's own factor on this path (1/sp on the buggy path)
+
+
+def cells(z: ZeroSettings, classes: Sequence[ParamClass], sources: Sequence[LossSource], sp: int,
+          ds: DeepSpeedState) -> list[Cell]:
+    fixed = ds.with_fix()
+    return [Cell(c, s, factor(c.path, sp, z.stage, ds, s), factor(c.path, sp, z.stage, fixed, s),
+                 float(scales.deepspeed_factor(c.path, sp, ds.expect)))
+            for c in classes for s in sources]
+
+
+def is_one(value: float) -> bool:
+    return math.isclose(value, 1.0, rel_tol=1e-9)
+
+
+def words(value: float) -> str:
+    """A factor as the fraction it is ("1", "1/2", "2")."""
+    return scales.label(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    affected: bool | None  # None: it depends on parameter sizes that were not given
+    cells: tuple[Cell, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return {False: 0, True: 1, None: 2}[self.affected]
+
+
+def verdict(rows: Sequence[Cell]) -> Verdict:
+    """Affected iff a class of parameters that is present gets a factor other than 1 now."""
+    present_bad = any(not is_one(c.now) for c in rows if c.param_class.present)
+    unknown_bad = any(not is_one(c.now) for c in rows if c.param_class.present is None)
+    unknown_good = any(is_one(c.now) for c in rows if c.param_class.present is None)
+    if present_bad:
+        return Verdict(True, tuple(rows))
+    if unknown_bad and unknown_good:
+        return Verdict(None, tuple(rows))  # one class is right, the other is not: sizes decide
+    return Verdict(unknown_bad, tuple(rows))
+
+
+def workaround(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> tuple[ZeroSettings, list[ParamClass]]:
+    """ZeRO-3 without a patch: reduce_scatter off, contiguous_gradients on, a bucket that fits every parameter.
+
+    Every parameter then takes the contiguous path; without sizes the bucket is left to the user
+    ("at least your largest parameter"), and the one class holds every parameter.
+    """
+    largest = max((n for _, n in params), default=0) if params else 0
+    alt = dataclasses.replace(z, reduce_scatter=False, contiguous_gradients=True, zero_quantized_gradients=False,
+                              reduce_bucket_size=max(z.reduce_bucket_size or 0, largest) or None)
+    if params:
+        return alt, param_classes(alt, params)
+    return alt, [ParamClass("all (each within the bucket)", ReducePath.CONTIGUOUS, None, every=True)]
+
+
+def client_remedy(source: LossSource, cell: Cell, sp: int) -> str:
+    """What to change in the loss code so that ``cell`` gets the true gradient with the fix in."""
+    if source.kind.kind == "allgather":
+        return (f"{source.label}: the loss is aggregated with the differentiable all_gather, whose backward sums "
+                f"the sp ranks' gradients (x{sp}): backprop each rank's own token-weighted share, or divide the "
+                "gathered loss by sp (docs/downstream-notice.md, 'What they should do'; docs/backport-clients.md)")
+    return (f"{source.label}: it multiplies its ZeRO-3 loss share by sp on its gate '{source.kind.gate}' "
+            f"(deepspeed < {source.kind.gate_version or '?'}), which a patched build still meets: apply "
+            "patches/downstream/transformers (it reads ZERO3_SP_GRADIENTS_SUMMED first), or stay on ZeRO-2 "
+            "(docs/backport-clients.md)")

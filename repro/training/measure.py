@@ -1,0 +1,159 @@
+"""The training-effect run, rank side: the plain-torch reference, then one engine per (stage, recipe).
+
+Each engine is a real ``deepspeed.initialize`` of the tiny Llama with ``torch.optim.AdamW`` and the
+stage's default ZeRO knobs, under Ulysses sp (DeepSpeed's ``UlyssesSPAttentionHF``; each step's sample
+is sharded by its ``UlyssesSPDataLoaderAdapter``). Per step it records the full-sequence loss, the norm
+of DeepSpeed's full reduced gradient over every parameter (``safe_get_full_grad``, float64: the
+gradient the optimizer steps with) and the norm DeepSpeed itself reports (``get_global_grad_norm``,
+what gradient clipping and logging use). The reference trains the same weights on the same batches with
+the same optimizer in one process without sequence parallelism: its gradient is the true gradient.
+The loss recipes are ``repro.alst.measure``'s (``sp_backward_loss``), the same code the ALST check runs.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import platform
+from pathlib import Path
+
+from repro.alst import measure as alst_measure, tiny_llama
+from repro.harness import launch
+from repro.training.report import StepRecord, TrainingReport, TrainingRun
+from repro.training.space import EPS, LR, RECIPES, STAGES, STEPS, batch
+
+SCRIPT = "training_effect"
+
+
+def _adamw(params):
+    import torch
+
+    return torch.optim.AdamW(params, lr=LR, eps=EPS, weight_decay=0.0)
+
+
+def _norm(grads) -> float:
+    return math.sqrt(sum(float(g.detach().double().pow(2).sum()) for g in grads))
+
+
+def reference(model_dir: Path, steps: int) -> list[StepRecord]:
+    """The same model, batches and optimizer without sequence parallelism, in plain torch."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=alst_measure.ATTN)
+    model.train()
+    optimizer = _adamw(model.parameters())
+    records = []
+    for step in range(steps):
+        input_ids, position_ids, labels = batch(step)
+        optimizer.zero_grad()
+        out = model(input_ids=input_ids, position_ids=position_ids, labels=labels)
+        out.loss.backward()
+        records.append(StepRecord(step=step, loss=float(out.loss),
+                                  grad_norm=_norm([p.grad for p in model.parameters() if p.grad is not None])))
+        optimizer.step()
+    return records
+
+
+def _shard(engine, step: int) -> dict:
+    """This rank's shard of step ``step``'s sample, through DeepSpeed's UlyssesSPDataLoaderAdapter."""
+    import torch
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
+    from deepspeed.utils import groups
+
+    input_ids, position_ids, labels = batch(step)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(input_ids, position_ids, labels), batch_size=1,
+        collate_fn=lambda b: dict(input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0),
+                                  labels=b[0][2].unsqueeze(0)))
+    adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=groups._get_sequence_parallel_rank(),
+                                         sp_group=groups._get_sequence_parallel_group(),
+                                         sp_world_size=groups._get_sequence_parallel_world_size(),
+                                         device=engine.device)
+    # Every rank of the sp group holds the same sample: the adapter's first micro-batch is it, sharded.
+    return next(iter(adapter))
+
+
+def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: str, steps: int) -> TrainingRun:
+    """One engine trained ``steps`` steps with ``recipe``'s loss: the per-step records and the reduce paths."""
+    import deepspeed
+    from deepspeed.utils import groups
+    from transformers import AutoModelForCausalLM
+
+    from repro.harness.engine import destroy_engine, ds_config, full_gradients, watch_reduce_paths
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=alst_measure.ATTN)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=_adamw(model.parameters()), mpu=mpu,
+                                      config=ds_config({"stage": stage}, sequence_parallel_size=sp))
+    try:
+        seen = watch_reduce_paths(engine.optimizer) if stage == 3 else None
+        names = [name for name, _ in engine.module.named_parameters()]
+        sp_group = groups._get_sequence_parallel_group()
+        records = []
+        for step in range(steps):
+            shard = _shard(engine, step)
+            shift_labels = shard["shift_labels"].to(engine.device)
+            outputs = engine(input_ids=shard["input_ids"].to(engine.device),
+                             position_ids=shard["position_ids"].to(engine.device))
+            loss_local = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
+                                                     vocab_size=engine.module.config.vocab_size)
+            to_backprop, full_loss = alst_measure.sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp,
+                                                                   gather_impl)
+            engine.backward(to_backprop)
+            norm = _norm(grad for _, _, grad in full_gradients(engine, names, f"zero{stage} {recipe}: "))
+            engine.step()
+            reported = engine.get_global_grad_norm()
+            records.append(StepRecord(step=step, loss=full_loss, grad_norm=norm,
+                                      ds_grad_norm=None if reported is None else float(reported)))
+        if seen is None:
+            paths = {"stage_1_and_2": len(names)}
+        else:
+            paths = {}
+            for path in seen.values():
+                paths[str(path)] = paths.get(str(path), 0) + 1
+        return TrainingRun(stage=stage, recipe=recipe, reduce_paths=paths, steps=records)
+    finally:
+        destroy_engine(engine)
+        del engine
+        gc.collect()
+
+
+def program(ctx: launch.RankContext) -> launch.RankResult:
+    # transformers 5.25 loads hub kernels by default (its switch turns them off; the tiny model uses none).
+    os.environ.setdefault("USE_HUB_KERNELS", "0")
+    reason = alst_measure.skip_reason()
+    if reason:
+        raise launch.SkipRank(reason)
+    import torch
+    import transformers
+
+    from repro.downstream.measure import deepspeed_state, dist_version
+
+    sp, dp = ctx.topology.sp, ctx.topology.dp
+    if dp != 1:
+        raise launch.SkipRank(f"the training-effect run is one sp group (dp=1); got sp={sp}, dp={dp}")
+    steps = int(ctx.args.extra.get("steps") or STEPS)
+    # Rank 0 saves the model first; the reference runs before Ulysses replaces sdpa process-wide.
+    if ctx.rank == 0:
+        tiny_llama.build(tiny_llama.default_model_dir())
+    torch.distributed.barrier()
+    model_dir = tiny_llama.build(tiny_llama.default_model_dir())
+    # Rank 0 trains the reference; every rank gets it, so each builds the same report.
+    shared = [[s.model_dump() for s in reference(model_dir, steps)] if ctx.rank == 0 else None]
+    torch.distributed.broadcast_object_list(shared, src=0)
+    ref = [StepRecord(**s) for s in shared[0]]
+    mpu = alst_measure.register_ulysses(model_dir, sp)
+    gather_impl = alst_measure.all_gather_impl(ctx.backend, dp)
+    runs = [sp_run(stage, recipe, model_dir, mpu, sp, gather_impl, steps) for stage in STAGES for recipe in RECIPES]
+    fixed, marker = deepspeed_state()
+    report = TrainingReport(
+        script=SCRIPT, deepspeed_version=dist_version("deepspeed") or "none", deepspeed_fixed=fixed, marker=marker,
+        torch_version=torch.__version__, transformers_version=transformers.__version__, backend=ctx.backend,
+        device=ctx.device.split(":")[0], launcher="external" if ctx.external_launcher else "local",
+        world_size=ctx.world_size, sp=sp, dp=dp, expect=ctx.args.expect, reference=ref, runs=runs,
+        python_version=platform.python_version(),
+        extra={"model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights", "optimizer": "torch.optim.AdamW",
+               "lr": LR, "eps": EPS, "weight_decay": 0.0, "gradient_clipping": 0.0, "dtype": "float32",
+               "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
+               "all_gather": gather_impl})
+    return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)

@@ -1,0 +1,39 @@
+"""The training-level effect of the ZeRO-3 sp gradient scale: loss and gradient norm over a short run.
+
+The tiny Llama trains ``--steps`` steps (default 30) with AdamW on the same batches under ZeRO-2 and
+ZeRO-3 (DeepSpeed's default knobs), with the ALST all_gather recipe and the own-share recipe, one engine
+each, in one launch; and once in plain torch without sequence parallelism (the true gradient). Per step:
+the loss, the norm of the gradient the optimizer steps with, and the norm DeepSpeed reports.
+
+``--expect buggy`` holds iff every run's gradient norm sits at the unpatched rule's factor of the
+reference on every step (allgather: ZeRO-2 sp, ZeRO-3 1; own_share: ZeRO-2 1, ZeRO-3 1/sp) and every
+loss on the reference's; ``--expect fixed`` with ZeRO-3 at sp and 1. ``python -m repro.training.figure``
+draws two such reports (unpatched and patched) into one figure.
+
+Needs transformers and DeepSpeed >= 0.19.8 on gloo (its UlyssesSPDataLoaderAdapter shards each step;
+older ones all_gather a 0-dim length gloo rejects); one sp group (world size = sp = 2 or 4).
+"""
+
+from __future__ import annotations
+
+from repro.alst.run import preflight
+from repro.harness import launch
+from repro.harness.cli import ReproArgs, main_guard
+from repro.training.measure import program
+from repro.training.report import emit
+from repro.training.space import STEPS
+
+
+def _add_arguments(parser) -> None:
+    parser.add_argument("--steps", type=int, default=STEPS, help=f"training steps per run (default {STEPS})")
+
+
+def main(argv: list[str] | None = None) -> int:
+
+    def run(args: ReproArgs) -> int:
+        stop = preflight(args)
+        if stop is not None:
+            return stop
+        return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
+
+    return main_guard(__doc__, run, _add_arguments, argv=argv)
