@@ -126,6 +126,8 @@ DOWNSTREAM = {
     "tf5.25-patched": ("requirements/downstream.txt", ["--transformers-patches", "patches/downstream/transformers",
                                                        "--transformers-version", "5.25.0"]),
     "arctic": ("requirements/downstream-arctic.txt", ["--install", "arctic-training==0.8.0"]),
+    "trl": ("requirements/downstream-trl.txt", ["--install", "transformers==5.25.0", "--install", "trl==1.16.0"]),
+    "axolotl": ("requirements/downstream-axolotl.txt", ["--install", "axolotl==0.21.0", "--as-python", "3.12"]),
 }
 
 

@@ -66,6 +66,9 @@ def warnings_for(clients: list[FoundClient], deepspeed_version: str, fixed: bool
 
 
 def _why(kind: ClientKind, stage: int, fixed: bool) -> str:
+    if kind.divides_by_sp:
+        return ("its trainer divides the sp loss by sp, as if DeepSpeed averaged over the sp ranks"
+                + ("; ZeRO-3 without the fix does average, so it is divided twice" if stage == 3 and not fixed else ""))
     if kind.kind == "allgather":
         return "its loss is aggregated with the differentiable all_gather, whose backward sums over the sp ranks"
     if stage == 3 and fixed:

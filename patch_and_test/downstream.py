@@ -2,11 +2,13 @@
 
 One run = one client environment (one tox/nox env): the clients it names are installed into
 this interpreter (``--install SPEC``, without their dependencies, which the env provides;
-``--transformers-patches DIR`` builds transformers from its PyPI sdist with the proposed
-patch applied), then DeepSpeed (the newest supported release by default) is installed from its
-verified sdist unpatched and ``repro/downstream_clients.py --expect buggy`` runs; the series'
-fix (patch 0001, as ``patch-and-test`` applies it to an sdist) goes on, the patched build is
-installed and the reproducer runs again with ``--expect fixed``. Results:
+``--as-python X.Y`` installs them past a ``Requires-Python`` above this interpreter's (axolotl 0.21:
+>= 3.12; the code the check runs imports and runs on 3.11); ``--transformers-patches DIR`` builds
+transformers from its PyPI sdist with the proposed patch applied), then DeepSpeed (the newest
+supported release by default) is installed from its verified sdist unpatched and
+``repro/downstream_clients.py --expect buggy`` runs; the series' fix (patch 0001, as
+``patch-and-test`` applies it to an sdist) goes on, the patched build is installed and the
+reproducer runs again with ``--expect fixed``. Results:
 ``results/downstream/<env>/{unpatched,patched}/downstream_clients.{json,log}`` and ``run.json``.
 
 Capability marker: a build of a released DeepSpeed with the fix is a backport, and every backport series
@@ -74,10 +76,14 @@ def marker_patch(series: series_mod.Series) -> str:
 # ----------------------------------------------------------------------------- clients
 
 
-def install_clients(specs: list[str], log: Path) -> None:
-    """``SPEC``s into this interpreter, without dependencies (the env provides them)."""
+def install_clients(specs: list[str], log: Path, as_python: str | None = None) -> None:
+    """``SPEC``s into this interpreter, without dependencies (the env provides them).
+
+    ``as_python``: install as for that Python version (uv ``--python-version``; pip
+    ``--ignore-requires-python``), for a client whose ``Requires-Python`` excludes this interpreter.
+    """
     if specs:
-        _run(_installer_cmd("--no-deps", *specs), log)
+        _run(_installer_cmd("--no-deps", *specs, as_python=as_python), log)
 
 
 def transformers_sdist(version: str, dest: Path) -> Path:
@@ -115,15 +121,17 @@ def install_patched_transformers(version: str, patches_dir: Path, log: Path, cac
 def installed_clients() -> dict[str, str]:
     from repro.downstream.measure import dist_version
 
-    found = {d: dist_version(d) for d in ("transformers", "accelerate", "arctic-training")}
+    found = {d: dist_version(d) for d in ("transformers", "accelerate", "arctic-training", "trl", "axolotl")}
     return {d: v for d, v in found.items() if v}
 
 
-def _installer_cmd(*args: str) -> list[str]:
+def _installer_cmd(*args: str, as_python: str | None = None) -> list[str]:
     inst = install.Installer.find()
     if inst.kind == "uv":
-        return [*inst.argv, "pip", "install", "--python", sys.executable, *args]
-    return [*inst.argv, "install", *[a.replace("--reinstall", "--force-reinstall") for a in args]]
+        return [*inst.argv, "pip", "install", "--python", sys.executable,
+                *(["--python-version", as_python] if as_python else []), *args]
+    return [*inst.argv, "install", *(["--ignore-requires-python"] if as_python else []),
+            *[a.replace("--reinstall", "--force-reinstall") for a in args]]
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -140,7 +148,7 @@ def _run(cmd: list[str], log: Path) -> None:
 
 
 def run(env: str, results: Path, version: str | None, specs: list[str], tf_patches: Path | None,
-        tf_version: str | None, backend: str, timeout: float) -> DownstreamRun:
+        tf_version: str | None, backend: str, timeout: float, as_python: str | None = None) -> DownstreamRun:
     started = time.monotonic()
     results.mkdir(parents=True, exist_ok=True)
     version = version or max(source_mod.load_lock(), key=series_mod.parse_version)
@@ -154,12 +162,13 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
     tree = None
     try:
         t = time.monotonic()
-        install_clients(specs, results / "install-clients.log")
+        install_clients(specs, results / "install-clients.log", as_python)
         if tf_patches is not None:
             record.transformers_patches = install_patched_transformers(
                 tf_version or "5.25.0", tf_patches, results / "install-clients.log", source_mod.cache_dir())
         record.clients = installed_clients()
-        step("clients", ", ".join(f"{d} {v}" for d, v in record.clients.items()) or "none", t)
+        shown = ", ".join(f"{d} {v}" for d, v in record.clients.items()) or "none"
+        step("clients", shown + (f" (--install specs installed as for Python {as_python})" if as_python else ""), t)
 
         t = time.monotonic()
         tree = source_mod.from_pypi(version)
@@ -214,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="DeepSpeed release (default: the newest in deepspeed-sdists.lock)")
     parser.add_argument("--install", action="append", default=[], metavar="SPEC",
                         help="a client to install here without its dependencies, e.g. transformers==5.24.0")
+    parser.add_argument("--as-python", default=None, metavar="X.Y",
+                        help="install the --install specs as for Python X.Y (past their Requires-Python)")
     parser.add_argument("--transformers-patches", type=Path, default=None, metavar="DIR",
                         help="build transformers from its PyPI sdist with DIR/*.patch applied (patch -p1)")
     parser.add_argument("--transformers-version", default="5.25.0", help="the sdist --transformers-patches is for")
@@ -229,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --transformers-patches {args.transformers_patches}: not a folder", file=sys.stderr)
         return 2
     record = run(args.env_name, results, args.version, args.install, args.transformers_patches,
-                 args.transformers_version, args.backend, args.timeout)
+                 args.transformers_version, args.backend, args.timeout, args.as_python)
     if record.error:
         print(f"error: {record.error}", file=sys.stderr)
     for c in record.checks:

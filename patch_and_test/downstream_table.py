@@ -28,13 +28,19 @@ PHASES = ("unpatched", "patched")
 REPORT = "downstream_clients.json"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 KEPT_RESULTS = PACKAGE_ROOT / "docs" / "downstream-results"  # the runs the committed docs show
-DOCUMENTS = ("docs/downstream-notice.md", "docs/backport-clients.md", "README.md")
+# The clients of the backport cover letters' table (plain_table) and of README's: HF Trainer (transformers),
+# accelerate, ArcticTraining. The docs show every env (trl and axolotl too: docs/downstream-notice.md, Census).
+CORE_ENVS = ("downstream-arctic", "downstream-tf5.24", "downstream-tf5.25", "downstream-tf5.25-patched")
+DOCUMENTS = {"docs/downstream-notice.md": None, "docs/backport-clients.md": None, "README.md": CORE_ENVS}
 
 
-def reports(root: Path) -> list[tuple[str, str, DownstreamReport]]:
-    """(env, phase, report) for every report under ``root``, envs sorted by name, unpatched first."""
+def reports(root: Path, envs: tuple[str, ...] | None = None) -> list[tuple[str, str, DownstreamReport]]:
+    """(env, phase, report) for every report under ``root`` (of ``envs`` only, if given), envs sorted by name,
+    unpatched first."""
     found = []
     for env_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if envs is not None and env_dir.name not in envs:
+            continue
         for phase in PHASES:
             path = env_dir / phase / REPORT
             if path.is_file():
@@ -61,6 +67,8 @@ class Recipe(Model):
     kind: Optional[str]
     gate: Optional[str]
     gate_version: Optional[str]
+    divides_by_sp: bool = False  # the client (or the trainer that calls it) divides the loss by sp
+    reached: Optional[str] = None  # the loss function a wrapping entry was seen to call
 
 
 class Measured(Model):
@@ -88,15 +96,18 @@ def _measured(rows) -> Measured:
     first = rows[0]
     left_out = [LeftOut(param=p, ratios=[r.param_ratios[p] for r in rows])
                 for p in first.param_ratios if p in first.note]
-    return Measured(recipe=Recipe(kind=first.kind, gate=first.gate, gate_version=first.gate_version),
+    recipe = Recipe(kind=first.kind, gate=first.gate, gate_version=first.gate_version,
+                    divides_by_sp=bool(first.divides_by_sp), reached=first.reached)
+    return Measured(recipe=recipe,
                     zero2=next((s for s in stages if s.stage == 2), None),
                     zero3=next((s for s in stages if s.stage == 3), None), stages=stages, left_out=left_out)
 
 
-def table_rows(root: Path, shown_root: str = "results/downstream") -> list[TableRow]:
+def table_rows(root: Path, shown_root: str = "results/downstream",
+               envs: tuple[str, ...] | None = None) -> list[TableRow]:
     """One row per env x DeepSpeed x client; a not-applicable client once per verdict."""
     out, shown_na = [], set()
-    for env, phase, rep in reports(root):
+    for env, phase, rep in reports(root, envs):
         ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
         path = f"`{shown_root}/{env}/{phase}/{REPORT}`"
         seen = []
@@ -116,19 +127,19 @@ def table_rows(root: Path, shown_root: str = "results/downstream") -> list[Table
     return out
 
 
-def render(root: Path, shown_root: str = "results/downstream") -> str:
+def render(root: Path, shown_root: str = "results/downstream", envs: tuple[str, ...] | None = None) -> str:
     """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once."""
-    return templating.render("downstream_table.md.j2", rows=table_rows(root, shown_root)).rstrip("\n")
+    return templating.render("downstream_table.md.j2", rows=table_rows(root, shown_root, envs)).rstrip("\n")
 
 
-def plain_table(root: Path) -> str:
+def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:
     """The measured ratios as a plain-text table for a cover letter (mail: no Markdown). Pure.
 
     One line per client x DeepSpeed build; a client whose gate also reads the capability marker is
     the proposed transformers change applied.
     """
     lines = [f"  {'client':<36}{'DeepSpeed':<18}{'ZeRO-2':>8}{'ZeRO-3':>8}"]
-    for _env, _phase, rep in reports(root):
+    for _env, _phase, rep in reports(root, envs):
         seen = []
         for r in rep.rows:
             key = (r.client, r.client_version)
@@ -143,19 +154,22 @@ def plain_table(root: Path) -> str:
     return "\n".join(lines)
 
 
-def replace_block(document: str, table: str) -> str:
-    """The document with the text between BEGIN and END replaced by ``table``. Pure."""
-    start, end = document.find(BEGIN), document.find(END)
-    if start < 0 or end < start:
-        raise ValueError("the document has no downstream-table block (BEGIN/END marker lines)")
-    return document[:start + len(BEGIN)] + "\n" + table + "\n" + document[end:]
+def replace_block(document: str, table: str, begin: str = BEGIN, end: str = END) -> str:
+    """The document with the text between ``begin`` and ``end`` (the table's marker lines) replaced. Pure."""
+    start, stop = _block(document, begin, end)
+    return document[:start + len(begin)] + "\n" + table + "\n" + document[stop:]
 
 
-def block_of(document: str) -> str:
-    start, end = document.find(BEGIN), document.find(END)
-    if start < 0 or end < start:
-        raise ValueError("the document has no downstream-table block (BEGIN/END marker lines)")
-    return document[start + len(BEGIN):end].strip("\n")
+def block_of(document: str, begin: str = BEGIN, end: str = END) -> str:
+    start, stop = _block(document, begin, end)
+    return document[start + len(begin):stop].strip("\n")
+
+
+def _block(document: str, begin: str, end: str) -> tuple[int, int]:
+    start, stop = document.find(begin), document.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the document has no {begin.split(':')[0].lstrip('<!- ')} block (its marker lines)")
+    return start, stop
 
 
 def gather(local: Path, dest: Path) -> None:
@@ -210,6 +224,14 @@ def render_into(document: str, bundle: Path) -> str:
     return replace_block(document, render(bundle / "results" / "downstream", "results/downstream"))
 
 
+def _envs_of(document: Path) -> tuple[str, ...] | None:
+    """The envs a document's table shows (DOCUMENTS; every env for a document not listed there)."""
+    try:
+        return DOCUMENTS.get(document.resolve().relative_to(PACKAGE_ROOT).as_posix())
+    except ValueError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -223,12 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep is not None:
         for path in keep(args.keep, args.results):
             print(f"kept: {path}")
-    table = render(args.results, args.shown_as)
     stale = []
     for doc in args.documents:
         text = doc.read_text()
         try:
-            new = replace_block(text, table)
+            new = replace_block(text, render(args.results, args.shown_as, _envs_of(doc)))
         except ValueError as err:
             print(f"error: {doc}: {err}", file=sys.stderr)
             return 2

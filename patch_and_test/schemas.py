@@ -36,6 +36,7 @@ MODELS = {
     "alst-recipe-report": "repro.alst.report.AlstReport",
     "downstream-clients-report": "repro.downstream.report.DownstreamReport",
     "downstream-run": "patch_and_test.downstream.DownstreamRun",
+    "downstream-census": "patch_and_test.downstream_census.Census",
     "releases": "patch_and_test.releases.ReleasesReport",
     "training-effect-report": "repro.training.report.TrainingReport",
 }

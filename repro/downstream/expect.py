@@ -14,6 +14,9 @@ parallelism (the *ratio*), is the product of two factors:
   | ``own_share``| its own token-weighted share of the loss                   | 1, or sp under ZeRO-3    |
   |              |                                                            | when its gate compensates|
 
+  times 1/sp when the caller *divides* the loss by sp before backward (``divides_by_sp``): axolotl's
+  ``AxolotlTrainer.compute_loss`` divides transformers' sp loss by ``sp_size`` ("ZeRO sums them").
+
 * DeepSpeed's factor ``r`` (the reduced gradient / the sum over sp of the local gradients):
   1 under ZeRO-1/2; under ZeRO-3's default path (``reduce_scatter: true``,
   ``__avg_scatter_grads``) 1/sp without the fix and 1 with it.
@@ -27,7 +30,8 @@ averages over sp; its gate (``repro.downstream.space``) decides that. transforme
 is ``deepspeed < 0.20.2``: a patched build keeps its release number (``0.19.8``,
 ``0.19.6+<hash>``), so it compensates for a bug that is no longer there. The recipe kind and gate
 are read from the client's own function source (``classify``), so a release that changes its
-loss code is classified by what it does, not by its number.
+loss code is classified by what it does, not by its number; a division by ``sp_size`` is read from
+that source and from its caller's (a trainer that wraps the loss function).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ from repro.harness import scales
 DEFAULT_GATE_VERSION = "0.20.2"  # transformers 5.25.0's number; classify() reads the client's own
 _ALL_GATHER = "torch.distributed.nn.functional.all_gather"
 _GATE_RE = re.compile(r"""version\.parse\(\s*["'](\d+\.\d+\.\d+)["']\s*\)""")
+# ``loss = loss / <...>sp_size`` or ``loss /= <...>sp_size``: the loss backpropagated is divided by sp.
+_DIVIDES_RE = re.compile(r"\bloss\s*(?:=\s*loss\s*/|/=)\s*[\w.]*\bsp_size\b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,24 +57,28 @@ class ClientKind:
     kind: str  # "allgather" | "own_share"
     gate: str  # "none" | "version" | "marker-or-version"
     gate_version: str | None = None  # the release the gate names ("0.20.2"), if any
+    divides_by_sp: bool = False  # the loss backpropagated is divided by sp (here or by its caller)
 
 
-def classify(source: str) -> ClientKind:
+def classify(source: str, caller: str = "") -> ClientKind:
     """The recipe kind and gate of a client's loss function, from its source text.
 
     allgather: it calls the differentiable all_gather. Otherwise own_share; its gate is
     ``marker-or-version`` when it reads the capability marker, ``version`` when it multiplies
-    by ``sp_size`` under a ``version.parse("X")`` comparison, else ``none``.
+    by ``sp_size`` under a ``version.parse("X")`` comparison, else ``none``. ``caller`` is the
+    source of the code that calls the loss function and backprops what it returns (a trainer's
+    ``compute_loss``); it and ``source`` decide ``divides_by_sp`` (``loss = loss / ...sp_size``).
     """
+    divides = bool(_DIVIDES_RE.search(source) or _DIVIDES_RE.search(caller))
     if _ALL_GATHER in source:
-        return ClientKind("allgather", "none")
+        return ClientKind("allgather", "none", divides_by_sp=divides)
     found = _GATE_RE.search(source)
     gate_version = found.group(1) if found else None
     if MARKER_NAME in source:
-        return ClientKind("own_share", "marker-or-version", gate_version)
+        return ClientKind("own_share", "marker-or-version", gate_version, divides)
     if gate_version is not None and "sp_size" in source:
-        return ClientKind("own_share", "version", gate_version)
-    return ClientKind("own_share", "none")
+        return ClientKind("own_share", "version", gate_version, divides)
+    return ClientKind("own_share", "none", divides_by_sp=divides)
 
 
 def _version_at_least(version: str, floor: str) -> bool:
@@ -100,7 +110,8 @@ def expected_ratio(client: ClientKind, stage: int, sp: int, deepspeed_fixed: boo
         raise ValueError(f"sp must be >= 1, got {sp}")
     return scales.expected_scale(scales.default_path(stage), sp, "fixed" if deepspeed_fixed else "buggy",
                                  recipe=client.kind,
-                                 compensates=(stage == 3 and compensates(client, deepspeed_version, marker)))
+                                 compensates=(stage == 3 and compensates(client, deepspeed_version, marker)),
+                                 divides_by_sp=client.divides_by_sp)
 
 
 def mis_scaled(expected: float) -> bool:

@@ -18,6 +18,17 @@ whatever the client's function returns, imported from the installed client, neve
   (the method is wrapped by ArcticTraining's callback mixin).
 * accelerate: its ALST example ``test_utils/scripts/external_deps/test_ds_alst_ulysses_sp.py``
   is checked for a loss function to import; it has none (module-level script), which the row says.
+* trl: ``SFTTrainer.compute_loss`` (its own entry), on a trainer made with ``object.__new__`` (the method's
+  ``super()`` needs a real SFTTrainer) holding what the method reads; the model's forward is given trl's
+  fused LM head (``add_fused_lm_head``, as ``SFTTrainer.__init__`` does). It hands the loss to
+  transformers' ``Trainer.compute_loss``.
+* axolotl: ``AxolotlTrainer.compute_loss`` (``axolotl.core.trainers.base``), the same way; it divides
+  transformers' sp loss by ``sp_size``.
+
+A client whose entry wraps another's loss function (trl, axolotl) is classified by that function's
+source and its own (``classify(loss, caller)``), and the run records, with a profiler hook held while
+the entry runs, that the entry did reach that function (``ClientRow.reached``); a row whose entry did
+not reach it cannot match the rule.
 
 DeepSpeed, the engines and the collectives are real; the measured gradient is DeepSpeed's full
 gradient (``safe_get_full_grad``, a collective under ZeRO-3) against the non-sp baseline of the
@@ -28,7 +39,9 @@ launches.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
+import functools
 import gc
 import importlib
 import importlib.metadata
@@ -36,7 +49,9 @@ import importlib.util
 import inspect
 import os
 import platform
+import sys
 import types
+from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
@@ -104,46 +119,168 @@ class Client:
     error: str = ""  # installed, but importing it failed
     # Parameters left out of the row's fit, with why: their gradient is not the sp recipe's to scale.
     exclude: dict = dataclasses.field(default_factory=dict)
+    # A wrapping entry (trl, axolotl): (dotted name, code) of the loss function it must be seen to call.
+    reaches: tuple[str, types.CodeType] | None = None
+
+
+def transformers_sp_loss():
+    """(function, dotted name, the Trainer class when it is Trainer's method (5.0-5.1)) of transformers' sp loss.
+
+    (None, "-", None) when the installed transformers has none; raises when transformers does not import.
+    """
+    integ = importlib.import_module("transformers.integrations.deepspeed")
+    fn = getattr(integ, "deepspeed_sp_compute_loss", None)
+    if fn is not None:
+        return fn, "transformers.integrations.deepspeed.deepspeed_sp_compute_loss", None
+    trainer_cls = importlib.import_module("transformers.trainer").Trainer
+    fn = getattr(trainer_cls, "_deepspeed_sp_compute_loss", None)
+    if fn is not None:
+        return fn, "transformers.trainer.Trainer._deepspeed_sp_compute_loss", trainer_cls
+    return None, "-", None
+
+
+def no_transformers_sp_loss(version: str) -> str:
+    return (f"transformers {version} has no sequence-parallel loss function "
+            "(neither integrations.deepspeed.deepspeed_sp_compute_loss nor "
+            "Trainer._deepspeed_sp_compute_loss; added in 5.0)")
+
+
+@contextlib.contextmanager
+def hf_deepspeed_config(ds_config: dict):
+    """What accelerate sets up for a DeepSpeed run: transformers' is_deepspeed_zero3_enabled() reads it."""
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig, unset_hf_deepspeed_config
+
+    hf_config = HfDeepSpeedConfig(dict(ds_config))
+    try:
+        yield hf_config
+    finally:
+        del hf_config
+        unset_hf_deepspeed_config()
+
+
+def sp_accelerator(sp_group, sp: int):
+    """A stand-in for accelerate's Accelerator under DeepSpeed sp: what the clients' loss code reads of it.
+
+    ``gather_for_metrics`` (trl's logged metrics only) returns this rank's value.
+    """
+    pc = types.SimpleNamespace(sp_backend="deepspeed", sp_size=sp, sp_enabled=sp > 1, tp_size=1)
+    return types.SimpleNamespace(parallelism_config=pc,
+                                 torch_device_mesh={"sp": types.SimpleNamespace(get_group=lambda: sp_group)},
+                                 gather_for_metrics=lambda tensor: tensor)
+
+
+def trainer_instance(cls, **attributes):
+    """An instance of a client's Trainer subclass without its __init__ (which builds a whole training run).
+
+    A real instance, so that the method's ``super()`` resolves; only the attributes given are set.
+    """
+    trainer = object.__new__(cls)
+    vars(trainer).update(attributes)
+    return trainer
+
+
+def codes_called(thunk: Callable, codes: dict[str, types.CodeType]):
+    """(thunk's result, the names in ``codes`` whose code object was entered while it ran), this thread."""
+    wanted = set(codes.values())
+    seen: set = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in wanted:
+            seen.add(frame.f_code)
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        result = thunk()
+    finally:
+        sys.setprofile(previous)
+    return result, sorted(name for name, code in codes.items() if code in seen)
 
 
 def find_transformers() -> Client | None:
     version = dist_version("transformers")
     if version is None:
         return None
-    fn_name = "transformers.integrations.deepspeed.deepspeed_sp_compute_loss"
     try:
-        integ = importlib.import_module("transformers.integrations.deepspeed")
-        fn = getattr(integ, "deepspeed_sp_compute_loss", None)
-        trainer_cls = None
-        if fn is None:
-            trainer_cls = importlib.import_module("transformers.trainer").Trainer
-            fn = getattr(trainer_cls, "_deepspeed_sp_compute_loss", None)
-            fn_name = "transformers.trainer.Trainer._deepspeed_sp_compute_loss"
+        fn, fn_name, trainer_cls = transformers_sp_loss()
     except Exception as err:  # noqa: BLE001 - any import failure is the row's content
-        return Client("transformers", version, fn_name, None, None, error=last_line(err))
+        return Client("transformers", version, "transformers.integrations.deepspeed.deepspeed_sp_compute_loss",
+                      None, None, error=last_line(err))
     if fn is None:
-        return Client("transformers", version, "-", None, None,
-                      why_not=f"transformers {version} has no sequence-parallel loss function "
-                      "(neither integrations.deepspeed.deepspeed_sp_compute_loss nor "
-                      "Trainer._deepspeed_sp_compute_loss; added in 5.0)")
+        return Client("transformers", version, "-", None, None, why_not=no_transformers_sp_loss(version))
 
     def call(engine, batch, sp_group, sp, ds_config):
-        from transformers.integrations.deepspeed import HfDeepSpeedConfig, unset_hf_deepspeed_config
-
-        pc = types.SimpleNamespace(sp_backend="deepspeed", sp_size=sp)
-        accelerator = types.SimpleNamespace(torch_device_mesh={"sp": types.SimpleNamespace(get_group=lambda: sp_group)})
-        # What accelerate sets up for a DeepSpeed run: transformers' is_deepspeed_zero3_enabled() reads it.
-        hf_config = HfDeepSpeedConfig(dict(ds_config))
-        try:
+        accelerator = sp_accelerator(sp_group, sp)
+        with hf_deepspeed_config(ds_config):
             inputs = dict(batch)
             if trainer_cls is None:
-                return fn(accelerator, engine, inputs, False, pc)
-            return fn(types.SimpleNamespace(accelerator=accelerator), engine, inputs, False, pc)
-        finally:
-            del hf_config
-            unset_hf_deepspeed_config()
+                return fn(accelerator, engine, inputs, False, accelerator.parallelism_config)
+            return fn(types.SimpleNamespace(accelerator=accelerator), engine, inputs, False,
+                      accelerator.parallelism_config)
 
     return Client("transformers", version, fn_name, call, classify(client_source(fn)))
+
+
+def find_trl() -> Client | None:
+    version = dist_version("trl")
+    if version is None:
+        return None
+    entry_name = "trl.trainer.sft_trainer.SFTTrainer.compute_loss"
+    try:
+        sft = importlib.import_module("trl.trainer.sft_trainer")
+        entry = sft.SFTTrainer.compute_loss
+        loss_fn, loss_name, _ = transformers_sp_loss()
+    except Exception as err:  # noqa: BLE001
+        return Client("trl", version, entry_name, None, None, error=last_line(err))
+    if loss_fn is None:
+        return Client("trl", version, entry_name, None, None,
+                      why_not="its SFTTrainer hands the sp loss to transformers' Trainer.compute_loss, and "
+                      + no_transformers_sp_loss(dist_version("transformers")))
+    if not hasattr(sft, "add_fused_lm_head"):
+        return Client("trl", version, entry_name, None, None,
+                      why_not=f"not called: this reproducer drives SFTTrainer.compute_loss as trl 1.16 writes it "
+                      f"(the model's forward given trl's fused LM head, add_fused_lm_head); trl {version}'s "
+                      "sft_trainer has no add_fused_lm_head")
+
+    def call(engine, batch, sp_group, sp, ds_config):
+        # SFTTrainer.__init__ gives the model trl's fused LM head; compute_loss asks for it (fused_lm_head=True).
+        sft.add_fused_lm_head(engine.module, outputs=("log_probs", "entropy", "is_top1"))
+        trainer = trainer_instance(sft.SFTTrainer, accelerator=sp_accelerator(sp_group, sp), model=engine,
+                                   aux_loss_enabled=False, _metrics={"train": defaultdict(list)},
+                                   _total_train_tokens=0, _tp_size=1)
+        with hf_deepspeed_config(ds_config):
+            return entry(trainer, engine, dict(batch), False)
+
+    return Client("trl", version, entry_name, call, classify(client_source(loss_fn), client_source(entry)),
+                  reaches=(loss_name, loss_fn.__code__))
+
+
+def find_axolotl() -> Client | None:
+    version = dist_version("axolotl")
+    if version is None:
+        return None
+    entry_name = "axolotl.core.trainers.base.AxolotlTrainer.compute_loss"
+    try:
+        base = importlib.import_module("axolotl.core.trainers.base")
+        entry = base.AxolotlTrainer.compute_loss
+        loss_fn, loss_name, _ = transformers_sp_loss()
+    except Exception as err:  # noqa: BLE001
+        return Client("axolotl", version, entry_name, None, None, error=last_line(err))
+    if loss_fn is None:
+        return Client("axolotl", version, entry_name, None, None,
+                      why_not="its trainer hands the sp loss to transformers' Trainer.compute_loss, and "
+                      + no_transformers_sp_loss(dist_version("transformers")))
+
+    def call(engine, batch, sp_group, sp, ds_config):
+        # What compute_loss reads on the sp path: no token counting, no packing, no ORPO, no multimodal ids.
+        args = types.SimpleNamespace(include_tkps=False, sample_packing=False, orpo_alpha=None)
+        trainer = trainer_instance(base.AxolotlTrainer, accelerator=sp_accelerator(sp_group, sp), model=engine,
+                                   args=args, _inject_mm_token_type_ids=False, _model_type="llama")
+        with hf_deepspeed_config(ds_config):
+            return entry(trainer, engine, dict(batch), False)
+
+    return Client("axolotl", version, entry_name, call, classify(client_source(loss_fn), client_source(entry)),
+                  reaches=(loss_name, loss_fn.__code__))
 
 
 def find_arctic_training() -> Client | None:
@@ -210,25 +347,27 @@ def module_level_recipe(source: str) -> str:
 
 
 def find_clients() -> list[Client]:
-    return [c for c in (find_transformers(), find_accelerate(), find_arctic_training()) if c is not None]
+    found = (find_transformers(), find_accelerate(), find_arctic_training(), find_trl(), find_axolotl())
+    return [c for c in found if c is not None]
 
 
 # ----------------------------------------------------------------------------- one engine
 
 
 def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_index: int,
-               notes: dict[str, str]) -> dict[str, object]:
-    """One engine, one step, the client's loss: {param: full gradient (float64, CPU)}."""
+               notes: dict[str, str]) -> tuple[dict[str, object], list[str]]:
+    """One engine, one step, the client's loss: ({param: full gradient (float64, CPU)}, functions reached)."""
     from repro.harness.engine import destroy_engine, full_gradients
 
     engine, config = alst_measure.sp_engine(stage, model_dir, mpu, sp)
     try:
         shard, sp_group, _ = alst_measure.sp_shard(engine, dp_index, notes)
         batch = {k: shard[k].to(engine.device) for k in ("input_ids", "position_ids", "shift_labels")}
-        loss = client.call(engine, batch, sp_group, sp, config)
+        codes = dict([client.reaches]) if client.reaches else {}
+        loss, reached = codes_called(functools.partial(client.call, engine, batch, sp_group, sp, config), codes)
         engine.backward(loss)
         return {name: grad.detach().double().cpu().clone()
-                for name, _, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {client.name}: ")}
+                for name, _, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {client.name}: ")}, reached
     finally:
         destroy_engine(engine)
         del engine
@@ -236,8 +375,11 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
 
 
 def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, sp: int, assume_fixed: bool,
-                 deepspeed_version: str, marker: bool) -> ClientRow:
-    """The row: the fit of all compared gradients at once against the rule's value."""
+                 deepspeed_version: str, marker: bool, reached: list[str] = ()) -> ClientRow:
+    """The row: the fit of all compared gradients at once against the rule's value.
+
+    A wrapping entry that did not reach the loss function it was classified by cannot match the rule.
+    """
     import torch
 
     fitted = [p for p in PARAMS if p not in client.exclude]
@@ -246,14 +388,17 @@ def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, 
     target = expected_ratio(client.kind, stage, sp, assume_fixed, deepspeed_version, marker)
     f = fit(observed, baseline, target)
     per_param = {p: scales.fit(grads[p], expected_grads[p]).ratio for p in PARAMS}
-    note = "; ".join(f"{p} left out of the fit (measured ratio {per_param[p]:.4g}): {why}"
-                     for p, why in client.exclude.items())
+    notes = [f"{p} left out of the fit (measured ratio {per_param[p]:.4g}): {why}" for p, why in client.exclude.items()]
+    missed = client.reaches is not None and client.reaches[0] not in reached
+    if missed:
+        notes.append(f"the entry did not reach {client.reaches[0]}, whose recipe the rule was given")
     return ClientRow(client=client.name, client_version=client.version, function=client.function, stage=stage,
                      status="measured", kind=client.kind.kind, gate=client.kind.gate,
-                     gate_version=client.kind.gate_version,
+                     gate_version=client.kind.gate_version, divides_by_sp=client.kind.divides_by_sp,
+                     reached=client.reaches[0] if client.reaches and not missed else None,
                      compensates=compensates(client.kind, deepspeed_version, marker) if stage == 3 else False,
                      ratio=f.scalar.ratio, residual=f.scalar.residual, param_ratios=per_param, expected=target,
-                     matches_rule=f.ok, note=note)
+                     matches_rule=f.ok and not missed, note="; ".join(notes))
 
 
 def unmeasured_rows(client: Client) -> list[ClientRow]:
@@ -272,9 +417,9 @@ def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: 
             rows += unmeasured_rows(client)
             continue
         for stage in STAGES:
-            grads = run_client(client, stage, model_dir, mpu, sp, dp_index, notes)
+            grads, reached = run_client(client, stage, model_dir, mpu, sp, dp_index, notes)
             rows.append(measured_row(client, stage, grads, expected_grads, sp, assume_fixed, deepspeed_version,
-                                     marker))
+                                     marker, reached))
     return rows
 
 
@@ -317,7 +462,9 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
                "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)", "dtype": "float32",
                "callers": "transformers: accelerator and ParallelismConfig stand-ins (sp group, sp_backend, "
                           "sp_size) + a real HfDeepSpeedConfig; arctic_training: a stand-in SFTTrainer (engine, "
-                          "module, device, sp group, config)",
+                          "module, device, sp group, config); trl, axolotl: their Trainer subclass made with "
+                          "object.__new__ holding the same accelerator stand-in, the engine and the attributes "
+                          "their compute_loss reads",
                **notes})
     code = report.exit_code
     return launch.RankResult(1 if code == 1 else 0, report.to_dict() if ctx.rank == 0 else None)

@@ -17,7 +17,7 @@ STATUSES = ("measured", "not-applicable", "error")
 class ClientRow(Record):
     """One client x stage: measured (ratio vs the rule), not applicable (why) or error (last line)."""
 
-    client: str  # "transformers" | "accelerate" | "arctic_training"
+    client: str  # "transformers" | "accelerate" | "arctic_training" | "trl" | "axolotl"
     client_version: str
     function: str  # what was called, e.g. "transformers.integrations.deepspeed.deepspeed_sp_compute_loss"
     stage: int | None
@@ -25,6 +25,8 @@ class ClientRow(Record):
     kind: str | None = None
     gate: str | None = None
     gate_version: str | None = None
+    divides_by_sp: bool | None = None  # the loss backpropagated is divided by sp (the client or its caller)
+    reached: str | None = None  # the loss function a wrapping entry (trl, axolotl) was seen to call
     compensates: bool | None = None  # the client multiplied its ZeRO-3 share by sp here
     ratio: float | None = None  # best scalar fit of DeepSpeed's full gradients to the baseline's
     residual: float | None = None  # ||observed - ratio * baseline|| / ||baseline||

@@ -12,7 +12,7 @@ believes DeepSpeed averages over sp):
 
 from __future__ import annotations
 
-CLIENTS = ("transformers", "accelerate", "arctic_training")
+CLIENTS = ("transformers", "accelerate", "arctic_training", "trl", "axolotl")
 KINDS = ("allgather", "own_share")  # the recipe kinds, as repro.harness.scales names them
 GATES = ("none", "version", "marker-or-version")
 STAGES = (2, 3)

@@ -7,7 +7,9 @@ The rule. A gradient read back from DeepSpeed, divided by the true gradient of t
   (``none`` / ``own_share``, the convention DeepSpeed's reductions assume); sp for ``allgather``
   (every rank backprops the full-sequence loss gathered with the differentiable all_gather, whose
   backward sums the sp ranks' identical gradients); sp for an ``own_share`` client that
-  *compensates* (multiplies its ZeRO-3 share by sp because it believes DeepSpeed averages over sp).
+  *compensates* (multiplies its ZeRO-3 share by sp because it believes DeepSpeed averages over sp);
+  times 1/sp when the caller *divides* the recipe's loss by sp before backward (axolotl's trainer does,
+  because it believes the recipe expects gradients averaged over sp).
 * DeepSpeed's factor ``r``: 1/sp for a gradient reduced by ZeRO-3's ``__avg_scatter_grads`` with
   sp > 1 when the fix is absent (``buggy``: it divides by the whole world instead of world/sp),
   1 on every other path and with the fix (``fixed``).
@@ -64,19 +66,20 @@ def bug_scales(path: ReducePath | str, sp: int) -> bool:
     return deepspeed_factor(path, sp, "buggy") != 1
 
 
-def recipe_factor(recipe: str, sp: int, compensates: bool = False) -> Fraction:
+def recipe_factor(recipe: str, sp: int, compensates: bool = False, divides_by_sp: bool = False) -> Fraction:
     """``m`` of the rule: the sum over the sp ranks of what they backprop, over the true loss."""
     if recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
-    if recipe == "allgather" or (recipe == "own_share" and compensates):
-        return Fraction(sp)
-    return Fraction(1)
+    if sp < 1:
+        raise ValueError(f"sp must be >= 1, got {sp}")
+    m = Fraction(sp) if recipe == "allgather" or (recipe == "own_share" and compensates) else Fraction(1)
+    return m / sp if divides_by_sp else m
 
 
 def expected_scale(path: ReducePath | str, sp: int, expect: str, recipe: str = "none",
-                   compensates: bool = False) -> float:
+                   compensates: bool = False, divides_by_sp: bool = False) -> float:
     """The rule: the scale of the gradient over the true gradient (module docstring)."""
-    return float(recipe_factor(recipe, sp, compensates) * deepspeed_factor(path, sp, expect))
+    return float(recipe_factor(recipe, sp, compensates, divides_by_sp) * deepspeed_factor(path, sp, expect))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -184,3 +184,77 @@ def _loss_with_helper(pc, local_sum):
     if not _marker_helper():
         local_sum = local_sum * pc.sp_size
     return local_sum
+
+
+# axolotl 0.21's AxolotlTrainer.compute_loss on the sp path, reduced to what classify() reads.
+AXOLOTL_CALLER = ("result = super().compute_loss(model, inputs, return_outputs=return_outputs)\n"
+                  "loss = loss / self.accelerator.parallelism_config.sp_size")
+TRL_CALLER = 'loss, outputs = super().compute_loss(model, {**inputs, "fused_lm_head": True}, return_outputs=True)'
+AXOLOTL = ClientKind("allgather", "none", divides_by_sp=True)  # on its pinned transformers 5.20.1
+
+
+def test_recipe_factor_of_a_caller_that_divides_by_sp():
+    from fractions import Fraction
+
+    assert scales.recipe_factor("allgather", 2, divides_by_sp=True) == 1
+    assert scales.recipe_factor("own_share", 4, divides_by_sp=True) == Fraction(1, 4)
+    assert scales.recipe_factor("own_share", 2, compensates=True, divides_by_sp=True) == 1
+    assert scales.expected_scale(scales.ReducePath.AVG_SCATTER, 2, "buggy", "allgather", divides_by_sp=True) == 0.5
+
+
+def test_classify_reads_a_division_by_sp_in_the_caller():
+    assert classify(ALLGATHER_SRC, AXOLOTL_CALLER) == AXOLOTL
+    assert classify(TF525_SRC, AXOLOTL_CALLER) == ClientKind("own_share", "version", "0.20.2", True)
+    assert classify(ALLGATHER_SRC, TRL_CALLER) == ALLGATHER  # trl hands the loss on unchanged
+    assert classify(ALLGATHER_SRC + "\nloss /= pc.sp_size") == AXOLOTL  # in the loss function itself
+    assert not classify(ALLGATHER_SRC, "loss = total_loss / total_good_tokens").divides_by_sp
+
+
+# axolotl divides transformers' loss by sp: the true gradient on ZeRO-2, 1/sp on unpatched ZeRO-3, 1 with the fix.
+@pytest.mark.parametrize("client, fixed, marker, z2, z3", [
+    (AXOLOTL, False, False, 1.0, 0.5),
+    (AXOLOTL, True, True, 1.0, 1.0),
+    (ClientKind("own_share", "version", "0.20.2", True), False, False, 0.5, 0.5),  # axolotl on transformers 5.25
+    (ClientKind("own_share", "version", "0.20.2", True), True, True, 0.5, 1.0),
+])
+def test_expected_ratio_of_a_client_that_divides_by_sp(client, fixed, marker, z2, z3):
+    assert expected_ratio(client, 2, 2, fixed, "0.19.8", marker) == z2
+    assert expected_ratio(client, 3, 2, fixed, "0.19.8", marker) == z3
+
+
+def test_codes_called_sees_the_wrapped_function():
+    from repro.downstream.measure import codes_called
+
+    def wrapped():
+        return _marker_helper  # never called: the function object itself
+
+    def entry():
+        return wrapped()
+
+    def other():
+        return 1
+
+    codes = {"wrapped": wrapped.__code__}
+    assert codes_called(entry, codes) == (_marker_helper, ["wrapped"])
+    assert codes_called(other, codes) == (1, [])
+
+
+def _wrapping_client(reaches):
+    from repro.downstream.measure import Client
+
+    return Client("axolotl", "0.21.0", "axolotl...compute_loss", None, AXOLOTL, reaches=reaches)
+
+
+def test_a_wrapping_entry_that_did_not_reach_its_loss_function_cannot_match():
+    import torch
+
+    from repro.downstream.measure import PARAMS, measured_row
+
+    grads = {p: torch.full((3,), 2.0) for p in PARAMS}
+    client = _wrapping_client(("tf.loss", _marker_helper.__code__))
+    # unpatched ZeRO-3: the rule says 1/2 for axolotl; these gradients are half the baseline
+    half = {p: g / 2 for p, g in grads.items()}
+    row = measured_row(client, 3, half, grads, 2, False, "0.19.8", False, ["tf.loss"])
+    assert row.matches_rule and row.reached == "tf.loss" and row.divides_by_sp and row.expected == 0.5
+    row = measured_row(client, 3, half, grads, 2, False, "0.19.8", False, [])
+    assert not row.matches_rule and row.reached is None and "did not reach tf.loss" in row.note

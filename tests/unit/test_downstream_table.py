@@ -92,3 +92,26 @@ def test_backport_cover_letters_show_the_kept_downstream_results():
         letter = (s.directory / s.cover_letter).read_text()
         assert "Using a backport with HF Trainer, accelerate or ArcticTraining" in letter, s.name
         assert table in letter, f"{s.name}: its cover letter's downstream table differs from docs/downstream-results"
+
+
+def test_readme_and_the_cover_letters_show_the_core_envs_only(tmp_path):
+    from patch_and_test.downstream_table import CORE_ENVS, PACKAGE_ROOT, _envs_of, plain_table
+
+    for env, client in (("downstream-tf5.25", "transformers"), ("downstream-trl", "trl")):
+        _report([_row(client=client, stage=2, ratio=1.0, expected=1.0), _row(client=client, stage=3)]).write(
+            tmp_path / env / "patched" / "downstream_clients.json")
+    assert "trl 5.25.0" in render(tmp_path, "R") and "trl 5.25.0" not in render(tmp_path, "R", CORE_ENVS)
+    assert "trl" not in plain_table(tmp_path) and "transformers 5.25.0" in plain_table(tmp_path)
+    assert _envs_of(PACKAGE_ROOT / "README.md") == CORE_ENVS
+    assert _envs_of(PACKAGE_ROOT / "docs" / "downstream-notice.md") is None
+    assert _envs_of(tmp_path / "elsewhere.md") is None
+
+
+@pytest.mark.parametrize("kind, want", [("uv", ["--python-version", "3.12"]), ("pip", ["--ignore-requires-python"])])
+def test_clients_install_past_their_requires_python(monkeypatch, kind, want):
+    from patch_and_test import downstream, install
+
+    monkeypatch.setattr(install.Installer, "find", classmethod(lambda cls: cls(kind, ("x",))))
+    cmd = downstream._installer_cmd("--no-deps", "axolotl==0.21.0", as_python="3.12")
+    assert all(a in cmd for a in want) and cmd[-2:] == ["--no-deps", "axolotl==0.21.0"]
+    assert not {"--python-version", "--ignore-requires-python"} & set(downstream._installer_cmd("--no-deps", "a"))
