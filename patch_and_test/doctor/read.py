@@ -378,9 +378,9 @@ class ViaClient:
 VIA_CLIENTS = (
     ViaClient("trl", "trl/trainer/sft_trainer.py", ("sp_backend", "super().compute_loss("), "transformers",
               lambda kind: kind, "SFTTrainer.compute_loss hands the loss to transformers' Trainer.compute_loss"),
-    # axolotl divides transformers' loss by sp_size (core/trainers/base.py); one line here once the rule has it.
-    ViaClient("axolotl", "axolotl/core/trainers/base.py", ("sp_size", ), "transformers", None,
-              "divides transformers' loss by sp_size, a recipe the rule does not have yet"),
+    ViaClient("axolotl", "axolotl/core/trainers/base.py", ("sp_size", ), "transformers",
+              lambda kind: dataclasses.replace(kind, divides_by_sp=True),
+              "its AxolotlTrainer.compute_loss divides transformers' loss by sp_size"),
 )
 
 

@@ -154,7 +154,8 @@ def _largest(params: Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
 def factor(path: ReducePath, sp: int, stage: int, ds: DeepSpeedState, source: LossSource) -> float:
     """The gradient over the true gradient: the rule, with the client's gate for this DeepSpeed."""
     gate = stage == 3 and compensates(source.kind, ds.version, ds.marker)
-    return scales.expected_scale(path, sp, ds.expect, recipe=source.kind.kind, compensates=gate)
+    return scales.expected_scale(path, sp, ds.expect, recipe=source.kind.kind, compensates=gate,
+                                 divides_by_sp=source.kind.divides_by_sp)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -129,7 +129,8 @@ def _downstream_cases() -> list[Case]:
             if row["status"] != "measured":
                 continue
             source = rule.LossSource(f"{row['client']} {row['client_version']}",
-                                     ClientKind(row["kind"], row["gate"], row["gate_version"]), row["client"])
+                                     ClientKind(row["kind"], row["gate"], row["gate_version"],
+                                                row.get("divides_by_sp", False)), row["client"])
             # The row's ratio is one fit over its parameters; with DeepSpeed's defaults their size decides nothing.
             out.append(Case(f"{path.relative_to(ROOT)}: {row['client']} zero{row['stage']}",
                             {"zero_optimization": {"stage": row["stage"]}}, report["sp"], state, source, None, None,

@@ -12,7 +12,7 @@ from patch_and_test.doctor import read, rule
 from patch_and_test.doctor.check import run_check
 from patch_and_test.errors import BadInput
 from repro.downstream.expect import ClientKind
-from repro.harness.scales import ReducePath
+from repro.harness.scales import ReducePath, recipe_factor
 
 UNPATCHED = rule.DeepSpeedState("0.19.8", fixed=False, marker=False)
 PATCHED = UNPATCHED.with_fix()
@@ -223,7 +223,10 @@ def test_via_clients():
     trl, axolotl = read.VIA_CLIENTS
     kind = ClientKind("allgather", "none")
     assert trl.base == "transformers" and trl.derive(kind) == kind
-    assert axolotl.derive is None  # its recipe is not in the rule yet: listed, not judged
+    # axolotl divides transformers' loss by sp: on 5.20.1's all_gather that is the true gradient on ZeRO-2
+    derived = axolotl.derive(kind)
+    assert axolotl.base == "transformers" and derived.divides_by_sp and derived.kind == "allgather"
+    assert recipe_factor(derived.kind, 2, divides_by_sp=derived.divides_by_sp) == 1
 
 
 def test_auto_is_filled_as_transformers_own_code_fills_it():
