@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -120,8 +121,11 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
         subset = dataclasses.replace(series, patches=patches)
         series_mod.apply_series(tree.path, subset)
         try:
-            runs.append(upstream_suite.run_suite(part.name, tree.path, files, results / "partial", **{
-                **kwargs, "keep": (part.test_class, )}))
+            run = upstream_suite.run_suite(part.name, tree.path, files, results / "partial", **{
+                **kwargs, "keep": (part.test_class, )})
+            # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
+            runs.append(dataclasses.replace(run, log=os.path.relpath(run.log, results),
+                                            record=os.path.relpath(run.record, results)))
             print(f"{part.name}: {runs[-1].counts}", flush=True)
         finally:
             series_mod.git(tree.path, "reset", "-q", "--hard", tree.base)

@@ -493,9 +493,10 @@ def _fix(series: list[Series]) -> Fix | None:
 
 
 def affected_results(root: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(tree name, affected.json) under ``root``: master first, then the newest tree first."""
+    """(tree name, affected.json) under ``root``: the newest-upstream tree, master, then the newest tree first."""
     found = [(p.parent.name, load_affected(p)) for p in sorted(root.glob("*/affected.json"))]
-    return sorted(found, key=lambda f: (f[0] != "master", [-n for n in version_sort_key(f[1].get("version") or "")]))
+    return sorted(found, key=lambda f: (f[0] != "newest-upstream", f[0] != "master",
+                                        [-n for n in version_sort_key(f[1].get("version") or "")]))
 
 
 def affected_context(found: list[tuple[str, dict[str, Any]]]) -> AffectedTable:
