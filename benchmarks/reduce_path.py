@@ -616,13 +616,14 @@ def _conclusion(payload: dict) -> str:
             bad = [f"{f['dtype']} sp={f['sp']} dp={f['dp']}" for f in hits if not f[key]]
             return "all" if not bad else "not " + ", ".join(bad)
 
-        parts.append("exact inputs, bitwise equal to the contiguous path: rescale "
-                     f"{all_equal('contiguous==avg_scatter[rescale]')}; divisor "
-                     f"{all_equal('contiguous==avg_scatter[divisor]')}")
-        worse = _divisor_less_exact(payload.get("numerics", []))
-        payload["divisor_at_least_as_exact_as_rescale"] = not worse
-        parts.append("divisor at least as exact as rescale (max and mean ULP, exact and correctly rounded "
-                     f"fractions) in every row: {'yes' if not worse else 'no: ' + ', '.join(worse)}")
+        forms = [n for n in payload.get("impls", []) if n not in ("before", AA)]
+        parts.append("exact inputs, bitwise equal to the contiguous path: " + "; ".join(
+            f"{n} {all_equal(f'contiguous==avg_scatter[{n}]')}" for n in forms))
+        if "rescale" in forms:
+            worse = _divisor_less_exact(payload.get("numerics", []))
+            payload["divisor_at_least_as_exact_as_rescale"] = not worse
+            parts.append("divisor at least as exact as rescale (max and mean ULP, exact and correctly rounded "
+                         f"fractions) in every row: {'yes' if not worse else 'no: ' + ', '.join(worse)}")
     return "; ".join(parts)
 
 
