@@ -9,6 +9,7 @@ AutoEP unit test file has no test that passes before the series and fails after.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -44,8 +45,8 @@ def build_tree(mirror: Path, work: Path) -> Path:
     ident = ["-c", "user.name=reviewer", "-c", "user.email=reviewer@example.invalid"]
     sh("git", "rm", "-r", "-q", "--cached", "--sparse", "blogs", cwd=tree)
     sh("git", *ident, "commit", "-q", "-m", "drop blogs/", cwd=tree)
-    sh(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(work),
-       f"deepspeed=={lock['release']}")
+    pip = [sys.executable, "-m", "pip"] if importlib.util.find_spec("pip") else [shutil.which("pip3") or "pip"]
+    sh(*pip, "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(work), f"deepspeed=={lock['release']}")
     with tarfile.open(work / f"deepspeed-{lock['release']}.tar.gz") as tar:
         tar.extractall(work / "sdist", filter="data")
     sdist = work / "sdist" / f"deepspeed-{lock['release']}"
