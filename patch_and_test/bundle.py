@@ -264,12 +264,24 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
     else:
         problems.append("github/: missing (the pull request's title, body, squash message and branch)")
     if repo_patches is not None and repo_patches.is_dir():
+        sender = bundle_sender(bundle)
         for p in sorted(repo_patches.rglob("*")):
             rel = p.relative_to(repo_patches).as_posix()
             twin = bundle / "patches" / rel
-            if p.is_file() and (not twin.exists() or twin.read_bytes() != p.read_bytes()):
+            # A bundle built with --sign-as carries the series re-signed: the same bytes but for the identity.
+            expected = (signoff.resign_text(p.read_text(), *sender, p.name.startswith("0000-")).encode()
+                        if sender and p.name.endswith(".patch") and p.parent.parent == repo_patches else None)
+            if p.is_file() and (not twin.exists() or twin.read_bytes() != (expected or p.read_bytes())):
                 problems.append(f"patches/{rel}: differs from the repository's patches/")
     return problems
+
+
+def bundle_sender(bundle: Path) -> tuple[str, str] | None:
+    """Who signed the bundle's series (``build --sign-as``); None while the package's placeholder does."""
+    state = signoff.sign_state(bundle / "patches" / "master") if (bundle / "patches" / "master").is_dir() else None
+    if state is None or not state.signers or state.signers[0] == signoff.placeholder():
+        return None
+    return signoff.parse_identity(state.signers[0])
 
 
 def markdown_problems(bundle: Path) -> list[str]:

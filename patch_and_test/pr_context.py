@@ -292,7 +292,7 @@ class Cost(Model):
     ratio: float  # after/before, the worst dtype of the target case
     case: str
     calls: int  # paired calls per dtype
-    tree: str
+    deepspeed: str  # the release the fix was timed on (its series' fix patch: the pull request's, from 0.19.8)
 
 
 class Testing(Model):
@@ -304,7 +304,7 @@ class Testing(Model):
     alst_failed_fix_alone: list[str]
     alst_with_series: Optional[Counts]
     affected: Optional[AffectedSuite]
-    pre_existing: list[Reason]
+    pre_existing_by_file: dict[str, int]  # tests failing before and after the series, per test file
     cost: Optional[Cost]
     environment: dict[str, Scalar]
     cells: list[MatrixCell]  # the package's reproducers on released DeepSpeed, unpatched -> patched
@@ -323,7 +323,7 @@ class PrContext(Model):
     signoff: list[SignOff]
     fix: Optional[Fix]
     series: list[Series]
-    notice: Optional[str]
+    notice: bool  # the bundle carries downstream-notice.md
     matrix: Optional[Matrix]
     tests: Optional[Tests]
     affected: Optional[AffectedTable]
@@ -345,7 +345,7 @@ def load_context(bundle: Path) -> PrContext:
     return PrContext(
         title=_title(bundle), testing=_testing(bundle, affected, verdicts), signoff=_signoff(bundle, series),
         fix=_fix(series), series=series,
-        notice=_notice(notice) if notice.exists() else None, matrix=_matrix(bundle, verdicts),
+        notice=notice.exists(), matrix=_matrix(bundle, verdicts),
         tests=_tests(bundle, verdicts), affected=affected_context(affected) if affected else None,
         alst=_alst(bundle, verdicts), audit=_audit(bundle, verdicts),
         numerics=_numerics(bundle), environment=_environment(verdicts), evidence=_evidence(bundle))
@@ -467,9 +467,17 @@ def _testing(bundle: Path, affected: list[tuple[str, dict[str, Any]]],
                                      if o in ("failed", "error")),
         alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
         affected=table.trees[0].suite if table and table.trees else None,
-        pre_existing=table.reasons if table else [],
+        pre_existing_by_file=_per_file(table.reasons if table else []),
         cost=_cost(bundle), environment=(newest or {}).get("environment") or {},
         cells=(_matrix(bundle, verdicts) or Matrix(cells=[], rows=[], skipped=[])).cells)
+
+
+def _per_file(reasons: list[Reason]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in reasons:
+        if r.kind == "pre-existing":
+            counts[r.subject.split("::")[0]] = counts.get(r.subject.split("::")[0], 0) + 1
+    return counts
 
 
 def _cost(bundle: Path) -> Cost | None:
@@ -480,7 +488,7 @@ def _cost(bundle: Path) -> Cost | None:
     if "after_over_before" not in data:
         return None
     return Cost(ratio=data["after_over_before"], case=data["target"]["case"], calls=data.get("paired_calls", 0),
-                tree=data.get("tree", "?"))
+                deepspeed=data["environment"]["deepspeed"])
 
 
 def _fix(series: list[Series]) -> Fix | None:
@@ -580,22 +588,6 @@ def _tests(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Tests | None:
         return None
     pre = sorted({t for v in verdicts.values() for s in v.get("suites", []) for t in s["pre_existing"]})
     return Tests(cells=cells, pre_existing=pre)
-
-
-def _notice(path: Path) -> str:
-    """The notice's body under our heading: its own title dropped, its sections one level down."""
-    body = re.sub(r"^#+ .*\n+", "", path.read_text().strip(), count=1)
-    return demote_headings(body)
-
-
-def demote_headings(markdown: str) -> str:
-    """One level down, so an included document's sections nest under ours (code blocks untouched)."""
-    out, fenced = [], False
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        out.append("#" + line if not fenced and re.match(r"#+ ", line) else line)
-    return "\n".join(out)
 
 
 def _checks(bundle: Path, verdicts: dict[str, dict[str, Any]], script: str, load):

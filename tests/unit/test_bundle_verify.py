@@ -152,3 +152,22 @@ def test_an_evidence_link_to_a_file_the_bundle_lacks_fails(bundle):
     (bundle / target).unlink()
     bundle_mod.write_manifest(bundle)
     assert f"EVIDENCE.md: links {target}, which the bundle does not have" in bundle_mod.verify(bundle)
+
+
+def test_a_bundle_signed_by_its_sender_matches_the_repositorys_series_but_for_the_identity(bundle):
+    from patch_and_test import signoff
+
+    shutil.rmtree(bundle / "patches")
+    shutil.copytree(bundle_mod.PACKAGE_ROOT / "patches", bundle / "patches")
+    for letter in sorted((bundle / "patches").glob("*/0000-cover-letter.patch")):
+        signoff.resign(bundle_mod.PACKAGE_ROOT / "patches" / letter.parent.name, letter.parent, "Ada Lovelace",
+                       "ada@example.org")
+    bundle_mod.write_manifest(bundle)
+
+    def patch_problems() -> list[str]:
+        return [p for p in bundle_mod.verify(bundle, bundle_mod.PACKAGE_ROOT / "patches") if p.startswith("patches/")]
+
+    assert bundle_mod.bundle_sender(bundle) == ("Ada Lovelace", "ada@example.org") and patch_problems() == []
+    fix = sorted((bundle / "patches" / "master").glob("0001-*.patch"))[0]
+    fix.write_text(fix.read_text().replace("divisor", "divider", 1))
+    assert patch_problems() == [f"patches/master/{fix.name}: differs from the repository's patches/"]

@@ -3,14 +3,7 @@
 import re
 import shutil
 
-from patch_and_test.pr_context import demote_headings
 from tests.conftest import FIXTURES
-
-
-def test_headings_go_one_level_down_but_code_blocks_stay():
-    doc = "## What changes\ntext\n```bash\n# a shell comment\n```\n### Detail\n#hashtag"
-    assert demote_headings(doc).splitlines() == [
-        "### What changes", "text", "```bash", "# a shell comment", "```", "#### Detail", "#hashtag"]
 
 
 def _bundle(tmp_path):
@@ -42,7 +35,7 @@ def test_pr_is_a_squash_message_of_at_most_25_lines_that_links_nothing_in_the_bu
     # no backports, no bundle internals; the sign-off is the series' (the placeholder here)
     assert "backport" not in text.lower() and "ZERO3_SP_GRADIENTS_SUMMED" not in text
     assert text.rstrip().endswith("Signed-off-by: Your Name <you@example.invalid>")
-    assert "DeepSpeed 0.19.8+unknown (v0.19.8 series): fixed" in text
+    assert "DeepSpeed 0.19.8+unknown: fixed" in text
 
 
 def test_evidence_links_only_files_of_the_bundle_and_says_the_series_is_not_ready(tmp_path):
