@@ -80,7 +80,7 @@ def test_unknown_version(tmp_path):
 
 def test_version_and_src_together(tmp_path):
     proc, _ = pipeline(tmp_path, "--version", "0.19.8", "--src", str(tmp_path))
-    assert_one_line_error(proc, Exit.ERROR, "not both")
+    assert_one_line_error(proc, Exit.ERROR, "one of")
 
 
 def test_nccl_without_gpus_is_skipped_with_the_reason(tmp_path):
