@@ -24,8 +24,6 @@ per line; 2: could not run (a tool missing, the series does not apply, ...).
 from __future__ import annotations
 
 import argparse
-import email
-import email.policy
 import functools
 import re
 import shutil
@@ -37,6 +35,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from patch_and_test import errors, pins, source
+from patch_and_test.signoff import check_signoff
 from patch_and_test.series import Manifest, Series, apply_series, load_manifest, parse_version, series_for_tree
 
 TOOLS = {name: pins.version(name) for name in ("yapf", "flake8", "codespell")}  # requirements/pins.txt
@@ -157,23 +156,6 @@ def check_text(rel: str, text: str, tree: Path | None = None) -> list[Finding]:
     return findings
 
 
-def check_signoff(patch: Path) -> list[Finding]:
-    """DCO: a Signed-off-by trailer with exactly the patch author's name and email."""
-    message = email.message_from_bytes(patch.read_bytes(), policy=email.policy.default)
-    author = message["From"]
-    if author is None:
-        return [Finding(patch.name, "dco", "no From: header")]
-    name, address = author.addresses[0].display_name, author.addresses[0].addr_spec
-    body = message.get_content() if not message.is_multipart() else ""
-    commit_message = body.split("\n---\n", 1)[0]
-    signers = re.findall(r"^Signed-off-by: (.+)$", commit_message, re.M)
-    if f"{name} <{address}>" in [s.strip() for s in signers]:
-        return []
-    if not signers:
-        return [Finding(patch.name, "dco", f"not signed off (author {name} <{address}>): git commit -s")]
-    return [Finding(patch.name, "dco", f"Signed-off-by {signers} does not match the author {name} <{address}>")]
-
-
 def check_cover(series: Series) -> list[Finding]:
     text = series.cover_letter.read_text() if series.cover_letter.is_file() else ""
     match = re.search(r"^base-commit: ([0-9a-f]{40})$", text, re.M)
@@ -236,7 +218,7 @@ def lint_series(series: Series, tree: source.SourceTree) -> LintedSeries:
     files = touched_files(series, linted)
     findings = run_tools(tree.path, files)
     for patch in series.patches:
-        findings.extend(check_signoff(patch.path))
+        findings += [Finding(patch.file, "dco", why) for why in check_signoff(patch.path)]
     findings.extend(check_cover(series))
     return LintedSeries(series=series.name,
                         tree=tree,

@@ -7,18 +7,18 @@ on any failure, puts the tree back exactly as it was before raising.
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import packaging.version
 
 from patch_and_test import errors
 from patch_and_test.gitrun import git  # noqa: F401 (re-exported: callers import it from here)
 from repro.downstream.space import MARKER_NAME  # noqa: F401 (re-exported for the pipeline)
+from repro.harness.fixed import source_has_fix
 from repro.harness.files import TOMLDecodeError, load_toml
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -227,48 +227,6 @@ def series_for_tree(tree: Path | str, manifest: Manifest | None = None) -> Serie
 
 
 # --- already fixed? ---------------------------------------------------------------------------
-
-
-def _identifiers(node: ast.AST) -> Iterable[str]:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name):
-            yield sub.id
-        elif isinstance(sub, ast.Attribute):
-            yield sub.attr
-        elif isinstance(sub, ast.keyword) and sub.arg:
-            yield sub.arg
-
-
-def _self_method_calls(func: ast.FunctionDef) -> set[str]:
-    calls = set()
-    for sub in ast.walk(func):
-        if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Name)
-                and sub.func.value.id == "self"):
-            calls.add(sub.func.attr)
-    return calls
-
-
-def source_has_fix(source: str,
-                   function: str = "__avg_scatter_grads",
-                   markers: Sequence[str] = ("sequence_parallel", )) -> bool:
-    """Whether ``function`` (a method of any class in ``source``) accounts for sequence parallelism.
-
-    Code, not text: comments and strings do not count. The method itself and the ``self.*``
-    methods it calls (one level: an upstream fix may live in a helper such as
-    ``_gradient_averaging_world_size``) are searched for an identifier containing a marker,
-    e.g. ``self.sequence_parallel_size`` or ``groups._get_sequence_parallel_world_size()``.
-    """
-    tree = ast.parse(source)
-    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
-        methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        target = methods.get(function)
-        if target is None:
-            continue
-        searched = [target] + [methods[name] for name in sorted(_self_method_calls(target)) if name in methods]
-        if any(marker in ident for func in searched for ident in _identifiers(func) for marker in markers):
-            return True
-    return False
-
 
 def tree_has_fix(tree: Path | str) -> bool:
     """Whether the tree's stage3.py ``__avg_scatter_grads`` already accounts for sequence parallelism."""

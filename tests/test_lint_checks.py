@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from patch_and_test import errors, lint
+from patch_and_test.signoff import check_signoff
 
 HEADER = "# Copyright (c) Microsoft Corporation.\n# SPDX-License-Identifier: Apache-2.0\n\n# DeepSpeed Team\n"
 
@@ -65,17 +66,17 @@ def test_real_patches_are_signed_off_by_their_author(manifest):
     for series in manifest.series:
         assert lint.check_cover(series) == []
         for patch in series.patches:
-            assert lint.check_signoff(patch.path) == [], patch.path
+            assert check_signoff(patch.path) == [], patch.path
 
 
 def test_signoff_mismatch_and_absence(manifest, tmp_path):
     real = manifest.series[0].patches[0].path.read_text()
     other = tmp_path / "other.patch"
     other.write_text(real.replace("Signed-off-by: ", "Signed-off-by: Someone Else <else@example.com>\nX-Was: ", 1))
-    assert [f.check for f in lint.check_signoff(other)] == ["dco"]
+    assert [why for why in check_signoff(other) if "does not match the author" in why]
     none = tmp_path / "none.patch"
     none.write_text("\n".join(line for line in real.splitlines() if not line.startswith("Signed-off-by:")) + "\n")
-    assert "not signed off" in lint.check_signoff(none)[0].message
+    assert "not signed off" in check_signoff(none)[0]
 
 
 def test_touched_files(manifest):

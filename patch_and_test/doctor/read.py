@@ -1,6 +1,6 @@
 """What the doctor reads: the installed DeepSpeed's code, the user's config, the model's sizes, the clients.
 
-Nothing here imports DeepSpeed: its ``stage3.py`` is read for the fix (``series.source_has_fix``) and the
+Nothing here imports DeepSpeed: its ``stage3.py`` is read for the fix (``repro.harness.fixed.source_has_fix``) and the
 capability marker, its ``runtime/zero/config.py`` for the defaults of the ZeRO keys (the field defaults
 of ``DeepSpeedZeroConfig``), its ``runtime/constants.py`` for the top-level ones. A key the reader cannot
 find there falls back to ``DOCUMENTED_DEFAULTS`` (docs/doctor.md; a unit test holds the two together).
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from patch_and_test.doctor.rule import PATH_KEYS, ZEROPP_KEYS, DeepSpeedState, LossSource, ZeroSettings
 from patch_and_test.errors import BadInput
-from patch_and_test.series import source_has_fix
+from repro.harness.fixed import source_has_fix
 from repro.downstream.expect import ClientKind
 from repro.downstream.space import MARKER_NAME
 

@@ -76,7 +76,7 @@ def dist_version(dist: str) -> str | None:
 
 def deepspeed_state() -> tuple[bool, bool]:
     """(the installed stage3.py carries the fix, the capability marker is True), read from DeepSpeed."""
-    from patch_and_test.series import source_has_fix
+    from repro.harness.fixed import source_has_fix
 
     module = importlib.import_module(MARKER_MODULE)
     fixed = source_has_fix(Path(module.__file__).read_text())

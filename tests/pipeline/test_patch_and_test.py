@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test.series import source_has_fix
+from repro.harness.fixed import source_has_fix
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.pipeline, pytest.mark.network, pytest.mark.multiprocess, pytest.mark.slow_tier]

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from patch_and_test import errors
-from patch_and_test.series import STAGE3, source_has_fix, tree_has_fix
+from patch_and_test.series import STAGE3, tree_has_fix
+from repro.harness.fixed import source_has_fix
 
 HEAD = """
 class DeepSpeedZeroOptimizer_Stage3(ZeROOptimizer):
