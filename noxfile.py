@@ -22,8 +22,8 @@ import nox
 ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT))
 from patch_and_test.__main__ import build_parser, results_dir  # noqa: E402
-from patch_and_test import pins  # noqa: E402
-from patch_and_test.errors import Exit  # noqa: E402
+from patch_and_test.core import pins  # noqa: E402
+from patch_and_test.core.errors import Exit  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
@@ -38,8 +38,8 @@ BACKENDS = ["gloo", "nccl"]
 
 
 def _versions() -> list[str]:
-    from patch_and_test.series import parse_version
-    from patch_and_test.source import load_lock
+    from patch_and_test.core.series import parse_version
+    from patch_and_test.core.source import load_lock
 
     return sorted(load_lock(), key=parse_version)
 
@@ -98,28 +98,28 @@ def matrix(session: nox.Session, version: str, backend: str) -> None:
 @nox.parametrize("version", TEST_VERSIONS)
 def tests(session: nox.Session, version: str) -> None:
     _install_runtime(session, alst=version == VERSIONS[-1])  # the ALST tests need DeepSpeed >= 0.17.2
-    session.run("python", "-m", "patch_and_test.selftest", *session.posargs, env=_env(DEEPSPEED_VERSION=version))
+    session.run("python", "-m", "patch_and_test.tools.selftest", *session.posargs, env=_env(DEEPSPEED_VERSION=version))
 
 
 @nox.session(name="upstream-lint")
 def upstream_lint(session: nox.Session) -> None:
     session.install("-c", str(pins.PINS_FILE), "yapf", "flake8", "codespell", "-r", "requirements/package.txt")
-    session.run("python", "-m", "patch_and_test.lint", *session.posargs, env=_env())
+    session.run("python", "-m", "patch_and_test.tools.lint", *session.posargs, env=_env())
 
 
 @nox.session
 def bundle(session: nox.Session) -> None:
     _install_runtime(session, alst=True)
-    session.run("python", "-m", "patch_and_test.bundle", "build", *session.posargs, env=_env())
+    session.run("python", "-m", "patch_and_test.review.bundle", "build", *session.posargs, env=_env())
 
 
 @nox.session(name="verify-bundle")
 def verify_bundle(session: nox.Session) -> None:
     session.install("-r", "requirements/package.txt")
-    session.run("python", "-m", "patch_and_test.bundle", "verify", *session.posargs, env=_env())
+    session.run("python", "-m", "patch_and_test.review.bundle", "verify", *session.posargs, env=_env())
 
 
-# The clients of `tox -m downstream`: env name suffix -> (requirements, arguments of patch_and_test.downstream).
+# The clients of `tox -m downstream`: env name suffix -> (requirements, arguments of patch_and_test.downstream.run).
 DOWNSTREAM = {
     "tf5.25": ("requirements/downstream.txt", ["--install", "transformers==5.25.0"]),
     "tf5.24": ("requirements/downstream.txt", ["--install", "transformers==5.24.0"]),
@@ -138,5 +138,5 @@ def downstream(session: nox.Session, client: str) -> None:
     requirements, args = DOWNSTREAM[client]
     session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/test.txt", "uv", "-r",
                     requirements)
-    session.run("python", "-m", "patch_and_test.downstream", "--env-name", f"downstream-{client}", *args,
+    session.run("python", "-m", "patch_and_test.downstream.run", "--env-name", f"downstream-{client}", *args,
                 *session.posargs, env=_env())

@@ -6,7 +6,7 @@ CPU-only machine, while `ignore_outcome` would let a real failure pass too. The 
 printed becomes tox's "skipped because ..." line, so the skip stays visible in the summary.
 
 It also gives the envs their torch: ``{torch_requirement}`` in tox.ini is ``torch`` + ``$TORCH_SPEC``
-where that is set, else the pin in requirements/pins.txt (patch_and_test/pins.py, the one place).
+where that is set, else the pin in requirements/pins.txt (patch_and_test/core/pins.py, the one place).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _load(rel: str, name: str) -> Any:
 
 
 SKIPPED = _load("repro/harness/exit_codes.py", "zero3_sp_exit_codes").SKIPPED
-_PINS = _load("patch_and_test/pins.py", "zero3_sp_pins")
+_PINS = _load("patch_and_test/core/pins.py", "zero3_sp_pins")
 
 
 def skip_reason(outcome: Any) -> str:

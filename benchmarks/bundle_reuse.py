@@ -26,7 +26,7 @@ TARGET = 0.10
 def build(dist: Path, versions: list[str]) -> tuple[float, str]:
     start = time.monotonic()
     only = ["--versions", *versions] if versions else []
-    cmd = [sys.executable, "-m", "patch_and_test.bundle", "build", "--dist", str(dist), *only]
+    cmd = [sys.executable, "-m", "patch_and_test.review.bundle", "build", "--dist", str(dist), *only]
     proc = subprocess.run(cmd, cwd=ROOT,
                           capture_output=True, text=True)
     wall = round(time.monotonic() - start, 3)

@@ -54,7 +54,7 @@ for _p in (str(ROOT), str(HERE)):
         sys.path.insert(0, _p)
 
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
-from patch_and_test.series import series_for_version  # noqa: E402
+from patch_and_test.core.series import series_for_version  # noqa: E402
 
 # "divisor" is the recommended fix: the fix patch of the series that serves the installed release (on 0.19.8 the
 # pull request's own patch 1, which the v0.19.8 backport carries unchanged). Other forms come with --patch.

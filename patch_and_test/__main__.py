@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from patch_and_test.errors import Exit
-from patch_and_test.pipeline import PipelineConfig, run
+from patch_and_test.core.errors import Exit
+from patch_and_test.job.pipeline import PipelineConfig, run
 
 EXIT_HELP = """\
 exit codes:

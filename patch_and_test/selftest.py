@@ -1,80 +1,11 @@
-"""``python -m patch_and_test.selftest --version V [--tier fast|slow|all]``: the package's tests on DeepSpeed V.
+"""``python -m patch_and_test.selftest``: the package's own tests against one DeepSpeed release.
 
-Installs the unpatched release V from its verified sdist (a cached wheel after the first time),
-then runs pytest. Which tests, by tier (``--tier``, env ``ZERO3_SP_TEST_TIER``, default fast):
-
-* fast (``tox -m tests``): on the newest release every test not marked ``slow_tier``; on an older
-  one the reproducers' real ranks (``tests/multiprocess/test_reproducers_unpatched.py``), the
-  part of the suite whose answer depends on the DeepSpeed version;
-* slow (``.ci/run`` runs it after the fast tier): the ``slow_tier`` tests, the whole job end to end,
-  sdist downloads, mirror tags, the parity audit and the other 4-rank launches, on the newest;
-  on an older release those of them that depend on the version (``tests/multiprocess``,
-  ``tests/pipeline``);
-* all: both.
-
-Extra arguments go to pytest: options (``-x``, ``--durations=20``) are added to the tier's
-choice, a path, node id or ``-m``/``-k`` expression replaces it. tox and nox both call this, so
-the rule lives here only.
+The code: ``patch_and_test.tools.selftest``.
 """
 
-from __future__ import annotations
-
-import argparse
-import os
-import subprocess
 import sys
 
-from patch_and_test import install
-from patch_and_test.series import parse_version
-from patch_and_test.source import load_lock
-
-VERSION_DEPENDENT = ("tests/multiprocess", "tests/pipeline")
-# On an older release, the fast tier: real ranks of the reproducers against that release.
-OLDEST_FAST = ("tests/multiprocess/test_reproducers_unpatched.py", )
-TIERS = ("fast", "slow", "all")
-
-
-def newest() -> str:
-    return max(load_lock(), key=parse_version)
-
-
-def test_args(version: str, tier: str = "fast") -> list[str]:
-    """pytest's arguments for one release and tier (see the module docstring)."""
-    if tier not in TIERS:
-        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
-    is_newest = version == newest()
-    if tier == "all":
-        return ["tests"] if is_newest else list(VERSION_DEPENDENT)
-    marker = ["-m", "slow_tier" if tier == "slow" else "not slow_tier"]
-    if is_newest:
-        return ["tests", *marker]
-    return [*(OLDEST_FAST if tier == "fast" else VERSION_DEPENDENT), *marker]
-
-
-def pytest_command(extra: list[str], version: str, tier: str) -> list[str]:
-    """The tier's choice plus the caller's options; a path, node id, -m or -k of the caller's replaces the choice."""
-    replaces = any(not a.startswith("-") or a in ("-m", "-k") or a.startswith(("-m=", "-k=")) for a in extra)
-    return list(extra) if replaces else [*test_args(version, tier), *extra]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.selftest", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
-                        help="a supported DeepSpeed release (default: the newest; env DEEPSPEED_VERSION)")
-    parser.add_argument("--tier", choices=TIERS, default=os.environ.get("ZERO3_SP_TEST_TIER") or "fast",
-                        help="fast (default), slow, or all (env ZERO3_SP_TEST_TIER)")
-    args, pytest_args = parser.parse_known_args(argv)
-    version = args.version or newest()
-    code = install.main(["--pypi", version])
-    if code != 0:
-        return code
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
-           *pytest_command(pytest_args, version, args.tier)]
-    print(f"$ {' '.join(cmd)}", flush=True)
-    # pytest's own exit code, 5 (nothing collected) included: the caller treats anything but 0 as failure.
-    return subprocess.run(cmd, env={**os.environ, "DEEPSPEED_VERSION": version}).returncode
-
+from patch_and_test.tools.selftest import main
 
 if __name__ == "__main__":
     sys.exit(main())

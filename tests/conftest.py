@@ -13,8 +13,8 @@ FIXTURES = ROOT / "tests" / "fixtures"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from patch_and_test import source  # noqa: E402
-from patch_and_test.series import Manifest, load_manifest, parse_version  # noqa: E402
+from patch_and_test.core import source  # noqa: E402
+from patch_and_test.core.series import Manifest, load_manifest, parse_version  # noqa: E402
 
 # The versions the package supports and proves on PyPI sdists: the lock file's, oldest first.
 SUPPORTED_PYPI = tuple(sorted(source.load_lock(), key=parse_version))

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test import affected, source
-from patch_and_test.errors import Exit
+from patch_and_test.upstream import affected
+from patch_and_test.core import source
+from patch_and_test.core.errors import Exit
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "regressing-series"
@@ -49,7 +50,7 @@ def test_the_job_ends_with_the_regression_naming_the_autoep_test(master_checkout
     pytest.importorskip("deepspeed")  # DeepSpeed's tests need its dependencies (torch, ...) in this python
     results = tmp_path / "results"
     proc = subprocess.run([
-        sys.executable, "-m", "patch_and_test.affected_job", "--src",
+        sys.executable, "-m", "patch_and_test.upstream.job", "--src",
         str(master_checkout), "--series",
         str(FIXTURE), "--results",
         str(results), "--only", AUTOEP

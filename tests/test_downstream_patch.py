@@ -19,7 +19,8 @@ import tarfile
 
 import pytest
 
-from patch_and_test import downstream, source
+from patch_and_test.downstream import run as downstream
+from patch_and_test.core import source
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.network, pytest.mark.slow_tier]

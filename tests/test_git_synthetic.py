@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test import errors, reroll, source
-from patch_and_test.series import Patch, Series, apply_series, load_manifest, tree_has_fix
+from patch_and_test.core import errors
+from patch_and_test.tools import reroll
+from patch_and_test.core import source
+from patch_and_test.core.series import Patch, Series, apply_series, load_manifest, tree_has_fix
 
 from tests.conftest import repo_state
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from patch_and_test import github_form
+from patch_and_test.review import github_form
 
 pytestmark = [pytest.mark.mirror, pytest.mark.slow_tier]
 PR = "# Scale it\n\n## Summary\n\nwhat and why\n\nFixes #8692\n\nSigned-off-by: Your Name <you@example.invalid>\n"

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test import errors, lint
-from patch_and_test.signoff import check_signoff
+from patch_and_test.core import errors
+from patch_and_test.tools import lint
+from patch_and_test.core.signoff import check_signoff
 
 HEADER = "# Copyright (c) Microsoft Corporation.\n# SPDX-License-Identifier: Apache-2.0\n\n# DeepSpeed Team\n"
 

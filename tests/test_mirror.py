@@ -7,9 +7,11 @@ import shutil
 
 import pytest
 
-from patch_and_test import lint, reroll, source
-from patch_and_test.series import (apply_series, load_manifest, parse_version, series_for_tree, series_for_version,
-                                   source_has_fix, tree_has_fix)
+from patch_and_test.tools import lint
+from patch_and_test.tools import reroll
+from patch_and_test.core import source
+from patch_and_test.core.series import (apply_series, load_manifest, parse_version, series_for_tree, series_for_version,
+                                        source_has_fix, tree_has_fix)
 
 from tests.conftest import SUPPORTED_TAGS, git
 

@@ -13,8 +13,9 @@ import subprocess
 
 import pytest
 
-from patch_and_test import errors, source
-from patch_and_test.series import Patch, apply_series, git, parse_version, series_for_tree, tree_has_fix
+from patch_and_test.core import errors
+from patch_and_test.core import source
+from patch_and_test.core.series import Patch, apply_series, git, parse_version, series_for_tree, tree_has_fix
 
 from tests.conftest import SUPPORTED_PYPI, repo_state
 
@@ -154,7 +155,7 @@ def test_user_checkout_stays_byte_identical(manifest, tmp_path):
 
 
 def test_lint_falls_back_to_sdists_without_a_mirror(monkeypatch, tmp_path, capsys):
-    from patch_and_test import lint
+    from patch_and_test.tools import lint
     try:
         for name in lint.TOOLS:
             lint._tool(name)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from patch_and_test import releases, source
-from patch_and_test.releases import ReleasesReport
+from patch_and_test.tools import releases
+from patch_and_test.core import source
+from patch_and_test.tools.releases import ReleasesReport
 
 pytestmark = [pytest.mark.network, pytest.mark.slow_tier]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test import upstream_suite as us
+from patch_and_test.upstream import suite as us
 
 pytestmark = pytest.mark.git_tools
 
@@ -127,8 +127,8 @@ def test_xdist_workers_record_once_per_test(tree, tmp_path):
 
 def test_pipeline_steps_select_run_and_classify(tmp_path):
     """The job's own steps on a synthetic tree: a series that breaks a test that names what it changes."""
-    from patch_and_test import pipeline
-    from patch_and_test.errors import Exit
+    from patch_and_test.job import pipeline
+    from patch_and_test.core.errors import Exit
 
     tree = tmp_path / "tree"
     for rel, text in {
@@ -167,6 +167,6 @@ def test_pipeline_steps_select_run_and_classify(tmp_path):
     assert [s.name for s in r.verdict.steps
             ][-2:] == ["after: rerun passed-before/failed-after tests", "after: upstream affected tests before/after"]
     # With the reproducers' checks holding, the job's outcome is the regression.
-    from patch_and_test.verdict import decide
+    from patch_and_test.job.verdict import decide
     from tests.unit.test_upstream_suite import verdict_with
     assert decide(verdict_with(suite)) == ("regression", Exit.REGRESSION)

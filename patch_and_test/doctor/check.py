@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, Sequence
 
 from patch_and_test.doctor import read, rule
-from patch_and_test.errors import BadInput
+from patch_and_test.core.errors import BadInput
 
 
 @dataclasses.dataclass(frozen=True)

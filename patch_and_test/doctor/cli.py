@@ -21,9 +21,10 @@ from pathlib import Path
 
 from patch_and_test.doctor import read, rule
 from patch_and_test.doctor.check import run_check
-from patch_and_test.errors import BadInput
-from patch_and_test.series import PACKAGE_ROOT, parse_version, series_for_version
-from patch_and_test.source import load_lock
+from patch_and_test.core.errors import BadInput
+from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core.series import parse_version, series_for_version
+from patch_and_test.core.source import load_lock
 from repro.harness.report import text_table
 
 RECIPE_CHOICES = ("none", "allgather", "own_share")

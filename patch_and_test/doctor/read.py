@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from patch_and_test.doctor.rule import PATH_KEYS, ZEROPP_KEYS, DeepSpeedState, LossSource, ZeroSettings
-from patch_and_test.errors import BadInput
+from patch_and_test.core.errors import BadInput
 from repro.harness.fixed import source_has_fix
 from repro.downstream.expect import ClientKind
 from repro.downstream.space import MARKER_NAME
@@ -402,7 +402,7 @@ def _code(relative: str) -> str | None:
 
 def installed_clients() -> list[ClientInfo]:
     """The installed clients with sp loss code, read as ``patch-and-test``'s client check reads them."""
-    from patch_and_test.client_check import found_clients
+    from patch_and_test.downstream.clients import found_clients
     from repro.downstream.measure import ACCELERATE_SCRIPT
 
     out: list[ClientInfo] = []

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test import source
-from patch_and_test.errors import Exit
-from patch_and_test.series import STAGE3
+from patch_and_test.core import source
+from patch_and_test.core.errors import Exit
+from patch_and_test.core.series import STAGE3
 
 from tests.conftest import repo_state
 

@@ -43,7 +43,7 @@ def release():
         pytest.skip("no DeepSpeed installed (the tox tests envs install one)")
     yield version
     # Put the unpatched release back (its wheel is cached: seconds), whatever the test did.
-    subprocess.run([sys.executable, "-m", "patch_and_test.install", "--pypi", version], check=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "patch_and_test.core.install", "--pypi", version], check=True, cwd=ROOT,
                    capture_output=True)
     assert not installed_stage3_has_fix()
 
@@ -63,7 +63,7 @@ def job(release, tmp_path_factory):
 
 
 def bundle(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patch_and_test.bundle", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "patch_and_test.review.bundle", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=600)
 
 

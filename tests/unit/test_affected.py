@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from patch_and_test import affected
+from patch_and_test.upstream import affected
 
 STAGE = textwrap.dedent("""\
     import os
@@ -181,7 +181,7 @@ def test_newly_read_means_attributes_of_self_or_cls():
 
 def test_docs_table_is_the_kept_runs_as_rendered():
     # docs/affected-tests.md shows the kept affected-tests runs; every number comes from their files.
-    from patch_and_test.affected_job import DOC, KEPT, render_doc
+    from patch_and_test.review.pr import DOC, KEPT, render_doc
 
     runs = sorted(KEPT.glob("*/affected.json"))
     assert runs and any(p.parent.name == "master" for p in runs)

@@ -3,9 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from repro.audit.expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, Judgement, KnownDiscrepancy,
-                                eval_factor, judge_row, load_known, point_category, point_holds, reduce_path,
-                                version_matches)
+from repro.audit.expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, Judgement, KnownDiscrepancy, eval_factor,
+                                judge_row, load_known, point_category, point_holds, reduce_path, version_matches)
 from repro.audit.space import AuditPoint
 from repro.harness.scales import ReducePath, error_at, label
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test import bundle as bundle_mod
+from patch_and_test.review import bundle as bundle_mod
 from tests.conftest import FIXTURES
 
 FIXTURE = FIXTURES / "bundle"
@@ -22,10 +22,10 @@ CELL = "results/patch-and-test-ds0.14.5-gloo"
 
 @pytest.fixture
 def bundle(tmp_path) -> Path:
-    from patch_and_test import github_form
-    from patch_and_test.series import load_manifest
+    from patch_and_test.review import github_form
+    from patch_and_test.core.series import load_manifest
 
-    from patch_and_test.pr import render_evidence, render_pr
+    from patch_and_test.review.pr import render_evidence, render_pr
 
     b = tmp_path / "bundle"
     shutil.copytree(FIXTURE, b)
@@ -96,7 +96,7 @@ def test_a_downstream_report_with_an_unknown_key_fails(bundle):
 
 
 def test_a_reproducer_row_whose_ok_flag_was_edited_fails(bundle):
-    from patch_and_test.schemas import MODELS, import_model
+    from patch_and_test.review.schemas import MODELS, import_model
 
     try:
         import_model(MODELS["repro-report"])
@@ -123,7 +123,7 @@ def test_a_file_that_is_not_json_fails(bundle, rel):
 
 
 def test_a_kept_verdict_that_does_not_validate_is_not_reused(tmp_path):
-    from patch_and_test.verdict import Verdict
+    from patch_and_test.job.verdict import Verdict
 
     path = tmp_path / "verdict.json"
     shutil.copyfile(FIXTURE / CELL / "verdict.json", path)
@@ -146,7 +146,7 @@ def test_a_pr_body_that_links_into_the_bundle_or_grows_past_25_lines_fails(bundl
 
 
 def test_an_evidence_link_to_a_file_the_bundle_lacks_fails(bundle):
-    from patch_and_test.pr import local_links
+    from patch_and_test.review.pr import local_links
 
     target = local_links((bundle / "EVIDENCE.md").read_text())[0]
     (bundle / target).unlink()
@@ -155,7 +155,7 @@ def test_an_evidence_link_to_a_file_the_bundle_lacks_fails(bundle):
 
 
 def test_a_bundle_signed_by_its_sender_matches_the_repositorys_series_but_for_the_identity(bundle):
-    from patch_and_test import signoff
+    from patch_and_test.core import signoff
 
     shutil.rmtree(bundle / "patches")
     shutil.copytree(bundle_mod.PACKAGE_ROOT / "patches", bundle / "patches")

@@ -1,9 +1,9 @@
-"""patch-and-test's client warnings (patch_and_test.client_check.warnings_for): the downstream rule, per stage."""
+"""patch-and-test's client warnings (patch_and_test.downstream.clients.warnings_for): the downstream rule, per stage."""
 
 from __future__ import annotations
 
-from patch_and_test.client_check import FoundClient, warnings_for
-from patch_and_test.verdict import Step, Verdict, summary_table
+from patch_and_test.downstream.clients import FoundClient, warnings_for
+from patch_and_test.job.verdict import Step, Verdict, summary_table
 from repro.downstream.expect import ClientKind
 
 TF525 = FoundClient("transformers", "5.25.0", "f", ClientKind("own_share", "version", "0.20.2"))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from patch_and_test.doctor import read
-from patch_and_test.series import series_for_version
+from patch_and_test.core.series import series_for_version
 from tests.conftest import ROOT
 
 

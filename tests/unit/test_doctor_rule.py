@@ -10,7 +10,7 @@ import pytest
 
 from patch_and_test.doctor import read, rule
 from patch_and_test.doctor.check import run_check
-from patch_and_test.errors import BadInput
+from patch_and_test.core.errors import BadInput
 from repro.downstream.expect import ClientKind
 from repro.harness.scales import ReducePath, recipe_factor
 

@@ -1,14 +1,13 @@
-"""The downstream census (patch_and_test.downstream_census): its data, its factors, its verdicts, its table."""
+"""The downstream census (patch_and_test.downstream.census): its data, its factors, its verdicts, its table."""
 
 from __future__ import annotations
 
 import pytest
 
-from patch_and_test import downstream_census as census_mod
-from patch_and_test.downstream_census import (
-    BEGIN, CENSUS, DOCUMENT, END, Census, Factor, Library, ReadRecipe, StageFactors, read_factors, render, rows,
-    verdict)
-from patch_and_test.downstream_table import KEPT_RESULTS, block_of
+from patch_and_test.downstream import census as census_mod
+from patch_and_test.downstream.census import (BEGIN, CENSUS, DOCUMENT, END, Census, Factor, Library, ReadRecipe,
+                                              StageFactors, read_factors, render, rows, verdict)
+from patch_and_test.downstream.table import KEPT_RESULTS, block_of
 from tests.unit.test_downstream_expect import _report, _row
 
 

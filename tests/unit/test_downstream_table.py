@@ -1,12 +1,12 @@
-"""The downstream table and the marker patch (pure parts of patch_and_test.downstream*)."""
+"""The downstream table and the marker patch (pure parts of patch_and_test.downstream.run*)."""
 
 from __future__ import annotations
 
 import pytest
 
-from patch_and_test.downstream import marker_patch
-from patch_and_test.errors import BadInput
-from patch_and_test.downstream_table import BEGIN, END, block_of, render, replace_block
+from patch_and_test.downstream.run import marker_patch
+from patch_and_test.core.errors import BadInput
+from patch_and_test.downstream.table import BEGIN, END, block_of, render, replace_block
 from tests.unit.test_downstream_expect import _report, _row
 
 
@@ -40,7 +40,7 @@ def test_render_from_reports(tmp_path):
 def test_keep_copies_json_only_without_machine_paths(tmp_path):
     import json
 
-    from patch_and_test.downstream_table import keep
+    from patch_and_test.downstream.table import keep
 
     env = tmp_path / "src" / "downstream-tf5.25"
     _report([_row()]).write(env / "patched" / "downstream_clients.json")
@@ -57,8 +57,8 @@ def test_keep_copies_json_only_without_machine_paths(tmp_path):
 
 
 def test_verify_bundle_re_renders_the_notice_table(tmp_path):
-    from patch_and_test import bundle as bundle_mod
-    from patch_and_test.downstream_table import render_into
+    from patch_and_test.review import bundle as bundle_mod
+    from patch_and_test.downstream.table import render_into
 
     b = tmp_path / "bundle"
     _report([_row(stage=2, ratio=1.0, expected=1.0), _row(stage=3)]).write(
@@ -66,9 +66,9 @@ def test_verify_bundle_re_renders_the_notice_table(tmp_path):
     notice = b / "downstream-notice.md"
     notice.write_text(render_into(f"# notice\n{BEGIN}\n{END}\n", b))
     assert "2.000 (rule 2.0)" in notice.read_text()
-    from patch_and_test import github_form
-    from patch_and_test.pr import render_evidence, render_pr
-    from patch_and_test.series import load_manifest
+    from patch_and_test.review import github_form
+    from patch_and_test.review.pr import render_evidence, render_pr
+    from patch_and_test.core.series import load_manifest
     (b / "PR.md").write_text(render_pr(b))
     (b / "EVIDENCE.md").write_text(render_evidence(b))
     assert github_form.write(b, load_manifest().by_name("master"), None)  # no mirror: a note, no branch
@@ -81,8 +81,8 @@ def test_verify_bundle_re_renders_the_notice_table(tmp_path):
 
 def test_backport_cover_letters_show_the_kept_downstream_results():
     # The "Using a backport with ..." table in every backport cover letter is the kept results, as rendered.
-    from patch_and_test.downstream_table import KEPT_RESULTS, plain_table
-    from patch_and_test.series import load_manifest
+    from patch_and_test.downstream.table import KEPT_RESULTS, plain_table
+    from patch_and_test.core.series import load_manifest
 
     table = plain_table(KEPT_RESULTS)
     assert "transformers 5.25.0 + proposed" in table
@@ -95,7 +95,7 @@ def test_backport_cover_letters_show_the_kept_downstream_results():
 
 
 def test_readme_and_the_cover_letters_show_the_core_envs_only(tmp_path):
-    from patch_and_test.downstream_table import CORE_ENVS, PACKAGE_ROOT, _envs_of, plain_table
+    from patch_and_test.downstream.table import CORE_ENVS, PACKAGE_ROOT, _envs_of, plain_table
 
     for env, client in (("downstream-tf5.25", "transformers"), ("downstream-trl", "trl")):
         _report([_row(client=client, stage=2, ratio=1.0, expected=1.0), _row(client=client, stage=3)]).write(
@@ -109,7 +109,8 @@ def test_readme_and_the_cover_letters_show_the_core_envs_only(tmp_path):
 
 @pytest.mark.parametrize("kind, want", [("uv", ["--python-version", "3.12"]), ("pip", ["--ignore-requires-python"])])
 def test_clients_install_past_their_requires_python(monkeypatch, kind, want):
-    from patch_and_test import downstream, install
+    from patch_and_test.downstream import run as downstream
+    from patch_and_test.core import install
 
     monkeypatch.setattr(install.Installer, "find", classmethod(lambda cls: cls(kind, ("x",))))
     cmd = downstream._installer_cmd("--no-deps", "axolotl==0.21.0", as_python="3.12")

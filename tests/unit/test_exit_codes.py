@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import toxfile
-from patch_and_test.errors import Exit
+from patch_and_test.core.errors import Exit
 from repro.harness import cli
 from repro.harness import exit_codes
 

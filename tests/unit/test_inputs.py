@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from patch_and_test import bundle, inputs
+from patch_and_test.review import bundle
+from patch_and_test.core import inputs
 from tests.unit.test_verdict_model import _verdict
 
 ROOT = inputs.PACKAGE_ROOT
@@ -18,12 +19,12 @@ def _names(files: list[Path], root: Path = ROOT) -> set[str]:
 def test_the_module_list_is_what_the_pipeline_imports():
     names = _names(inputs.pipeline_files())
     # imported by the pipeline but missing from the old hand-written list / repro/*.py glob
-    for needed in ("patch_and_test/upstream_suite.py", "patch_and_test/affected.py", "patch_and_test/client_check.py",
-                   "repro/harness/exit_codes.py", "repro/harness/launch.py", "repro/audit/known_discrepancies.toml"):
+    for needed in ("patch_and_test/upstream/suite.py", "patch_and_test/upstream/affected.py",
+                   "patch_and_test/downstream/clients.py", "repro/harness/exit_codes.py", "repro/harness/launch.py", "repro/audit/known_discrepancies.toml"):
         assert needed in names, needed
     # what only reads results, or never runs in a pipeline, does not invalidate them
-    for not_needed in ("patch_and_test/bundle.py", "patch_and_test/pr.py", "patch_and_test/lint.py",
-                       "patch_and_test/reroll.py", "repro/downstream_clients.py"):
+    for not_needed in ("patch_and_test/review/bundle.py", "patch_and_test/review/pr.py", "patch_and_test/tools/lint.py",
+                       "patch_and_test/tools/reroll.py", "repro/downstream_clients.py"):
         assert not_needed not in names, not_needed
 
 

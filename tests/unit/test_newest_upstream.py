@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from patch_and_test import errors, source
+from patch_and_test.core import errors
+from patch_and_test.core import source
 
 
 def test_the_release_replaces_the_code_folders_whole_and_the_rest_stays_masters():

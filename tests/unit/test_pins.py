@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test import pins
+from patch_and_test.core import pins
 from tests.conftest import ROOT, tracked_files
 
 # Records of what ran (results, the docs' measured environments) and DeepSpeed's own files are not pins.
@@ -68,7 +68,7 @@ def test_torch_requirement_follows_torch_spec():
 
 
 def test_readers_take_the_pins_file():
-    from patch_and_test import lint
+    from patch_and_test.tools import lint
 
     assert lint.TOOLS == {t: pins.version(t) for t in ("yapf", "flake8", "codespell")}
     tox = (ROOT / "tox.ini").read_text()

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import patch_and_test
-from patch_and_test import __main__ as cli, pipeline
+from patch_and_test import __main__ as cli
+from patch_and_test.job import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 # The steps pipeline.py records, in the order the code runs them.

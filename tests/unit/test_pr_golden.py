@@ -11,7 +11,7 @@ The fixtures are trimmed copies of real runs (provenance: ``tests/fixtures/*/PRO
 ``render_pr`` reads only the bundle's own files (its ``patches/``, ``results/`` and
 ``downstream-notice.md``), nothing of the package's ``patches/`` or ``docs/``. What else the
 golden files depend on is the package's code: the templates (``patch_and_test/templates/``: the
-prose between the numbers), ``patch_and_test.pr_context`` and the report models it validates
+prose between the numbers), ``patch_and_test.review.context`` and the report models it validates
 with (``repro.gradscale.report``, ``repro.alst.report``, ``repro.downstream.report``). A change to
 the wording is a change to the golden files: rerun with ``UPDATE_GOLDEN=1`` and review the diff.
 The golden files were first written by the f-string renderer the templates replaced; PR.md's were
@@ -30,19 +30,19 @@ from tests.conftest import FIXTURES
 
 
 def _render_pr(name: str) -> str:
-    from patch_and_test.pr import render_pr
+    from patch_and_test.review.pr import render_pr
 
     return render_pr(FIXTURES / name)
 
 
 def _render_evidence(name: str) -> str:
-    from patch_and_test.pr import render_evidence
+    from patch_and_test.review.pr import render_evidence
 
     return render_evidence(FIXTURES / name)
 
 
 def _render_notice(name: str) -> str:
-    from patch_and_test.downstream_table import render_into
+    from patch_and_test.downstream.table import render_into
 
     bundle = FIXTURES / name
     return render_into((bundle / "downstream-notice.md").read_text(), bundle)

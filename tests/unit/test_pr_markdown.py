@@ -8,7 +8,8 @@ from tests.conftest import FIXTURES
 
 def _bundle(tmp_path):
     """A bundle of the package's real patches and kept results, and one real cell (the bundle-cell fixture)."""
-    from patch_and_test import bundle as bundle_mod, downstream_table
+    from patch_and_test.review import bundle as bundle_mod
+    from patch_and_test.downstream import table as downstream_table
 
     b = tmp_path / "bundle"
     shutil.copytree(bundle_mod.PACKAGE_ROOT / "patches", b / "patches")
@@ -22,7 +23,7 @@ def _bundle(tmp_path):
 
 
 def test_pr_is_a_squash_message_of_at_most_25_lines_that_links_nothing_in_the_bundle(tmp_path):
-    from patch_and_test.pr import MAX_LINES, local_links, nonblank_lines, render_pr
+    from patch_and_test.review.pr import MAX_LINES, local_links, nonblank_lines, render_pr
 
     b = _bundle(tmp_path)
     text = render_pr(b)
@@ -39,7 +40,7 @@ def test_pr_is_a_squash_message_of_at_most_25_lines_that_links_nothing_in_the_bu
 
 
 def test_evidence_links_only_files_of_the_bundle_and_says_the_series_is_not_ready(tmp_path):
-    from patch_and_test.pr import local_links, render_evidence
+    from patch_and_test.review.pr import local_links, render_evidence
 
     b = _bundle(tmp_path)
     text = render_evidence(b)
@@ -51,7 +52,7 @@ def test_evidence_links_only_files_of_the_bundle_and_says_the_series_is_not_read
 
 
 def test_the_one_cell_bundle_renders_no_empty_table():
-    from patch_and_test.pr import render_evidence
+    from patch_and_test.review.pr import render_evidence
 
     text = render_evidence(FIXTURES / "bundle-cell")
     assert "This bundle carries no `patches/`." in text
@@ -63,7 +64,7 @@ def test_the_context_is_typed_and_read_only():
     import pydantic
     import pytest
 
-    from patch_and_test.pr_context import PrContext, load_context
+    from patch_and_test.review.context import PrContext, load_context
 
     ctx = load_context(FIXTURES / "bundle")
     assert isinstance(ctx, PrContext)
@@ -78,7 +79,7 @@ def test_templates_are_strict():
     import jinja2
     import pytest
 
-    from patch_and_test import templating
+    from patch_and_test.core import templating
 
     env = templating.environment()
     assert env.undefined is jinja2.StrictUndefined and not env.autoescape and env.keep_trailing_newline

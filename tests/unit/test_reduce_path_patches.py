@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import re
 
-from patch_and_test.series import load_manifest, series_for_version
+from patch_and_test.core.series import load_manifest, series_for_version
 from tests.conftest import ROOT
 
 

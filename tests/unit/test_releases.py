@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from patch_and_test import errors, releases, source
-from patch_and_test.releases import (LeftOut, ReleaseRow, ReleasesReport, SeriesPatch, SeriesUsed, render_markdown,
-                                     row_problem, select_versions)
+from patch_and_test.core import errors
+from patch_and_test.tools import releases
+from patch_and_test.core import source
+from patch_and_test.tools.releases import (LeftOut, ReleaseRow, ReleasesReport, SeriesPatch, SeriesUsed,
+                                           render_markdown, row_problem, select_versions)
 
 FIX = "0001-Scale-ZeRO-3-__avg_scatter_grads-by-sequence_para.patch"
 MARK = "0002-Mark-it.patch"

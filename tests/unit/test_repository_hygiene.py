@@ -51,7 +51,7 @@ def test_results_are_written_with_versions_not_paths(tmp_path):
 
 
 def test_the_mirror_is_the_users_not_a_built_in_folder(monkeypatch, tmp_path):
-    from patch_and_test import source
+    from patch_and_test.core import source
 
     assert not hasattr(source, "DEFAULT_MIRROR")
     monkeypatch.setenv("DEEPSPEED_MIRROR", str(tmp_path / "ds.git"))

@@ -15,8 +15,8 @@ from tests.conftest import ROOT
 JOB = """
 import sys
 from pathlib import Path
-from patch_and_test.checks import _run_logged
-_run_logged(["sh", "-c", "sleep 300 & echo $! > " + sys.argv[1] + "; wait"], Path(sys.argv[2]), timeout=120,
+from patch_and_test.core.checks import run_logged
+run_logged(["sh", "-c", "sleep 300 & echo $! > " + sys.argv[1] + "; wait"], Path(sys.argv[2]), timeout=120,
             cwd=Path("."))
 """
 

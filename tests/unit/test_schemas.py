@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test import schemas
+from patch_and_test.review import schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,11 +49,11 @@ def test_write_then_check(tmp_path, loaded):
     (tmp_path / "verdict.schema.json").write_text(text.replace('"env"', '"environ"'))
     (tmp_path / "gone.schema.json").write_text("{}\n")
     assert schemas.stale(tmp_path, verdict) == [
-        f"{tmp_path / 'verdict.schema.json'}: differs from patch_and_test.verdict.Verdict",
-        f"{tmp_path / 'gone.schema.json'}: no model in patch_and_test.schemas.MODELS"]
+        f"{tmp_path / 'verdict.schema.json'}: differs from patch_and_test.job.verdict.Verdict",
+        f"{tmp_path / 'gone.schema.json'}: no model in patch_and_test.review.schemas.MODELS"]
     # A model listed but not importable: its file is left alone, neither checked nor removed.
     assert schemas.stale(tmp_path, verdict, {"gone": "x"}) == [
-        f"{tmp_path / 'verdict.schema.json'}: differs from patch_and_test.verdict.Verdict"]
+        f"{tmp_path / 'verdict.schema.json'}: differs from patch_and_test.job.verdict.Verdict"]
     schemas.write(tmp_path, verdict)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["verdict.schema.json"]
     assert schemas.stale(tmp_path, {**verdict, "x": models["verdict"]}) == [f"{tmp_path / 'x.schema.json'}: missing"]
@@ -68,9 +68,9 @@ def test_the_command_line_check_exits_1_listing_the_stale_files(tmp_path, capsys
 
 
 def test_a_model_that_does_not_import_is_skipped_with_the_reason():
-    models, skipped = schemas.load_models({"verdict": "patch_and_test.verdict.Verdict",
+    models, skipped = schemas.load_models({"verdict": "patch_and_test.job.verdict.Verdict",
                                            "nowhere": "repro.no_such_module.Report",
-                                           "not-a-model": "patch_and_test.verdict.Step"})
+                                           "not-a-model": "patch_and_test.job.verdict.Step"})
     assert list(models) == ["verdict"]
     assert "ModuleNotFoundError" in skipped["nowhere"] and "not a report model" in skipped["not-a-model"]
 
@@ -83,7 +83,7 @@ FOLDERS = ["docs", "benchmarks/results", "tests/fixtures/bundle-cell"]
 def test_the_committed_reports_are_valid(folder, loaded):
     # A bundle carries the kept runs (docs/, benchmarks/results/); the fixtures are bundles trimmed
     # from real runs: bundle verify validates each report in them.
-    from patch_and_test.bundle import validate_reports
+    from patch_and_test.review.bundle import validate_reports
 
     problems, _ = validate_reports(ROOT / folder)
     assert problems == []
@@ -101,4 +101,4 @@ def test_another_pydantic_wording_is_not_a_changed_model(tmp_path, loaded):
     assert schemas.stale(tmp_path, verdict) == []
     data["properties"]["environment"] = data["properties"].pop("env")
     path.write_text(json.dumps(data))
-    assert schemas.stale(tmp_path, verdict) == [f"{path}: differs from patch_and_test.verdict.Verdict"]
+    assert schemas.stale(tmp_path, verdict) == [f"{path}: differs from patch_and_test.job.verdict.Verdict"]

@@ -1,10 +1,10 @@
-"""The test tiers: which pytest arguments each release and tier gets (patch_and_test/selftest.py)."""
+"""The test tiers: which pytest arguments each release and tier gets (patch_and_test/tools/selftest.py)."""
 
 import pytest
 
 
 def test_selftest_tiers_split_the_suite_without_gaps():
-    from patch_and_test.selftest import OLDEST_FAST, newest, test_args
+    from patch_and_test.tools.selftest import OLDEST_FAST, newest, test_args
 
     new = newest()
     assert test_args(new) == ["tests", "-m", "not slow_tier"]
@@ -18,7 +18,7 @@ def test_selftest_tiers_split_the_suite_without_gaps():
 
 
 def test_options_are_added_to_the_tier_and_paths_replace_it():
-    from patch_and_test.selftest import newest, pytest_command
+    from patch_and_test.tools.selftest import newest, pytest_command
 
     new = newest()
     assert pytest_command(["--durations=20", "-x"], new, "fast") == ["tests", "-m", "not slow_tier", "--durations=20",

@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from patch_and_test.github_form import TRAILER
-from patch_and_test.series import load_manifest, parse_version
+from patch_and_test.review.github_form import TRAILER
+from patch_and_test.core.series import load_manifest, parse_version
 
 MAX_BODY_LINES = 20
 ISSUE_LINK = "Link: https://github.com/deepspeedai/DeepSpeed/issues/8692"

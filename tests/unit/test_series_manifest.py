@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test import errors
-from patch_and_test.series import load_manifest, parse_version, series_for_tree, series_for_version
+from patch_and_test.core import errors
+from patch_and_test.core.series import load_manifest, parse_version, series_for_tree, series_for_version
 
 EXPECTED = {
     "0.14.0": "v0.14.0-v0.16.1",
@@ -278,7 +278,7 @@ def test_every_fix_divides_before_the_reduce_scatter(manifest):
 
 
 def test_version_sort_key_finds_the_version_in_a_name_or_none():
-    from patch_and_test.series import version_sort_key
+    from patch_and_test.core.series import version_sort_key
 
     assert version_sort_key("patch-and-test-ds0.19.8-gloo") == (0, 19, 8)
     assert version_sort_key("0.19.6+fe7b53c59") == (0, 19, 6)  # not (0, 19, 6, 7, 53, 59): the hash is no number

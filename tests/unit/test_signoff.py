@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 
-from patch_and_test import errors, signoff
-from patch_and_test.series import load_manifest
+from patch_and_test.core import errors
+from patch_and_test.core import signoff
+from patch_and_test.core.series import load_manifest
 
 SENDER = ("Ada Lovelace", "ada@example.org")
 

@@ -6,8 +6,8 @@ import configparser
 import re
 from pathlib import Path
 
-from patch_and_test.series import parse_version
-from patch_and_test.source import load_lock
+from patch_and_test.core.series import parse_version
+from patch_and_test.core.source import load_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCKED = sorted(load_lock(), key=parse_version)

@@ -38,7 +38,7 @@ def test_77_from_an_earlier_command_is_not_taken_for_the_last_ones():
 
 
 def test_the_torch_requirement_is_the_pin_unless_torch_spec_says_otherwise(monkeypatch):
-    from patch_and_test import pins
+    from patch_and_test.core import pins
 
     assert toxfile._PINS.torch_requirement({}) == pins.torch_requirement({}) == f"torch=={pins.version('torch')}"
     assert toxfile._PINS.torch_requirement({"TORCH_SPEC": ">=2.9,<2.10"}) == "torch>=2.9,<2.10"

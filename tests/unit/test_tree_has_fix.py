@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from patch_and_test import errors
-from patch_and_test.series import STAGE3, tree_has_fix
+from patch_and_test.core import errors
+from patch_and_test.core.series import STAGE3, tree_has_fix
 from repro.harness.fixed import source_has_fix
 
 HEAD = """

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from patch_and_test import upstream_suite as us
-from patch_and_test.errors import Exit
+from patch_and_test.upstream import suite as us
+from patch_and_test.core.errors import Exit
 
 
 def run(name: str,
@@ -211,8 +211,8 @@ def test_regression_has_its_own_exit_code():
 
 
 def verdict_with(suite: us.SuiteComparison | None, *, bug_seen: bool = True):
-    from patch_and_test.checks import ReproCheck
-    from patch_and_test.verdict import Verdict
+    from patch_and_test.core.checks import ReproCheck
+    from patch_and_test.job.verdict import Verdict
 
     def check(phase: str, holds: bool) -> ReproCheck:
         return ReproCheck(f"{phase}/zero3_sp_grad_scale", "zero3_sp_grad_scale", "x", 0 if holds else 1, "fixed", None,
@@ -266,7 +266,7 @@ def verdict_with(suite: us.SuiteComparison | None, *, bug_seen: bool = True):
         }, {}, ("error", Exit.ERROR)),  # fewer after
     ])
 def test_the_verdict_outcome_follows_the_suite(before, after, reruns, outcome):
-    from patch_and_test.verdict import decide, summary_table
+    from patch_and_test.job.verdict import decide, summary_table
 
     v = verdict_with(us.compare("upstream affected tests", run("before", before), run("after", after), reruns))
     assert decide(v) == outcome
@@ -276,7 +276,7 @@ def test_the_verdict_outcome_follows_the_suite(before, after, reruns, outcome):
 
 
 def test_bug_not_reproduced_still_comes_before_a_regression():
-    from patch_and_test.verdict import decide
+    from patch_and_test.job.verdict import decide
 
     suite = us.compare("s", run("before", {"a": "passed"}), run("after", {"a": "failed"}), {"a": ["failed"] * 2})
     assert decide(verdict_with(suite, bug_seen=False))[1] == Exit.BUG_NOT_REPRODUCED

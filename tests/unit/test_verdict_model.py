@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from patch_and_test.checks import PytestCheck, ReproCheck
-from patch_and_test.errors import Exit
-from patch_and_test.verdict import SCHEMA, Step, Verdict, decide, summary_table
+from patch_and_test.core.checks import PytestCheck, ReproCheck
+from patch_and_test.core.errors import Exit
+from patch_and_test.job.verdict import SCHEMA, Step, Verdict, decide, summary_table
 from tests.conftest import FIXTURES
 
 FIXTURE = FIXTURES / "bundle" / "results" / "patch-and-test-ds0.14.5-gloo"

@@ -7,7 +7,7 @@ root cause, series, matrix, DeepSpeed's tests, ALST, audit, numerics, environmen
 bundle's file it read. Deterministic: the same bundle renders the same bytes, which is how ``bundle
 verify`` checks that every number is the one in the results. Nothing here is typed by hand that a run
 produced: the context is read from the verdicts and reports under ``<bundle>/results/``
-(``patch_and_test.pr_context.load_context``) and rendered by ``patch_and_test/templates/``.
+(``patch_and_test.review.context.load_context``) and rendered by ``patch_and_test/templates/``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from patch_and_test import templating
-from patch_and_test.pr_context import affected_context, affected_results, load_context
+from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core import templating
+from patch_and_test.review.context import affected_context, affected_results, load_context
 
 ISSUE = 8692
 MAX_LINES = 25  # non-blank lines of PR.md: a squash commit's message, not a report
@@ -54,3 +55,24 @@ def local_links(markdown: str) -> list[str]:
 def affected_table(found: list[tuple[str, dict[str, Any]]], link_root: str) -> str:
     """Per tree: the selection's tests before and after the series, and the pre-existing failures' reasons."""
     return templating.render("affected_table.md.j2", table=affected_context(found), link_root=link_root).rstrip("\n")
+
+
+KEPT = PACKAGE_ROOT / "docs" / "affected-results"
+DOC = PACKAGE_ROOT / "docs" / "affected-tests.md"
+BEGIN, END = "<!-- affected-results: begin (rendered by python -m patch_and_test.affected_job --table) -->", \
+    "<!-- affected-results: end -->"
+
+
+def render_doc(document: str, root: Path = KEPT) -> str:
+    """``document`` with the block between BEGIN and END replaced by the table of the runs under ``root``."""
+    head, _, rest = document.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    table = affected_table(affected_results(root), "affected-results")
+    return f"{head}{BEGIN}\n{table}\n{END}{tail}"
+
+
+def write_affected_doc() -> int:
+    """Re-render the kept runs' table into docs/affected-tests.md (after copying a run into docs/affected-results)."""
+    DOC.write_text(render_doc(DOC.read_text()))
+    print(f"{DOC}: table of {len(list(KEPT.glob('*/affected.json')))} kept runs")
+    return 0

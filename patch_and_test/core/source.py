@@ -44,13 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from patch_and_test import errors
-from patch_and_test.gitrun import git_out
-from patch_and_test.inputs import sha256_file
+from patch_and_test.core import errors
+from patch_and_test.core.gitrun import git_out
+from patch_and_test.core.inputs import sha256_file
 from repro.harness.env import cache_root
 from repro.harness.files import load_toml
-from patch_and_test.series import (PACKAGE_ROOT, STAGE3, Series, ensure_clean, format_version, git, parse_version,
-                                   series_for_version, work_tree_root)
+from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core.series import (STAGE3, Series, ensure_clean, format_version, git, parse_version,
+                                        series_for_version, work_tree_root)
 
 DEFAULT_LOCK = PACKAGE_ROOT / "deepspeed-sdists.lock"
 
@@ -524,7 +525,7 @@ def build_graft(release: str, history: str, mirror: Path | None = None,
             message = (f"DeepSpeed {release} (PyPI sdist) on master {history[:12]}\n\n"
                        f"{', '.join(GRAFTED_PATHS)}: from {archive.name} (sha256 {lock[release].sha256}).\n"
                        f"Everything else, tests/ and docs/ included: master {history}.\n"
-                       "Made by zero3-sp-gradfix (patch_and_test.source.build_graft); not an upstream commit.\n")
+                       "Made by zero3-sp-gradfix (patch_and_test.core.source.build_graft); not an upstream commit.\n")
             commit = git_out(staging / "repo", "commit-tree", tree, "-p", history, "-m", message,
                              env=_fixed_env()).strip()
             git_out(staging / "repo", "update-ref", tag, commit)

@@ -5,7 +5,7 @@ templates hold the prose and the formatting. The report files are read by one fu
 report kind (``load_verdict``, ``load_gradscale_report``, ``load_alst_report``,
 ``load_audit_report``, ``load_affected``, ``load_reduce_path``; the downstream reports through
 ``downstream_table.reports``): the verdicts and the four families' reports are validated by their
-models (``patch_and_test.schemas.MODELS``); ``affected.json`` and the reduce-path benchmark are
+models (``patch_and_test.review.schemas.MODELS``); ``affected.json`` and the reduce-path benchmark are
 read as plain JSON.
 """
 
@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from patch_and_test.schemas import import_model
-from patch_and_test.series import version_sort_key
-from patch_and_test.templating import Model
+from patch_and_test.review.schemas import import_model
+from patch_and_test.core.series import version_sort_key
+from patch_and_test.core.templating import Model
 
 if TYPE_CHECKING:
     from repro.alst.report import AlstReport
@@ -42,7 +42,7 @@ def _validated(path: Path, model: str) -> tuple[Any, dict[str, Any]]:
 
 def load_verdict(path: Path) -> dict[str, Any]:
     """``results/<env>/verdict.json`` (``zero3-sp-gradfix/verdict/v1``), validated; its data."""
-    return _validated(path, "patch_and_test.verdict.Verdict")[1]
+    return _validated(path, "patch_and_test.job.verdict.Verdict")[1]
 
 
 def load_gradscale_report(path: Path) -> Report:
@@ -424,7 +424,7 @@ def _title(bundle: Path) -> str:
 
 def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
     """Who signed each series off, and whether it can be sent (not while the placeholder signs it)."""
-    from patch_and_test.signoff import sign_state
+    from patch_and_test.core.signoff import sign_state
 
     out = []
     for s in series:
@@ -442,7 +442,7 @@ def _outcome_counts(results: list[dict[str, Any]], phase: str, needle: str) -> C
 def _testing(bundle: Path, affected: list[tuple[str, dict[str, Any]]],
              verdicts: dict[str, dict[str, Any]]) -> Testing:
     """From the newest-upstream tree's affected-tests run (its partial runs too) and the reduce-path benchmark."""
-    from patch_and_test.affected_job import PARTIALS
+    from patch_and_test.upstream.job import PARTIALS
 
     newest = next((data for _, data in affected if data.get("graft")), None)
     tree = suite = None

@@ -29,11 +29,11 @@ import re
 import tempfile
 from pathlib import Path
 
-from patch_and_test import errors
-from patch_and_test.gitrun import git, git_out
-from patch_and_test.series import Series, apply_series
-from patch_and_test.source import (FIXED_IDENTITY, NEWEST_UPSTREAM, build_graft, from_series_base,
-                                   load_newest_upstream)
+from patch_and_test.core import errors
+from patch_and_test.core.gitrun import git, git_out
+from patch_and_test.core.series import Series, apply_series
+from patch_and_test.core.source import (FIXED_IDENTITY, NEWEST_UPSTREAM, build_graft, from_series_base,
+                                        load_newest_upstream)
 
 BRANCH = "zero3-sp-grad-scale"
 BUNDLE_FILE = f"{BRANCH}.bundle"

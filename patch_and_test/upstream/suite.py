@@ -32,7 +32,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from patch_and_test.checks import _run_logged
+from patch_and_test.core.checks import run_logged
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"
 PLUGIN = "zero3_sp_record"
@@ -260,7 +260,7 @@ def pytest_env(tree: Path) -> dict[str, str]:
     The CPU comm op that every DeepSpeed init JIT-builds goes to a folder of this tree's own (one
     the caller set wins): built once, and never into a folder another job builds into at once.
     """
-    from patch_and_test.source import cache_dir
+    from patch_and_test.core.source import cache_dir
 
     ext = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
         cache_dir() / "torch-ext" / f"tree-{hashlib.sha1(str(tree.resolve()).encode()).hexdigest()[:12]}")
@@ -283,7 +283,7 @@ def hub_env() -> dict[str, str]:
     client reads only the cache. Without transformers in this interpreter the test cannot run
     anyway: no variables then, and its failure is reported with its reason.
     """
-    from patch_and_test.source import cache_dir
+    from patch_and_test.core.source import cache_dir
     from repro.alst import tiny_llama
 
     hf_home = cache_dir() / "hf-home"
@@ -325,7 +325,7 @@ def run_suite(name: str,
         log.write_text("nothing to run\n")
         return SuiteRun(name, tier, files, 5, False, 0.0, {}, {}, {}, {}, 0, str(log), str(record), workers)
     _drop_bytecode(tree)
-    code, wall = _run_logged(cmd, log, timeout=timeout, cwd=tree / "tests", env={
+    code, wall = run_logged(cmd, log, timeout=timeout, cwd=tree / "tests", env={
         **os.environ,
         **pytest_env(tree),
         **hub_env()

@@ -28,10 +28,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, computed_field
 
-from patch_and_test.affected import Selection
-from patch_and_test.checks import PytestCheck, ReproCheck
-from patch_and_test.errors import Exit
-from patch_and_test.upstream_suite import SuiteComparison
+from patch_and_test.upstream.affected import Selection
+from patch_and_test.core.checks import PytestCheck, ReproCheck
+from patch_and_test.core.errors import Exit
+from patch_and_test.upstream.suite import SuiteComparison
 from repro.harness.report import JsonReport, Record
 
 SCHEMA = "zero3-sp-gradfix/verdict/v1"
@@ -65,7 +65,7 @@ class Verdict(JsonReport):
     SCHEMA: ClassVar[str] = SCHEMA
 
     env: str
-    source: dict[str, Any] = Field(description="where the DeepSpeed tree came from (patch_and_test.source)")
+    source: dict[str, Any] = Field(description="where the DeepSpeed tree came from (patch_and_test.core.source)")
     series: dict[str, Any] | None = Field(description="the series chosen for the tree, what applied and what not")
     deepspeed_before: str | None
     deepspeed_after: str | None
@@ -78,22 +78,22 @@ class Verdict(JsonReport):
         description="DeepSpeed's tests the series can reach, run before and after")
     already_fixed: bool = False
     affected: Selection | None = Field(None, description="the DeepSpeed test files the series can reach, and why")
-    inputs: dict[str, Any] = Field(default_factory=dict, description="content hashes (patch_and_test.inputs)")
+    inputs: dict[str, Any] = Field(default_factory=dict, description="content hashes (patch_and_test.core.inputs)")
     environment: dict[str, Any] = Field(default_factory=dict)
     wall_time_s: float | None = None
     client_warnings: list[dict[str, Any]] = Field(
         default_factory=list,
         description="installed clients (transformers, ...) whose sp gradients the downstream rule says are mis-scaled "
-                    "with the patched build (patch_and_test.client_check): warnings, not failures of the fix")
+                    "with the patched build (patch_and_test.downstream.clients): warnings, not failures of the fix")
     error: str | None = Field(None, description="a PipelineError's one-line message, when one ended the run")
     error_exit: Exit | None = Field(None, description="the PipelineError's exit code")
 
-    @computed_field(description="decided by patch_and_test.verdict.decide (see its module docstring)")
+    @computed_field(description="decided by patch_and_test.job.verdict.decide (see its module docstring)")
     @property
     def outcome(self) -> Outcome:
         return decide(self)[0]
 
-    @computed_field(description="the job's exit code for the outcome (patch_and_test.errors.Exit)")
+    @computed_field(description="the job's exit code for the outcome (patch_and_test.core.errors.Exit)")
     @property
     def exit_code(self) -> int:
         return int(decide(self)[1])

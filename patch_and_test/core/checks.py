@@ -18,8 +18,8 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from patch_and_test import PACKAGE_ROOT
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
 AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
 # In the job, the audit's quick mode at the job's world size: sp 1 x dp 2 and sp 2 x dp 1, every
@@ -33,7 +33,7 @@ def alst_unavailable(deepspeed_version: str) -> str | None:
     """Why the ALST reproducer cannot run here, or None when it can."""
     import importlib.util
 
-    from patch_and_test.series import parse_version
+    from patch_and_test.core.series import parse_version
 
     if parse_version(deepspeed_version) < parse_version(ALST_MIN_VERSION):
         return f"DeepSpeed {deepspeed_version} has no UlyssesSPAttentionHF (from {ALST_MIN_VERSION})"
@@ -82,7 +82,7 @@ def run_reproducer(script: str, expect: str, out_dir: Path, phase: str, *, backe
     report.unlink(missing_ok=True)
     cmd = [sys.executable, str(PACKAGE_ROOT / "repro" / f"{script}.py"), "--expect", expect, "--backend", backend,
            "--json", str(report), "--timeout", str(timeout), *SCRIPT_ARGS.get(script, ())]
-    code, duration = _run_logged(cmd, log, timeout=timeout + 60, cwd=PACKAGE_ROOT)
+    code, duration = run_logged(cmd, log, timeout=timeout + 60, cwd=PACKAGE_ROOT)
     pattern = _pattern(json.loads(report.read_text())) if report.exists() else None
     return ReproCheck(f"{phase}/{script}", script, expect, code, pattern, str(report) if report.exists() else None,
                       str(log), duration)
@@ -106,7 +106,7 @@ def run_pytest(name: str, args: list[str], out_dir: Path, *, cwd: Path, env: dic
     log = out_dir / f"{slug}.log"
     junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--junitxml={junit}", *args]
-    code, duration = _run_logged(cmd, log, timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
+    code, duration = run_logged(cmd, log, timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
     return PytestCheck(name, code, junit_outcomes(junit), str(junit), str(log), duration)
 
 
@@ -125,7 +125,7 @@ def junit_outcomes(junit: Path) -> dict[str, str]:
     return outcomes
 
 
-def _run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dict | None = None) -> tuple[int, float]:
+def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dict | None = None) -> tuple[int, float]:
     start = time.monotonic()
     with open(log, "w") as out:
         out.write(f"$ {' '.join(cmd)}\n")

@@ -21,12 +21,19 @@ import dataclasses
 import time
 from pathlib import Path
 
-from patch_and_test import affected, checks, client_check, inputs, install, series as series_mod, source as source_mod
-from patch_and_test import upstream_suite
-from patch_and_test.errors import Exit, PipelineError, Skipped
-from patch_and_test.verdict import Step, Verdict, summary_table
+from patch_and_test.upstream import affected
+from patch_and_test.core import checks
+from patch_and_test.downstream import clients as client_check
+from patch_and_test.core import inputs
+from patch_and_test.core import install
+from patch_and_test.core import series as series_mod
+from patch_and_test.core import source as source_mod
+from patch_and_test.upstream import suite as upstream_suite
+from patch_and_test.core.errors import Exit, PipelineError, Skipped
+from patch_and_test.job.verdict import Step, Verdict, summary_table
 from repro.harness.cli import gpu_count
 from repro.harness.env import host_environment
+from patch_and_test import PACKAGE_ROOT
 
 WORLD_SIZE = 2  # the reproducers' default launch: sp=2, dp=1
 AUDIT_TIMEOUT_FACTOR = 3  # the job's audit is two launches of many engines each: minutes on shared cores
@@ -215,7 +222,7 @@ def _clients(r: _Run) -> None:
 def _twin(r: _Run) -> None:
     t = time.monotonic()
     test = checks.run_pytest("twin TestZero3SequenceParallelGradientScale", ["--run-twin", TWIN_TEST],
-                             r.out / "after", cwd=checks.PACKAGE_ROOT)
+                             r.out / "after", cwd=PACKAGE_ROOT)
     r.verdict.tests.append(test)
     r.step("after: twin of the upstream test", "ok" if test.exit_code == 0 else "failed", _counts(test), t,
            Path(test.log))

@@ -13,11 +13,11 @@ import importlib.metadata
 import platform
 from pathlib import Path
 from typing import Any
+from patch_and_test import PACKAGE_ROOT
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 # Where the pipeline starts, and the programs it runs as scripts (checks.REPRODUCERS, checks.AUDIT, checks.ALST,
 # the twin).
-ENTRY_POINTS = ("patch_and_test/__main__.py", "patch_and_test/pipeline.py", "repro/zero3_sp_grad_scale.py",
+ENTRY_POINTS = ("patch_and_test/__main__.py", "patch_and_test/job/pipeline.py", "repro/zero3_sp_grad_scale.py",
                 "repro/zero3_sp_mixed_bucket.py", "repro/parity_audit.py", "repro/alst_recipe.py",
                 "tests/multiprocess/test_zero3_sp_gradient_scale.py")
 # What they read that is not Python (and the conftests pytest loads around the twin).

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from patch_and_test import errors
+from patch_and_test.core import errors
 
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
 

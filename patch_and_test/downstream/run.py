@@ -32,8 +32,11 @@ import time
 from typing import Any, ClassVar
 from pathlib import Path
 
-from patch_and_test import checks, install, series as series_mod, source as source_mod
-from patch_and_test.errors import BadInput, Exit, PipelineError
+from patch_and_test.core import checks
+from patch_and_test.core import install
+from patch_and_test.core import series as series_mod
+from patch_and_test.core import source as source_mod
+from patch_and_test.core.errors import BadInput, Exit, PipelineError
 from repro.downstream.space import MARKER_NAME
 from repro.harness.report import JsonReport
 
@@ -55,7 +58,7 @@ class DownstreamRun(JsonReport):
     clients: dict[str, str]  # distribution -> version, as installed here
     transformers_patches: list[str]
     steps: list[dict[str, Any]]  # name, detail, duration_s
-    checks: list[dict[str, Any]]  # patch_and_test.checks.ReproCheck, as written
+    checks: list[dict[str, Any]]  # patch_and_test.core.checks.ReproCheck, as written
     exit_code: int = 2
     wall_time_s: float | None = None
     error: str | None = None

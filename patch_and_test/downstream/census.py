@@ -1,0 +1,249 @@
+"""The downstream census: who drives DeepSpeed with ``sequence_parallel_size > 1``, and what each gets.
+
+``docs/downstream-results/census.json`` (``Census``, schema ``zero3-sp-gradfix/downstream-census/v1``)
+holds, per library, what was read in a release on PyPI (file:line in the released wheel): whether
+and how it makes DeepSpeed's sp > 1, its loss recipe and gates, and where it was measured: the
+``tox -m downstream`` env whose kept reports (``docs/downstream-results/<env>/{unpatched,patched}/
+downstream_clients.json``) carry its rows. No measured number is written in the census file: a
+measured library's factors (the sp run's gradient / the true gradient, ZeRO-2 and ZeRO-3, DeepSpeed
+unpatched and patched) are read from those reports; a library that cannot run here gets the one
+rule (``repro.downstream.expect.expected_ratio``) applied to the recipe read from its code, marked
+"read from the code, not measured". Where both exist, the recipe read by hand must be the one the
+run classified from the installed code. The verdict follows from the factors (``verdict``).
+
+``python -m patch_and_test.downstream_census`` renders the table into docs/downstream-notice.md
+between its census marker lines (``--check``: exit 1 when the block differs, write nothing);
+a census or report that does not validate, or a measured row that is not in the kept reports,
+exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import ClassVar, Literal, Optional
+
+from pydantic import model_validator
+
+from patch_and_test.core import templating
+from patch_and_test import PACKAGE_ROOT
+from patch_and_test.downstream.table import KEPT_RESULTS, REPORT, replace_block
+from patch_and_test.core.templating import Model
+from repro.downstream.expect import ClientKind, expected_ratio
+from repro.downstream.report import DownstreamReport
+from repro.harness import exit_codes, scales
+from repro.harness.report import JsonReport, Record
+
+SCHEMA = "zero3-sp-gradfix/downstream-census/v1"
+CENSUS = KEPT_RESULTS / "census.json"
+DOCUMENT = PACKAGE_ROOT / "docs" / "downstream-notice.md"
+BEGIN = "<!-- downstream-census:begin (rendered by python -m patch_and_test.downstream_census; do not edit) -->"
+END = "<!-- downstream-census:end -->"
+STAGES = (2, 3)
+PHASES = ("unpatched", "patched")
+GAINS, MUST_CHANGE, UNTOUCHED = "gains from the fix", "must change with it", "untouched"
+Verdict = Literal["gains from the fix", "must change with it", "untouched"]
+
+
+class Evidence(Record):
+    """Lines of a released wheel (or of a package it runs on) and what they do."""
+
+    file: str  # the path inside the wheel, e.g. "accelerate/accelerator.py"
+    lines: str  # "2388-2397"
+    shows: str
+
+
+class ReadRecipe(Record):
+    """A loss recipe as read by hand from a library's code: what the rule needs (``ClientKind``)."""
+
+    kind: Literal["allgather", "own_share"]
+    gate: Literal["none", "version", "marker-or-version"] = "none"
+    gate_version: Optional[str] = None
+    divides_by_sp: bool = False
+
+    def client_kind(self) -> ClientKind:
+        return ClientKind(self.kind, self.gate, self.gate_version, self.divides_by_sp)
+
+
+class MeasuredIn(Record):
+    """The kept reports that carry a library's rows: ``docs/downstream-results/<env>/<phase>/``."""
+
+    env: str
+    client: str  # the rows' ``client``
+    client_version: str
+
+
+class Library(Record):
+    """One library of the census, as read in ``version`` (the newest on PyPI unless ``newest`` says otherwise)."""
+
+    label: str  # "transformers 5.25"
+    distribution: str  # its name on PyPI
+    version: str  # the release read (and measured)
+    newest: str  # the newest release on PyPI when the census was taken
+    requires_python: str
+    drives_sp: bool  # it makes DeepSpeed's sequence_parallel_size > 1
+    how: str  # how, or what it does instead
+    evidence: list[Evidence]
+    loss: str  # its loss recipe on DeepSpeed sp, in words
+    gate: str  # version / ZeRO-stage gates and refusals, in words ("-": none)
+    recipe: Optional[ReadRecipe] = None  # read from its code, for the rule where it is not measured
+    measured: Optional[MeasuredIn] = None
+    not_measured: Optional[str] = None  # why its own code could not be run here
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _factors_have_a_source(self) -> "Library":
+        if not self.drives_sp:
+            if self.measured or self.recipe:
+                raise ValueError(f"{self.label}: leaves DeepSpeed's sp at 1, so it has no factor to measure or read")
+        elif self.measured is None and (self.recipe is None or not self.not_measured):
+            raise ValueError(f"{self.label}: drives sp > 1 but is neither measured nor read (recipe + not_measured)")
+        return self
+
+
+class Citation(Record):
+    """Public code off PyPI that compensates for the bug by hand: cited, not measured."""
+
+    ref: str  # "hamishivi/tmax#9"
+    url: str
+    state: str  # "merged 2026-09-10"
+    does: str
+    with_the_fix: str
+    verdict: Verdict
+
+
+class Census(JsonReport):
+    """JSON schema ``zero3-sp-gradfix/downstream-census/v1``: the census (module docstring)."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
+
+    checked: str  # the date the releases on PyPI were read
+    deepspeed_version: str  # the DeepSpeed release of the measured and the read factors, unpatched and patched
+    sp: int
+    libraries: list[Library]
+    off_pypi: list[Citation]
+
+
+# ----------------------------------------------------------------------------- the factors
+
+
+class Factor(Model):
+    value: float
+    label: str  # the simple fraction (scales.label): "1", "2", "1/2"
+    measured: bool
+    matches_rule: Optional[bool] = None  # measured: the report's check against the rule
+
+
+class StageFactors(Model):
+    stage: int
+    unpatched: Factor
+    patched: Factor
+
+
+class CensusRow(Model):
+    library: Library
+    stages: list[StageFactors]  # empty: DeepSpeed's sp stays 1
+    source: str  # where the factors come from
+    verdict: Verdict
+
+
+def verdict(stages: list[StageFactors]) -> Verdict:
+    """A true gradient the fix makes wrong: must change; a wrong one it makes true: gains. Pure."""
+    if any(s.unpatched.label == "1" and s.patched.label != "1" for s in stages):
+        return MUST_CHANGE
+    if any(s.unpatched.label != "1" and s.patched.label == "1" for s in stages):
+        return GAINS
+    return UNTOUCHED
+
+
+def read_factors(recipe: ReadRecipe, sp: int, deepspeed_version: str) -> list[StageFactors]:
+    """The rule on the recipe read from the code: unpatched; patched as the kept runs are (fix + marker). Pure."""
+    out = []
+    for stage in STAGES:
+        before = expected_ratio(recipe.client_kind(), stage, sp, False, deepspeed_version, False)
+        after = expected_ratio(recipe.client_kind(), stage, sp, True, deepspeed_version, True)
+        out.append(StageFactors(stage=stage,
+                                unpatched=Factor(value=before, label=scales.label(before), measured=False),
+                                patched=Factor(value=after, label=scales.label(after), measured=False)))
+    return out
+
+
+def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path, sp: int) -> list[StageFactors]:
+    """The library's rows in the kept reports of its env; ValueError when one is missing or disagrees."""
+    by_phase = {}
+    for phase in PHASES:
+        path = results / where.env / phase / REPORT
+        if not path.is_file():
+            raise ValueError(f"{where.client} {where.client_version}: no kept report {path}")
+        report = DownstreamReport.load(path)
+        if report.deepspeed_fixed != (phase == "patched") or report.sp != sp:
+            raise ValueError(f"{path}: not the {phase} DeepSpeed at sp={sp}")
+        rows = {r.stage: r for r in report.rows if (r.client, r.client_version) == (where.client, where.client_version)
+                and r.status == "measured"}
+        if set(rows) != set(STAGES):
+            raise ValueError(f"{path}: no measured ZeRO-2 and ZeRO-3 rows of {where.client} {where.client_version}")
+        for r in rows.values():
+            classified = ClientKind(r.kind, r.gate, r.gate_version, bool(r.divides_by_sp))
+            if recipe is not None and recipe.client_kind() != classified:
+                raise ValueError(f"{path}: the run classified {where.client}'s code as {classified}, "
+                                 f"the census reads {recipe.client_kind()}")
+        by_phase[phase] = rows
+    return [StageFactors(stage=s, **{phase: Factor(value=by_phase[phase][s].ratio,
+                                                   label=scales.label(by_phase[phase][s].ratio,
+                                                                      by_phase[phase][s].residual),
+                                                   measured=True, matches_rule=by_phase[phase][s].matches_rule)
+                                     for phase in PHASES}) for s in STAGES]
+
+
+def rows(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/downstream-results") -> list[CensusRow]:
+    out = []
+    for lib in census.libraries:
+        if not lib.drives_sp:
+            stages, source = [], "-"
+        elif lib.measured is not None:
+            stages = measured_factors(lib.measured, lib.recipe, results, census.sp)
+            source = f"measured: `{shown_root}/{lib.measured.env}/`"
+        else:
+            stages = read_factors(lib.recipe, census.sp, census.deepspeed_version)
+            source = f"read from the code, not measured: {lib.not_measured}"
+        out.append(CensusRow(library=lib, stages=stages, source=source,
+                             verdict=UNTOUCHED if not lib.drives_sp else verdict(stages)))
+    return out
+
+
+def render(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/downstream-results") -> str:
+    """The census table and the cited hand compensations (no markers)."""
+    return templating.render("downstream_census.md.j2", census=census,
+                             rows=rows(census, results, shown_root)).rstrip("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream_census", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--census", type=Path, default=CENSUS, help=f"default: {CENSUS}")
+    parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"the kept reports; default: {KEPT_RESULTS}")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the document's block differs")
+    parser.add_argument("document", nargs="?", type=Path, default=DOCUMENT)
+    args = parser.parse_args(argv)
+    try:
+        table = render(Census.load(args.census), args.results)
+        text = args.document.read_text()
+        new = replace_block(text, table, BEGIN, END)
+    except (OSError, ValueError) as err:  # pydantic's ValidationError is a ValueError
+        print(f"error: {' '.join(str(err).split())[:400]}", file=sys.stderr)
+        return exit_codes.ERROR
+    if new == text:
+        print(json.dumps({"document": str(args.document), "status": "current"}))
+        return exit_codes.HOLDS
+    if args.check:
+        print(f"stale: {args.document}")
+        return exit_codes.DOES_NOT_HOLD
+    args.document.write_text(new)
+    print(f"updated: {args.document}")
+    return exit_codes.HOLDS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Which installed clients mis-scale their sp gradients with the DeepSpeed installed here.
+
+``patch-and-test`` runs ``python -m patch_and_test.client_check --json FILE`` after it installed
+the patched build, in the same interpreter: it reads the installed transformers, accelerate
+and ArcticTraining (their loss code's recipe kind and gate, as ``repro/downstream/measure.py``
+reads them), and DeepSpeed's state (fix present, capability marker), and applies the rule of
+``repro/downstream/expect.py`` to ZeRO-2 and ZeRO-3 at sp=2. Every combination whose rule value
+is not 1 becomes a warning; the pipeline prints each and records them in its verdict.
+A separate process keeps transformers and DeepSpeed out of the pipeline's own interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from repro.downstream.expect import ClientKind, expected_ratio, mis_scaled
+from repro.downstream.report import deepspeed_label
+from repro.downstream.space import STAGES
+from patch_and_test import PACKAGE_ROOT
+
+SP = 2  # the reproducers' layout; the factor is sp for any sp
+
+
+@dataclasses.dataclass(frozen=True)
+class FoundClient:
+    name: str
+    version: str
+    function: str
+    kind: ClientKind | None  # None: no sp loss code to judge
+    note: str = ""  # why not judged, or what the code is (e.g. an example script)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientWarning:
+    client: str
+    version: str
+    function: str
+    stage: int
+    expected: float
+    deepspeed: str
+    message: str
+
+
+def warnings_for(clients: list[FoundClient], deepspeed_version: str, fixed: bool, marker: bool,
+                 sp: int = SP) -> list[ClientWarning]:
+    """The rule applied to every judged client and stage; one warning per mis-scaled combination. Pure."""
+    out = []
+    ds = f"DeepSpeed {deepspeed_version} ({deepspeed_label(fixed, marker)})"
+    for c in clients:
+        if c.kind is None:
+            continue
+        for stage in STAGES:
+            value = expected_ratio(c.kind, stage, sp, fixed, deepspeed_version, marker)
+            if not mis_scaled(value):
+                continue
+            why = _why(c.kind, stage, fixed)
+            note = f" [{c.note}]" if c.note else ""
+            out.append(ClientWarning(
+                c.name, c.version, c.function, stage, value, ds,
+                f"{c.name} {c.version} + {ds}, ZeRO-{stage}, sp={sp}: gradients {value:g}x the true gradient "
+                f"({why}){note}"))
+    return out
+
+
+def _why(kind: ClientKind, stage: int, fixed: bool) -> str:
+    if kind.divides_by_sp:
+        return ("its trainer divides the sp loss by sp, as if DeepSpeed averaged over the sp ranks"
+                + ("; ZeRO-3 without the fix does average, so it is divided twice" if stage == 3 and not fixed else ""))
+    if kind.kind == "allgather":
+        return "its loss is aggregated with the differentiable all_gather, whose backward sums over the sp ranks"
+    if stage == 3 and fixed:
+        return (f"it multiplies its ZeRO-3 loss share by sp on its gate '{kind.gate}' (deepspeed < "
+                f"{kind.gate_version or '0.20.2'}), which this build meets although it carries the fix; "
+                "patch the client (patches/downstream/transformers) or see docs/backport-clients.md")
+    return "ZeRO-3 without the fix averages over the sp ranks"
+
+
+def found_clients() -> list[FoundClient]:
+    """The installed clients, read with the reproducer's own readers (imports transformers if installed)."""
+    from repro.downstream import measure
+
+    out = []
+    for c in measure.find_clients():
+        if c.error:
+            out.append(FoundClient(c.name, c.version, c.function, None, f"import failed: {c.error}"))
+        elif c.kind is not None:
+            out.append(FoundClient(c.name, c.version, c.function, c.kind))
+        elif c.name == "accelerate" and c.function == measure.ACCELERATE_SCRIPT:
+            # Not callable, but users copy it: judge the recipe it shows.
+            import importlib.util
+
+            from repro.downstream.expect import classify
+
+            text = Path(importlib.util.find_spec(c.function).origin).read_text()
+            out.append(FoundClient(c.name, c.version, c.function, classify(text),
+                                   "its ALST example script's recipe, for code that copies it"))
+        else:
+            out.append(FoundClient(c.name, c.version, c.function, None, c.why_not))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.client_check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, default=None, help="write {clients, warnings} here")
+    args = parser.parse_args(argv)
+    from repro.downstream import measure
+
+    fixed, marker = measure.deepspeed_state()
+    version = measure.dist_version("deepspeed") or "none"
+    clients = found_clients()
+    warnings = warnings_for(clients, version, fixed, marker)
+    for w in warnings:
+        print(f"WARNING: {w.message}", flush=True)
+    if not warnings:
+        print(f"no known mis-scaling: {', '.join(f'{c.name} {c.version}' for c in clients) or 'no client installed'}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "deepspeed": {"version": version, "fixed": fixed, "marker": marker},
+            "clients": [dataclasses.asdict(c) for c in clients],
+            "warnings": [dataclasses.asdict(w) for w in warnings]}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def run_check(out_dir: Path, timeout: float = 300.0) -> tuple[list[dict], str | None, Path]:
+    """Run this check in a subprocess of this interpreter: (warnings, error line or None, log)."""
+    from patch_and_test.core.checks import run_logged
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report, log = out_dir / "client_check.json", out_dir / "client_check.log"
+    report.unlink(missing_ok=True)
+    code, _ = run_logged([sys.executable, "-m", "patch_and_test.downstream.clients", "--json", str(report)], log,
+                          timeout=timeout, cwd=PACKAGE_ROOT)
+    if code != 0 or not report.exists():
+        return [], f"client check exited {code} (log: {log})", log
+    return json.loads(report.read_text())["warnings"], None, log

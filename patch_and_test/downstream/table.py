@@ -1,0 +1,268 @@
+"""The downstream clients table, rendered from the reports of ``tox -e downstream`` only.
+
+``results/downstream/<env>/{unpatched,patched}/downstream_clients.json`` (schema
+``zero3-sp-gradfix/downstream-clients-report/v1``) -> typed rows (``table_rows``) -> one Markdown
+table (``templates/downstream_table.md.j2``); the documents that show it hold it between two
+marker lines, and ``python -m patch_and_test.downstream_table`` rewrites that block (``--check``
+fails when a document's block differs from the results).
+The bundle carries the reports and ``verify-bundle`` re-renders the block from its copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Optional
+
+from repro.downstream.report import DownstreamReport, deepspeed_label
+
+from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core import templating
+from patch_and_test.core.templating import Model
+
+BEGIN = "<!-- downstream-table:begin (rendered by python -m patch_and_test.downstream_table; do not edit) -->"
+END = "<!-- downstream-table:end -->"
+PHASES = ("unpatched", "patched")
+REPORT = "downstream_clients.json"
+KEPT_RESULTS = PACKAGE_ROOT / "docs" / "downstream-results"  # the runs the committed docs show
+# The clients of the backport cover letters' table (plain_table) and of README's: HF Trainer (transformers),
+# accelerate, ArcticTraining. The docs show every env (trl and axolotl too: docs/downstream-notice.md, Census).
+CORE_ENVS = ("downstream-arctic", "downstream-tf5.24", "downstream-tf5.25", "downstream-tf5.25-patched")
+DOCUMENTS = {"docs/downstream-notice.md": None, "docs/backport-clients.md": None, "README.md": CORE_ENVS}
+
+
+def reports(root: Path, envs: tuple[str, ...] | None = None) -> list[tuple[str, str, DownstreamReport]]:
+    """(env, phase, report) for every report under ``root`` (of ``envs`` only, if given), envs sorted by name,
+    unpatched first."""
+    found = []
+    for env_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        if envs is not None and env_dir.name not in envs:
+            continue
+        for phase in PHASES:
+            path = env_dir / phase / REPORT
+            if path.is_file():
+                found.append((env_dir.name, phase, DownstreamReport.load(path)))
+    return found
+
+
+class StageResult(Model):
+    stage: int
+    ratio: float
+    expected: float
+    matches_rule: Optional[bool]
+    scaled: bool  # the rule expects a gradient other than the true one
+
+
+class LeftOut(Model):
+    """A parameter the row's fit left out (the report's note says why), with its measured ratio per stage."""
+    param: str
+    ratios: list[float]
+
+
+class Recipe(Model):
+    """The client's loss recipe and version gate, as ``repro``'s classifier read them from its code."""
+    kind: Optional[str]
+    gate: Optional[str]
+    gate_version: Optional[str]
+    divides_by_sp: bool = False  # the client (or the trainer that calls it) divides the loss by sp
+    reached: Optional[str] = None  # the loss function a wrapping entry was seen to call
+
+
+class Measured(Model):
+    recipe: Recipe
+    zero2: Optional[StageResult]
+    zero3: Optional[StageResult]
+    stages: list[StageResult]
+    left_out: list[LeftOut]
+
+
+class TableRow(Model):
+    """One line of the table: a client measured on one DeepSpeed build, or a client the check does not apply to."""
+    env: str
+    client: str
+    deepspeed: str
+    report: str
+    verdict: Optional[str]
+    measured: Optional[Measured]
+
+
+def _measured(rows) -> Measured:
+    """A client's measured rows (one per stage) on one DeepSpeed build."""
+    stages = [StageResult(stage=r.stage, ratio=r.ratio, expected=r.expected, matches_rule=r.matches_rule,
+                          scaled=abs(r.expected - 1.0) > 1e-9) for r in rows]
+    first = rows[0]
+    left_out = [LeftOut(param=p, ratios=[r.param_ratios[p] for r in rows])
+                for p in first.param_ratios if p in first.note]
+    recipe = Recipe(kind=first.kind, gate=first.gate, gate_version=first.gate_version,
+                    divides_by_sp=bool(first.divides_by_sp), reached=first.reached)
+    return Measured(recipe=recipe,
+                    zero2=next((s for s in stages if s.stage == 2), None),
+                    zero3=next((s for s in stages if s.stage == 3), None), stages=stages, left_out=left_out)
+
+
+def table_rows(root: Path, shown_root: str = "results/downstream",
+               envs: tuple[str, ...] | None = None) -> list[TableRow]:
+    """One row per env x DeepSpeed x client; a not-applicable client once per verdict."""
+    out, shown_na = [], set()
+    for env, phase, rep in reports(root, envs):
+        ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
+        path = f"`{shown_root}/{env}/{phase}/{REPORT}`"
+        seen = []
+        for r in rep.rows:
+            key = (r.client, r.client_version)
+            if key in seen:
+                continue
+            seen.append(key)
+            row = dict(env=env, client=f"{r.client} {r.client_version}", deepspeed=ds, report=path)
+            if r.status != "measured":
+                if (key, r.verdict) not in shown_na:
+                    shown_na.add((key, r.verdict))
+                    out.append(TableRow(**row, verdict=r.verdict, measured=None))
+                continue
+            measured = [x for x in rep.rows if (x.client, x.client_version) == key and x.status == "measured"]
+            out.append(TableRow(**row, verdict=None, measured=_measured(measured)))
+    return out
+
+
+def render(root: Path, shown_root: str = "results/downstream", envs: tuple[str, ...] | None = None) -> str:
+    """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once."""
+    return templating.render("downstream_table.md.j2", rows=table_rows(root, shown_root, envs)).rstrip("\n")
+
+
+def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:
+    """The measured ratios as a plain-text table for a cover letter (mail: no Markdown). Pure.
+
+    One line per client x DeepSpeed build; a client whose gate also reads the capability marker is
+    the proposed transformers change applied.
+    """
+    lines = [f"  {'client':<36}{'DeepSpeed':<18}{'ZeRO-2':>8}{'ZeRO-3':>8}"]
+    for _env, _phase, rep in reports(root, envs):
+        seen = []
+        for r in rep.rows:
+            key = (r.client, r.client_version)
+            if r.status != "measured" or key in seen:
+                continue
+            seen.append(key)
+            ratio = {x.stage: x.ratio for x in rep.rows if (x.client, x.client_version) == key and x.ratio is not None}
+            client = f"{r.client} {r.client_version}" + (" + proposed" if r.gate == "marker-or-version" else "")
+            ds = f"{rep.deepspeed_version.split('+')[0]} {'patched' if rep.deepspeed_fixed else 'unpatched'}"
+            lines.append(f"  {client:<36}{ds:<18}" + "".join(f"{ratio[s]:>8.2f}" if s in ratio else f"{'-':>8}"
+                                                         for s in (2, 3)))
+    return "\n".join(lines)
+
+
+def replace_block(document: str, table: str, begin: str = BEGIN, end: str = END) -> str:
+    """The document with the text between ``begin`` and ``end`` (the table's marker lines) replaced. Pure."""
+    start, stop = _block(document, begin, end)
+    return document[:start + len(begin)] + "\n" + table + "\n" + document[stop:]
+
+
+def block_of(document: str, begin: str = BEGIN, end: str = END) -> str:
+    start, stop = _block(document, begin, end)
+    return document[start + len(begin):stop].strip("\n")
+
+
+def _block(document: str, begin: str, end: str) -> tuple[int, int]:
+    start, stop = document.find(begin), document.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the document has no {begin.split(':')[0].lstrip('<!- ')} block (its marker lines)")
+    return start, stop
+
+
+def gather(local: Path, dest: Path) -> None:
+    """The reports a bundle carries: the kept runs (docs/downstream-results), then newer local runs over them."""
+    import shutil
+
+    for src in (KEPT_RESULTS, local):
+        if src.is_dir():
+            shutil.copytree(src, dest, ignore=shutil.ignore_patterns("*.tmp"), dirs_exist_ok=True)
+
+
+def keep(src: Path, dest: Path) -> list[Path]:
+    """Copy the reports and run records of ``src`` (results/downstream) to ``dest`` (docs/downstream-results).
+
+    Only the JSON: logs hold machine paths and stay in results/ (the bundle carries them). A run
+    record's report and log paths are made relative to its env folder.
+    """
+    written = []
+    for env_dir in sorted(p for p in src.iterdir() if p.is_dir()):
+        for phase in PHASES:
+            report = env_dir / phase / REPORT
+            if report.is_file():
+                out = dest / env_dir.name / phase / REPORT
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(report.read_bytes())
+                written.append(out)
+        run = env_dir / "run.json"
+        if run.is_file():
+            data = json.loads(run.read_text())
+            for check in data.get("checks", []):
+                for key in ("report", "log"):
+                    if check.get(key) and Path(check[key]).is_absolute():
+                        check[key] = _under(Path(check[key]), env_dir)
+            out = dest / env_dir.name / "run.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(data, indent=2) + "\n"
+            out.write_text(re.sub(r"(?<![\w.-])/[^\s\"']*/" + re.escape(env_dir.name) + "/", "", text))
+            written.append(out)
+    return written
+
+
+def _under(path: Path, root: Path) -> str:
+    parts = path.parts
+    name = root.name
+    return Path(*parts[parts.index(name) + 1:]).as_posix() if name in parts else path.name
+
+
+def render_into(document: str, bundle: Path) -> str:
+    """A bundle's copy of a document, its block rendered from the bundle's results (unchanged without a block)."""
+    if BEGIN not in document:
+        return document
+    return replace_block(document, render(bundle / "results" / "downstream", "results/downstream"))
+
+
+def _envs_of(document: Path) -> tuple[str, ...] | None:
+    """The envs a document's table shows (DOCUMENTS; every env for a document not listed there)."""
+    try:
+        return DOCUMENTS.get(document.resolve().relative_to(PACKAGE_ROOT).as_posix())
+    except ValueError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"default: {KEPT_RESULTS}")
+    parser.add_argument("--shown-as", default="docs/downstream-results", help="the results path the table names")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a document's block differs")
+    parser.add_argument("--keep", type=Path, default=None, metavar="RESULTS",
+                        help="first copy the reports under RESULTS (results/downstream) into --results")
+    parser.add_argument("documents", nargs="*", type=Path, default=[PACKAGE_ROOT / d for d in DOCUMENTS])
+    args = parser.parse_args(argv)
+    if args.keep is not None:
+        for path in keep(args.keep, args.results):
+            print(f"kept: {path}")
+    stale = []
+    for doc in args.documents:
+        text = doc.read_text()
+        try:
+            new = replace_block(text, render(args.results, args.shown_as, _envs_of(doc)))
+        except ValueError as err:
+            print(f"error: {doc}: {err}", file=sys.stderr)
+            return 2
+        if new != text:
+            stale.append(doc)
+            if not args.check:
+                doc.write_text(new)
+    for doc in stale:
+        print(f"{'stale' if args.check else 'updated'}: {doc}")
+    if not stale:
+        print(json.dumps({"documents": [str(d) for d in args.documents], "status": "current"}))
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

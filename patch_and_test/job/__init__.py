@@ -1,0 +1,1 @@
+"""The job: the pipeline's steps and their verdict (floor 3)."""

@@ -1,0 +1,409 @@
+"""The maintainer review bundle: the series, a PR description, and the runs behind every number.
+
+``python -m patch_and_test.bundle`` (``tox -e bundle``):
+  1. for every cell of the matrix this machine can run (supported version x backend), reuse
+     ``results/<env>/verdict.json`` when its input hashes (code, series, sdist) still match,
+     else run the pipeline for that cell in this interpreter;
+  2. copy the series, the results and the evidence the other checks wrote under ``results/``;
+  3. render ``PR.md`` (the pull request, squash-ready) and ``EVIDENCE.md`` (the review's tables) from
+     those copies only, and the GitHub form of the master series (``github/``: PR title and body, squash
+     message, the branch as a git bundle; ``github_form``); with ``--sign-as`` the bundle's series are the
+     sender's re-signed copies, else they carry the package's placeholder sign-off and are not ready to send;
+  4. write ``MANIFEST.sha256`` (every file, plus the inputs: sdists, checkout commits, series)
+     and ``dist/<name>-v<series version>.tar.gz``.
+``python -m patch_and_test.bundle verify [PATH]`` (``tox -e verify-bundle``) re-checks every hash,
+validates every report the bundle carries (each ``results/*/verdict.json`` by ``Verdict``, every
+other JSON file whose ``schema`` names a model of ``patch_and_test.review.schemas``: no unknown key, and
+no stored verdict that its own rows contradict) and re-renders PR.md and EVIDENCE.md from the
+bundle's own results: any edited number, byte or file fails; so does a PR.md over its line budget,
+without ``Fixes #N`` or with a link into the bundle, and a link of EVIDENCE.md to a file the bundle
+lacks. With a DeepSpeed mirror it also fetches the branch into a clone at the base and compares it
+with git am.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import sys
+import tarfile
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from patch_and_test import PACKAGE_ROOT
+from patch_and_test.downstream import table as downstream_table
+from patch_and_test.review import github_form
+from patch_and_test.core import inputs
+from patch_and_test.review import schemas
+from patch_and_test.core import signoff
+from patch_and_test.core import source
+from patch_and_test.core.errors import Exit, PipelineError
+from patch_and_test.review.pr import ISSUE, MAX_LINES, local_links, nonblank_lines, render_evidence, render_pr
+from patch_and_test.job.verdict import Verdict
+
+NAME = "zero3-sp-gradfix"
+BACKENDS = ("gloo", "nccl")
+MANIFEST = "MANIFEST.sha256"
+# Evidence written by other checks, copied when present (they carry their own JSON).
+EVIDENCE_DIRS = ("alst", "audit", "benchmarks")
+COMMITTED_BENCHMARKS = PACKAGE_ROOT / "benchmarks" / "results"
+DOWNSTREAM = "downstream"  # results/downstream: tox -m downstream (the real clients' sp loss code)
+# DeepSpeed's own tests the series can reach, per tree (python -m patch_and_test.affected_job): the
+# kept runs, then newer local ones under results/affected/<tree>/ over them.
+KEPT_AFFECTED = PACKAGE_ROOT / "docs" / "affected-results"
+AFFECTED = "affected"
+GOOD_OUTCOMES = ("fixed", "skipped")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    version: str
+    backend: str
+
+    @property
+    def env(self) -> str:
+        return f"patch-and-test-ds{self.version}-{self.backend}"
+
+
+def matrix() -> list[Cell]:
+    from patch_and_test.core.series import parse_version
+    from patch_and_test.core.source import load_lock
+
+    versions = sorted(load_lock(), key=parse_version)
+    return [Cell(v, b) for v in versions for b in BACKENDS]
+
+
+def current_inputs(cell: Cell, audit: bool = True) -> dict[str, Any]:
+    from patch_and_test.core.series import series_for_version
+    from patch_and_test.core.source import load_lock
+
+    return inputs.run_inputs(series_for_version(cell.version).directory, load_lock()[cell.version].sha256,
+                             cell.backend, audit)
+
+
+def reusable(verdict_path: Path, expected: dict[str, Any]) -> bool:
+    """A verdict that validates and was made from the same inputs (one that does not validate is run again)."""
+    if not verdict_path.exists():
+        return False
+    try:
+        return Verdict.load(verdict_path).inputs == expected
+    except ValueError:
+        return False
+
+
+def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool = True) -> dict[str, str]:
+    """Run the cells whose results are missing or stale; return env -> "reused" | "ran"."""
+    from patch_and_test.job.pipeline import PipelineConfig, run
+
+    done = {}
+    for cell in cells:
+        verdict = results / cell.env / "verdict.json"
+        expected = current_inputs(cell, audit)
+        if reusable(verdict, expected):
+            done[cell.env] = "reused"
+            continue
+        print(f"[bundle] running {cell.env}", flush=True)
+        shutil.rmtree(results / cell.env, ignore_errors=True)
+        run(PipelineConfig(env_name=cell.env, results=results / cell.env, version=cell.version, backend=cell.backend,
+                           timeout=timeout, audit=audit))
+        done[cell.env] = "ran"
+    return done
+
+
+def series_version() -> int:
+    from patch_and_test.core.series import load_manifest
+
+    return max(s.version for s in load_manifest().series)
+
+
+def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: bool = True,
+          sign_as: tuple[str, str] | None = None) -> Path:
+    started = time.monotonic()
+    status = ensure_results(results, cells, timeout, audit)
+    bundle = dist / f"{NAME}-v{series_version()}"
+    shutil.rmtree(bundle, ignore_errors=True)
+    bundle.mkdir(parents=True)
+    shutil.copytree(PACKAGE_ROOT / "patches", bundle / "patches")
+    if sign_as is not None:
+        for folder in sorted(p.parent for p in (bundle / "patches").glob("*/0000-cover-letter.patch")):
+            signoff.resign(PACKAGE_ROOT / "patches" / folder.name, folder, *sign_as)
+    for env in [c.env for c in cells] + sorted(p.name for p in results.glob("patch-and-test-src*") if p.is_dir()):
+        if (results / env).is_dir():
+            shutil.copytree(results / env, bundle / "results" / env, ignore=shutil.ignore_patterns("*.tmp"))
+    if COMMITTED_BENCHMARKS.is_dir():
+        # The benchmark runs kept in the repository (timing needs a quiet machine); newer local runs win.
+        shutil.copytree(COMMITTED_BENCHMARKS, bundle / "results" / "benchmarks")
+    for name in EVIDENCE_DIRS:
+        if (results / name).is_dir():
+            shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"),
+                            dirs_exist_ok=True)
+    downstream_table.gather(results / DOWNSTREAM, bundle / "results" / DOWNSTREAM)
+    for src in (KEPT_AFFECTED, results / AFFECTED):
+        for found in sorted(src.glob("*/affected.json")) if src.is_dir() else []:
+            dest = bundle / "results" / AFFECTED / found.parent.name / found.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(found, dest)
+    notice = PACKAGE_ROOT / "docs" / "downstream-notice.md"
+    if notice.exists():
+        # Its clients table is rendered from the bundle's own copies, as PR.md is.
+        (bundle / notice.name).write_text(downstream_table.render_into(notice.read_text(), bundle))
+        # Its training-level figure and the runs it is drawn from (the notice links figures/).
+        if (notice.parent / "figures").is_dir():
+            shutil.copytree(notice.parent / "figures", bundle / "figures")
+    # The parity audit's write-ups of the other upstream discrepancies it found.
+    shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
+    (bundle / "PR.md").write_text(render_pr(bundle))
+    (bundle / "EVIDENCE.md").write_text(render_evidence(bundle))
+    state = signoff.sign_state(bundle / "patches" / "master")
+    print(f"[bundle] patches/master {state.describe()}")
+    for note in github_form.write(bundle, _master_series(), source.mirror_path()):
+        print(f"[bundle] note: {note}")
+    write_manifest(bundle)
+    archive = dist / f"{bundle.name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(bundle, arcname=bundle.name)
+    reused = sum(1 for s in status.values() if s == "reused")
+    print(f"[bundle] {bundle} and {archive.name}: {reused}/{len(status)} matrix cells reused, "
+          f"{time.monotonic() - started:.1f} s")
+    return bundle
+
+
+def _master_series():
+    from patch_and_test.core.series import load_manifest
+
+    return load_manifest().by_name("master")
+
+
+def _verdicts(bundle: Path) -> dict[str, Verdict]:
+    verdicts = {}
+    for path in sorted((bundle / "results").glob("*/verdict.json")):
+        try:
+            verdicts[path.parent.name] = Verdict.load(path)
+        except ValueError as err:
+            raise PipelineError(f"{path}: not a valid verdict: {_reason(err)}") from err
+    return verdicts
+
+
+def _bundle_files(bundle: Path) -> list[Path]:
+    return sorted(p for p in bundle.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def manifest_inputs(bundle: Path) -> list[str]:
+    """The inputs the results depend on, read from the bundle's own verdicts."""
+    lines = set()
+    for verdict_path in (bundle / "results").glob("*/verdict.json"):
+        try:
+            v = json.loads(verdict_path.read_text())
+        except ValueError:  # verify reports it (validate_reports)
+            continue
+        src = v.get("source") or {}
+        if v.get("inputs", {}).get("source"):
+            kind = "checkout-commit" if src.get("upstream_commit") else f"sdist:deepspeed-{src.get('version')}"
+            lines.add(f"{v['inputs']['source']}  input:{kind}")
+        if v.get("inputs", {}).get("series") and v.get("series"):
+            lines.add(f"{v['inputs']['series']}  input:series:{v['series']['name']}")
+        if v.get("inputs", {}).get("code"):
+            lines.add(f"{v['inputs']['code']}  input:package-code")
+    return sorted(lines)
+
+
+def write_manifest(bundle: Path) -> None:
+    lines = [f"{inputs.sha256_file(p)}  {p.relative_to(bundle).as_posix()}" for p in _bundle_files(bundle)]
+    (bundle / MANIFEST).write_text("\n".join(lines + manifest_inputs(bundle)) + "\n")
+
+
+def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
+    """Every problem found, one line each; empty when the bundle is intact."""
+    problems = []
+    manifest = bundle / MANIFEST
+    if not manifest.exists():
+        return [f"{manifest}: missing"]
+    listed = {}
+    for line in manifest.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        if not name.startswith("input:"):
+            listed[name] = digest
+    present = {p.relative_to(bundle).as_posix(): p for p in _bundle_files(bundle)}
+    for name in sorted(set(listed) - set(present)):
+        problems.append(f"{name}: listed in {MANIFEST} but missing")
+    for name in sorted(set(present) - set(listed)):
+        problems.append(f"{name}: present but not listed in {MANIFEST}")
+    for name in sorted(set(listed) & set(present)):
+        if inputs.sha256_file(present[name]) != listed[name]:
+            problems.append(f"{name}: sha256 differs from {MANIFEST}")
+    if sorted(line for line in manifest.read_text().splitlines() if "  input:" in line) != manifest_inputs(bundle):
+        problems.append(f"{MANIFEST}: its input lines do not match the bundle's verdicts")
+    found, notes = validate_reports(bundle)
+    problems += found
+    for note in notes:
+        print(f"note: {note}")
+    notice = bundle / "downstream-notice.md"
+    if notice.exists():
+        text = notice.read_text()
+        try:
+            rendered = downstream_table.render_into(text, bundle)
+            problems += [f"downstream-notice.md: {p}" for p in _diff_lines(text, rendered)]
+        except ValueError as err:  # a report that does not validate (listed above)
+            problems.append(f"downstream-notice.md: cannot be rendered from the results: {_reason(err)}")
+    for name, render in (("PR.md", render_pr), ("EVIDENCE.md", render_evidence)):
+        path = bundle / name
+        if not path.exists():
+            problems.append(f"{name}: missing")
+            continue
+        try:
+            problems += [f"{name}: {p}" for p in _diff_lines(path.read_text(), render(bundle))]
+        except ValueError as err:
+            problems.append(f"{name}: cannot be rendered from the results: {_reason(err)}")
+    problems += markdown_problems(bundle)
+    if (bundle / "github").is_dir():
+        found, notes = github_form.verify(bundle, _master_series(), source.mirror_path())
+        problems += found
+        for note in notes:
+            print(f"note: {note}")
+    else:
+        problems.append("github/: missing (the pull request's title, body, squash message and branch)")
+    if repo_patches is not None and repo_patches.is_dir():
+        sender = bundle_sender(bundle)
+        for p in sorted(repo_patches.rglob("*")):
+            rel = p.relative_to(repo_patches).as_posix()
+            twin = bundle / "patches" / rel
+            # A bundle built with --sign-as carries the series re-signed: the same bytes but for the identity.
+            expected = (signoff.resign_text(p.read_text(), *sender, p.name.startswith("0000-")).encode()
+                        if sender and p.name.endswith(".patch") and p.parent.parent == repo_patches else None)
+            if p.is_file() and (not twin.exists() or twin.read_bytes() != (expected or p.read_bytes())):
+                problems.append(f"patches/{rel}: differs from the repository's patches/")
+    return problems
+
+
+def bundle_sender(bundle: Path) -> tuple[str, str] | None:
+    """Who signed the bundle's series (``build --sign-as``); None while the package's placeholder does."""
+    state = signoff.sign_state(bundle / "patches" / "master") if (bundle / "patches" / "master").is_dir() else None
+    if state is None or not state.signers or state.signers[0] == signoff.placeholder():
+        return None
+    return signoff.parse_identity(state.signers[0])
+
+
+def markdown_problems(bundle: Path) -> list[str]:
+    """PR.md: within its line budget, with ``Fixes #N``, linking nothing inside the bundle; EVIDENCE.md: every
+    link a file or folder of the bundle."""
+    problems = []
+    pr = bundle / "PR.md"
+    if pr.exists():
+        text = pr.read_text()
+        if nonblank_lines(text) > MAX_LINES:
+            problems.append(f"PR.md: {nonblank_lines(text)} non-blank lines (at most {MAX_LINES})")
+        if f"Fixes #{ISSUE}" not in text:
+            problems.append(f"PR.md: no 'Fixes #{ISSUE}'")
+        problems += [f"PR.md: links {t} (a pull request's body cannot link into the bundle)" for t in local_links(text)]
+    evidence = bundle / "EVIDENCE.md"
+    if evidence.exists():
+        for target in local_links(evidence.read_text()):
+            if not (bundle / urllib.parse.unquote(target.split("#", 1)[0])).exists():
+                problems.append(f"EVIDENCE.md: links {target}, which the bundle does not have")
+    return problems
+
+
+def validate_reports(bundle: Path) -> tuple[list[str], list[str]]:
+    """(problems, notes): every report in the bundle read back through its model, one line per file that fails."""
+    models, skipped = schemas.load_models()
+    known = schemas.by_schema(models)
+    problems = []
+    for path in sorted(bundle.rglob("*.json")):
+        rel = path.relative_to(bundle).as_posix()
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            problems.append(f"{rel}: not JSON ({err})")
+            continue
+        schema = data.get("schema") if isinstance(data, dict) else None
+        if path.name == "verdict.json" and path.parent.parent == bundle / "results":
+            model = Verdict
+        else:
+            model = known.get(schema) if isinstance(schema, str) else None
+        if model is None:
+            continue
+        try:
+            model.from_dict(data)
+        except ValueError as err:  # pydantic's ValidationError is one too
+            problems.append(f"{rel}: not a valid {model.SCHEMA} report: {_reason(err)}")
+    notes = [f"reports of a model that does not import are not validated: {why}" for why in skipped.values()]
+    return problems, notes
+
+
+def _reason(err: ValueError) -> str:
+    """A validation error on one line: the first few fields and why."""
+    if isinstance(err, ValidationError):
+        errors = err.errors(include_url=False)
+        parts = [f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg']}" for e in errors[:3]]
+        return "; ".join(parts) + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else "")
+    return str(err).replace("\n", " ")
+
+
+def _diff_lines(shipped: str, rendered: str) -> list[str]:
+    a, b = shipped.splitlines(), rendered.splitlines()
+    out = []
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else "<missing>"
+        y = b[i] if i < len(b) else "<missing>"
+        if x != y:
+            out.append(f"line {i + 1} says {x.strip()!r} but the results give {y.strip()!r}")
+        if len(out) >= 10:
+            break
+    return out
+
+
+def newest_bundle(dist: Path) -> Path:
+    candidates = sorted((p for p in dist.glob(f"{NAME}-v*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise PipelineError(f"no bundle in {dist}: run `tox -e bundle` first")
+    return candidates[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.bundle", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    build_p = sub.add_parser("build", help="run or reuse the matrix and write the bundle (default)")
+    build_p.add_argument("--results", type=Path, default=PACKAGE_ROOT / "results")
+    build_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
+    build_p.add_argument("--versions", nargs="*", default=None, help="restrict the matrix to these versions")
+    build_p.add_argument("--backends", nargs="*", default=list(BACKENDS))
+    build_p.add_argument("--timeout", type=float, default=600.0)
+    build_p.add_argument("--no-audit", action="store_true", help="cells without the parity audit (quicker)")
+    build_p.add_argument("--sign-as", metavar="'NAME <EMAIL>'", default=None,
+                         help="sign the bundle's series off as this identity (the sender's); without it they carry "
+                         "the package's placeholder and the bundle says they are not ready to send")
+    verify_p = sub.add_parser("verify", help="re-check a bundle's hashes, its reports and every number in its PR.md")
+    verify_p.add_argument("path", nargs="?", type=Path, default=None, help="default: the newest bundle in dist/")
+    verify_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
+    args = parser.parse_args(argv if argv is not None else (sys.argv[1:] or ["build"]))
+    try:
+        if args.command == "verify":
+            bundle = args.path or newest_bundle(args.dist)
+            problems = verify(bundle, PACKAGE_ROOT / "patches")
+            for p in problems:
+                print(f"MISMATCH: {p}", file=sys.stderr)
+            print(f"{bundle}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+            return int(Exit.OK if not problems else Exit.NOT_FIXED)
+        cells = [c for c in matrix()
+                 if (not args.versions or c.version in args.versions) and c.backend in args.backends]
+        sign_as = signoff.parse_identity(args.sign_as) if args.sign_as else None
+        bundle = build(args.results, args.dist, cells, args.timeout, audit=not args.no_audit, sign_as=sign_as)
+        bad = {env: v.outcome for env, v in _verdicts(bundle).items() if v.outcome not in GOOD_OUTCOMES}
+        if bad:
+            print(f"error: bundle written, but not every cell is fixed or skipped: {bad}", file=sys.stderr)
+            return int(Exit.NOT_FIXED)
+        return int(Exit.OK)
+    except PipelineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return int(err.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,396 @@
+"""Regenerate a patch series from a DeepSpeed branch, as version N, in one command.
+
+    python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 2
+
+The branch holds the series' commits on top of the real upstream commit (``--upstream``, default:
+the manifest's ``base_commit`` of that series), optionally with local scaffolding commits right
+above it that only delete files (the "drop blogs/" commit a repo with missing blobs needs; they
+are detected and left out). The script runs ``git format-patch --cover-letter --base=... -v N``,
+writes ``base-commit:`` as the upstream commit, fills the cover letter (from ``--cover FILE``,
+else from the previous version's cover letter), writes the files as ``patches/<series>/0000-...``,
+and updates that series' entry in ``patches/series.toml`` (version, base, patch list and roles).
+
+For N > 1 the cover letter carries the range-diff against the previous version (the one place it
+is kept, as b4 does): the previous version's commits are rebuilt by ``git am``-ing the old patch
+files onto their own base in a scratch clone, so no old branch has to be kept anywhere. Like b4,
+the letter ends with a ``change-id:`` that stays the same across versions of one series.
+
+Nothing is written into --repo: format-patch and range-diff only read it, and the scratch clone
+lives in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from patch_and_test.core import errors
+from patch_and_test.core.gitrun import git, git_out
+from patch_and_test.core.series import DEFAULT_MANIFEST, MARKER_NAME, STAGE3
+from patch_and_test.core.source import FIXED_IDENTITY, clone_shared, prepare_working_copy
+from repro.harness.files import TOMLDecodeError, load_toml
+
+# Pinned so that a user's git configuration cannot change the patches we write.
+FORMAT_CONFIG = ("-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "diff.relative=false", "-c",
+                 "diff.algorithm=myers", "-c", "format.signOff=false", "-c", "format.useAutoBase=false", "-c",
+                 "format.coverFromDescription=none", "-c", "core.abbrev=12")
+
+
+@dataclass(frozen=True)
+class Reroll:
+    series: str
+    version: int
+    upstream: str
+    local_base: str
+    head: str
+    files: tuple[Path, ...]
+    range_diff: str | None  # against the previous version, as written into the cover letter
+    change_id: str
+    scaffolding: tuple[str, ...]  # commits left out of the series
+
+
+def _commit(repo: Path, rev: str) -> str:
+    result = git(repo, "rev-parse", "-q", "--verify", f"{rev}^{{commit}}", check=False)
+    if result.returncode != 0:
+        raise errors.BadInput(f"{rev!r} is not a commit in {repo}")
+    return result.stdout.strip()
+
+
+def _touched(repo: Path, commit: str) -> list[tuple[str, str]]:
+    out = git_out(repo, "diff-tree", "--no-commit-id", "-r", "--name-status", "--no-renames", commit)
+    return [tuple(line.split("\t", 1)) for line in out.splitlines() if line]  # type: ignore[misc]
+
+
+def split_scaffolding(repo: Path, upstream: str, head: str) -> tuple[str, list[str], list[str]]:
+    """(local base, scaffolding commits, series commits) of upstream..head.
+
+    Scaffolding: the commits right above upstream that only delete files none of the later commits
+    touch, such as the "drop blogs/" commit of a history with missing blobs.
+    """
+    commits = git_out(repo, "rev-list", "--reverse", "--first-parent", f"{upstream}..{head}").split()
+    if not commits:
+        raise errors.BadInput(f"no commits between {upstream[:12]} and {head[:12]}")
+    if git_out(repo, "rev-list", "--min-parents=2", f"{upstream}..{head}").strip():
+        raise errors.BadInput(f"{upstream[:12]}..{head[:12]} has merge commits; a series is a straight line")
+    scaffolding: list[str] = []
+    for commit in commits:
+        changes = _touched(repo, commit)
+        if changes and all(status == "D" for status, _ in changes):
+            scaffolding.append(commit)
+        else:
+            break
+    series = commits[len(scaffolding):]
+    if not series:
+        raise errors.BadInput(f"{upstream[:12]}..{head[:12]} holds only file deletions: no series to format")
+    dropped = {path for commit in scaffolding for _, path in _touched(repo, commit)}
+    for commit in series:
+        clash = dropped.intersection(path for _, path in _touched(repo, commit))
+        if clash:
+            raise errors.BadInput(f"{commit[:12]} touches {sorted(clash)[0]}, which a scaffolding commit deletes")
+    local_base = scaffolding[-1] if scaffolding else _commit(repo, upstream)
+    return local_base, scaffolding, series
+
+
+def check_signoffs(repo: Path, commits: list[str]) -> None:
+    """DeepSpeed's DCO check: each commit signed off by its author (same name and email)."""
+    for commit in commits:
+        author = git_out(repo, "log", "-1", "--format=%an <%ae>", commit).strip()
+        trailers = git_out(repo, "log", "-1", "--format=%(trailers:key=Signed-off-by,valueonly)", commit)
+        if author not in [t.strip() for t in trailers.splitlines()]:
+            subject = git_out(repo, "log", "-1", "--format=%s", commit).strip()
+            raise errors.BadInput(f"{commit[:12]} ({subject}) is not signed off by its author {author}: "
+                                  f"git commit --amend -s")
+
+
+def read_cover(path: Path) -> tuple[str, str]:
+    """(subject, body) of a cover text file: the first line, a blank line, the body."""
+    text = path.read_text()
+    subject, _, body = text.partition("\n")
+    if not subject.strip():
+        raise errors.BadInput(f"{path}: the first line must be the cover letter's subject")
+    return subject.strip(), body.strip("\n")
+
+
+def cover_from_patch(path: Path) -> tuple[str, str]:
+    """(subject, body) of an existing cover letter written by format-patch."""
+    text = path.read_text()
+    match = re.search(r"^Subject: \[PATCH[^\]]*\] (.*(?:\n [^\n]*)*)\n", text, re.M)
+    if not match:
+        raise errors.BadInput(f"{path}: no Subject: line")
+    subject = " ".join(match[1].split())
+    body_start = text.index("\n\n", match.end() - 1) + 2
+    # The body ends where format-patch's shortlog starts: "Author Name (N):".
+    shortlog = re.search(r"^\S.* \(\d+\):$", text[body_start:], re.M)
+    body = text[body_start:body_start + shortlog.start()] if shortlog else text[body_start:]
+    return subject, body.strip("\n")
+
+
+CHANGE_ID = re.compile(r"^change-id: (\S+)$", re.M)
+
+
+def change_id(series_name: str, previous_letter: str = "", today: datetime.date | None = None) -> str:
+    """b4's series identity: kept from the previous version's letter, else ``YYYYMMDD-<slug>-<hash>``."""
+    found = CHANGE_ID.search(previous_letter)
+    if found:
+        return found[1]
+    day = (today or datetime.datetime.now(datetime.timezone.utc).date()).strftime("%Y%m%d")
+    slug = re.sub(r"[^a-z0-9]+", "-", f"zero3-sp-grad-scale-{series_name}".lower()).strip("-")
+    return f"{day}-{slug}-{hashlib.sha1(series_name.encode()).hexdigest()[:12]}"
+
+
+def _fill_cover(path: Path, subject: str, body: str, local_base: str, upstream: str, cid: str) -> None:
+    text = path.read_text()
+    if "*** SUBJECT HERE ***" not in text or "*** BLURB HERE ***" not in text:
+        raise errors.BadInput(f"{path}: format-patch did not write the cover letter placeholders")
+    text = text.replace("*** SUBJECT HERE ***", subject).replace("*** BLURB HERE ***", body)
+    # The series was formatted on the local base; upstream knows only the real commit.
+    text = re.sub(rf"^base-commit: {local_base}$", f"base-commit: {upstream}", text, flags=re.M)
+    if f"base-commit: {upstream}" not in text:
+        raise errors.BadInput(f"{path}: no base-commit line to rewrite")
+    text = text.replace(f"base-commit: {upstream}\n", f"base-commit: {upstream}\nchange-id: {cid}\n", 1)
+    path.write_text(text)
+
+
+# The ALST / Ulysses-HF tests whose loss recipe relied on the bug: a change to them is a companion.
+COMPANION_TESTS = ("tests/unit/ulysses_alst/", )
+
+
+def _role(repo: Path, commit: str) -> str:
+    """companion: tests/ and docs/, or the ALST tests alone; test: other tests/ only; marker: stage3.py alone,
+    adding the capability marker; fix: code, and maybe tests/ (see series.ROLES).
+
+    A fix may carry the test edits that keep existing tests green with it (bisectable); a tree
+    without tests/ (a PyPI sdist) gets the fix without those hunks. docs/ with code is refused.
+    """
+    paths = [path for _, path in _touched(repo, commit)]
+    in_tests = [p.startswith("tests/") for p in paths]
+    in_docs = [p.startswith("docs/") for p in paths]
+    # A companion may change only the ALST test where a release has no tutorial to change.
+    alst = any(p.startswith(COMPANION_TESTS) for p in paths)
+    if all(t or d for t, d in zip(in_tests, in_docs)) and (any(in_docs) or alst):
+        return "companion"
+    if all(in_tests):
+        return "test"
+    if paths == [STAGE3] and re.search(rf"^\+{MARKER_NAME} = True$", git_out(repo, "show", "--format=", commit), re.M):
+        return "marker"
+    if not any(in_docs):
+        return "fix"
+    raise errors.BadInput(f"{commit[:12]} touches docs/ and code: split it, so that the fix alone applies to "
+                          f"trees without docs/ (PyPI sdists)")
+
+
+def update_manifest(manifest: Path, name: str, version: int, upstream: str, base_ref: str | None,
+                    patches: list[tuple[str, str]]) -> None:
+    """Rewrite version, base and patch list of one [[series]] block, leaving the rest as written."""
+    text = manifest.read_text()
+    blocks = re.split(r"(?m)^(?=\[\[series\]\])", text)
+    for i, block in enumerate(blocks):
+        if re.search(rf'(?m)^name = "{re.escape(name)}"$', block):
+            break
+    else:
+        raise errors.BadInput(f"{manifest}: no [[series]] named {name!r}; add one, then rerun")
+    block = re.sub(r"(?m)^version = \d+$", f"version = {version}", block)
+    block = re.sub(r'(?m)^base_commit = "[0-9a-f]*"$', f'base_commit = "{upstream}"', block)
+    if base_ref:
+        block = re.sub(r'(?m)^base_ref = ".*"$', f'base_ref = "{base_ref}"', block)
+    listing = "patches = [\n" + "".join(f'    {{ file = "{f}", role = "{r}" }},\n' for f, r in patches) + "]"
+    block, count = re.subn(r"(?ms)^patches = \[.*?^\]", listing, block)
+    if count != 1:
+        raise errors.BadInput(f"{manifest}: series {name!r} has no 'patches = [...]' list to update")
+    blocks[i] = block
+    manifest.write_text("".join(blocks))
+
+
+def _manifest_base(manifest_path: Path, name: str) -> str:
+    """The base_commit of a series, read raw: a new series may not list any patch yet."""
+    try:
+        blocks = load_toml(manifest_path).get("series", [])
+    except (FileNotFoundError, TOMLDecodeError):
+        blocks = []
+    for block in blocks:
+        if block.get("name") == name and block.get("base_commit"):
+            return str(block["base_commit"])
+    raise errors.BadInput(f"series {name!r} has no base_commit in {manifest_path}: pass --upstream")
+
+
+def reroll(repo: Path,
+           branch: str,
+           series_name: str,
+           version: int,
+           *,
+           upstream: str | None = None,
+           base_ref: str | None = None,
+           cover: Path | None = None,
+           out: Path | None = None,
+           previous: Path | None = None,
+           manifest_path: Path = DEFAULT_MANIFEST,
+           update: bool = True) -> Reroll:
+    repo = repo.resolve()
+    if version < 1:
+        raise errors.BadInput("-v must be 1 or more")
+    if upstream is None:
+        upstream = _manifest_base(manifest_path, series_name)
+    upstream = _commit(repo, upstream)
+    head = _commit(repo, branch)
+    local_base, scaffolding, commits = split_scaffolding(repo, upstream, head)
+    check_signoffs(repo, commits)
+    touched = sorted({path for c in commits for _, path in _touched(repo, c)})
+    roles = [_role(repo, commit) for commit in commits]  # refuse a mixed commit before writing anything
+    if local_base != upstream and git(repo, "diff", "--quiet", upstream, local_base, "--", *touched,
+                                      check=False).returncode != 0:
+        raise errors.BadInput("the scaffolding commits change files the series touches: base-commit would lie")
+
+    out = (out or manifest_path.parent / series_name).resolve()
+    previous = (previous or out).resolve()
+    old_patches = sorted(previous.glob("0[0-9][0-9][0-9]-*.patch")) if previous.is_dir() else []
+    old_letter = old_patches[0].read_text() if old_patches and old_patches[0].name.startswith("0000-") else ""
+    cid = change_id(series_name, old_letter)
+    if cover is not None:
+        subject, body = read_cover(cover)
+    elif old_patches and old_patches[0].name.startswith("0000-"):
+        subject, body = cover_from_patch(old_patches[0])
+    else:
+        raise errors.BadInput("no previous cover letter to reuse: pass --cover FILE (subject line, blank, body)")
+
+    with tempfile.TemporaryDirectory(prefix="zero3-sp-reroll.") as tmp:
+        tmpdir = Path(tmp)
+        formatted = tmpdir / "formatted"
+        where = repo
+        extra: list[str] = []
+        range_diff_text = None
+        if version > 1:
+            if not old_patches:
+                raise errors.BadInput(f"-v {version}: no previous version in {previous} to range-diff against")
+            old_local_base, old_head, where = _rebuild_previous(repo, old_patches, tmpdir)
+            extra = [f"--range-diff={old_local_base}..{old_head}"]
+            range_diff_text = git_out(where, *FORMAT_CONFIG, "range-diff", "--no-color",
+                                      f"{old_local_base}..{old_head}", f"{local_base}..{head}")
+        # The cover letter is from the series' author, not from whoever runs this (a project identity).
+        name, email = git_out(repo, "log", "-1", "--format=%an%n%ae", head).splitlines()
+        as_author = {**os.environ, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+        git_out(where, *FORMAT_CONFIG, "format-patch", "-q", "--cover-letter", f"--base={local_base}", "-v",
+                str(version), *extra, "-o", str(formatted), f"{local_base}..{head}", env=as_author)
+        files = sorted(formatted.glob("*.patch"))
+        prefix = f"v{version}-"
+        _fill_cover(files[0], subject, body, local_base, upstream, cid)
+
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in [*out.glob("0[0-9][0-9][0-9]-*.patch"), *out.glob("range-diff-v*-v*.txt")]:
+            stale.unlink()  # older versions kept their range-diff in a file too: the letter is the one place now
+        written = []
+        for f in files:
+            target = out / (f.name[len(prefix):] if f.name.startswith(prefix) else f.name)
+            shutil.copyfile(f, target)
+            written.append(target)
+
+    if update and manifest_path.exists():
+        update_manifest(manifest_path, series_name, version, upstream, base_ref,
+                        [(path.name, role) for path, role in zip(written[1:], roles)])
+    return Reroll(series=series_name,
+                  version=version,
+                  upstream=upstream,
+                  local_base=local_base,
+                  head=head,
+                  files=tuple(written),
+                  range_diff=range_diff_text,
+                  change_id=cid,
+                  scaffolding=tuple(scaffolding))
+
+
+def _rebuild_previous(repo: Path, old_patches: list[Path], tmpdir: Path) -> tuple[str, str, Path]:
+    """Rebuild the previous version's commits in a scratch clone: (local base, head, clone)."""
+    cover_text = old_patches[0].read_text() if old_patches[0].name.startswith("0000-") else ""
+    match = re.search(r"^base-commit: ([0-9a-f]{40})$", cover_text, re.M)
+    if not match:
+        raise errors.BadInput(f"{old_patches[0]}: the previous version has no base-commit: line")
+    old_base = match[1]
+    scratch = tmpdir / "previous"
+    clone_shared(repo, scratch)
+    _commit(scratch, old_base)
+    local_base, _ = prepare_working_copy(scratch, old_base, "previous")
+    patches = [str(p) for p in old_patches if not p.name.startswith("0000-")]
+    result = git(scratch, "am", "--no-3way", "--quiet", *patches, check=False, env={**os.environ, **FIXED_IDENTITY})
+    if result.returncode != 0:
+        raise errors.BadInput(f"the previous version does not apply to its own base {old_base[:12]}: "
+                              f"{(result.stderr or result.stdout).strip().splitlines()[0]}")
+    return local_base, _commit(scratch, "HEAD"), scratch
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m patch_and_test.reroll",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Regenerate one patch series (format-patch --cover-letter --base -v N) from a DeepSpeed "
+        "branch, write it under patches/<series>/ and update patches/series.toml; for N > 1 the cover letter "
+        "carries the range-diff against the previous version.",
+        epilog="""examples:
+  # first version of the master series; the cover text is subject line, blank line, body
+  python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 1 --cover cover.txt
+
+  # after amending the commits: v2, cover letter and change-id reused from v1, range-diff in the letter
+  python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 2
+
+  # the same series rebased onto a newer upstream master
+  python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 3 \\
+      --upstream origin/master --base-ref master
+
+The branch may start with local commits that only delete files (a repo with missing blobs needs
+one, see docs/runtime-facts.md); they are left out and base-commit: names the real upstream commit. Every commit
+must be signed off by its author (git commit -s). Exit codes: 0 done, 2 bad input.""")
+    parser.add_argument("--repo", type=Path, required=True, help="DeepSpeed git repo holding the branch")
+    parser.add_argument("--branch", required=True, help="branch (or commit) whose commits form the series")
+    parser.add_argument("--series", required=True, help="series name in patches/series.toml, e.g. master")
+    parser.add_argument("-v",
+                        "--reroll-count",
+                        dest="version",
+                        type=int,
+                        required=True,
+                        help="series version N (format-patch -v N)")
+    parser.add_argument("--upstream",
+                        help="real upstream commit the branch is built on "
+                        "(default: the series' base_commit in the manifest)")
+    parser.add_argument("--base-ref", help="tag or branch name of --upstream, recorded in the manifest")
+    parser.add_argument("--cover",
+                        type=Path,
+                        help="cover letter text: subject line, blank line, body "
+                        "(default: reuse the previous version's)")
+    parser.add_argument("--previous", type=Path, help="folder of the previous version (default: --out)")
+    parser.add_argument("--out", type=Path, help="where to write the series (default: patches/<series>)")
+    parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="default: %(default)s")
+    parser.add_argument("--no-manifest-update", action="store_true", help="leave series.toml alone")
+    args = parser.parse_args(argv)
+    try:
+        result = reroll(args.repo,
+                        args.branch,
+                        args.series,
+                        args.version,
+                        upstream=args.upstream,
+                        base_ref=args.base_ref,
+                        cover=args.cover,
+                        out=args.out,
+                        previous=args.previous,
+                        manifest_path=args.manifest,
+                        update=not args.no_manifest_update)
+    except errors.PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    for commit in result.scaffolding:
+        print(f"left out local scaffolding commit {commit[:12]} (deletes files only)")
+    print(f"series {result.series} v{result.version} on {result.upstream}: "
+          f"{len(result.files)} files in {result.files[0].parent}")
+    for path in result.files:
+        print(f"  {path.name}")
+    print(f"  change-id: {result.change_id}" + ("; range-diff in the cover letter" if result.range_diff else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""Which of DeepSpeed's test files can reach the code a series changes. Pure logic, plus file reads.
+
+The rule (docs/affected-tests.md):
+
+1. Every test file the series edits or adds is selected ("edited by the series").
+2. From every hunk of every Python source file the series changes outside ``tests/`` and
+   ``docs/``, the *changed names* are
+   * the enclosing definitions of its changed lines: the chain of ``class`` / ``def`` that
+     contains each removed line (or, for added lines, the line they are inserted before), read
+     from the file as it is in the tree before the series; where the file is not there or does
+     not parse, the name in the hunk header (git's function context);
+   * the attributes of the object that the hunk newly reads or sets: ``self.X`` / ``cls.X`` on
+     its added lines that are on none of its removed lines (``self.sequence_parallel_size`` ->
+     ``sequence_parallel_size``). Locals and library calls (``scale``, ``dist.get_world_size``)
+     are left out: a test holds nothing of them that the change now depends on.
+3. Names too generic to mean anything are dropped: Python keywords and builtins, ``self`` /
+   ``cls``, dunder names (``__init__``), names shorter than ``MIN_NAME_LENGTH``, and names that
+   appear in more than ``GENERIC_SHARE`` of the test files (and in more than ``GENERIC_MIN_FILES``).
+4. Every test file (``test_*.py`` / ``*_test.py`` under ``tests/``) that names one of the rest
+   as a whole word is selected, with the names as its reason. A private method ``__x`` of class
+   ``C`` is also found as ``_C__x``, the name Python mangles it to.
+
+Test helpers that are not test files (``tests/unit/checkpoint/common.py``) are reported when
+they name a changed name, but the test files importing them are not followed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import dataclasses
+import json
+import keyword
+import re
+import sys
+from pathlib import Path
+
+MIN_NAME_LENGTH = 4
+GENERIC_SHARE = 0.10  # a name in more than this share of the test files selects nothing ...
+GENERIC_MIN_FILES = 5  # ... unless it is in this many files or fewer (a small tree)
+NON_SOURCE_DIRS = ("tests/", "docs/", "blogs/", "benchmarks/", "examples/")
+_SELF_ATTR = re.compile(r"(?<![A-Za-z0-9_.])(?:self|cls)\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+_STRING = re.compile(r"(?:[rbfuRBFU]{0,2})(?:'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\")")
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
+_HEADER_NAME = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hunk:
+    path: str  # the file, relative to the tree (the post-image name)
+    old_start: int
+    header: str  # git's function context after the second @@
+    removed: tuple[tuple[int, str], ...]  # (old line number, text)
+    added: tuple[tuple[int, str], ...]  # (old line number it is inserted before, text)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileChange:
+    path: str
+    patch: str  # the patch file that changes it
+    hunks: tuple[Hunk, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangedName:
+    name: str
+    kind: str  # "enclosing" | "reads"
+    where: str  # "<file>: <patch>"
+    also_as: tuple[str, ...] = ()  # the mangled spelling of a private method
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectedFile:
+    path: str  # relative to the tree, e.g. tests/unit/v1/moe/test_autoep_unit.py
+    reasons: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    files: tuple[SelectedFile, ...]
+    names: tuple[ChangedName, ...]  # the names that selected
+    generic: tuple[str, ...]  # changed names dropped as too generic
+    helpers: tuple[SelectedFile, ...]  # non-test modules under tests/ that name a changed name (not followed)
+    test_files_scanned: int
+
+    @property
+    def paths(self) -> list[str]:
+        return [f.path for f in self.files]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        lines = [f"{len(self.files)} of {self.test_files_scanned} test files can reach the series' changes:"]
+        lines += [f"  {f.path}: {'; '.join(f.reasons)}" for f in self.files]
+        if self.generic:
+            lines.append(f"  (too generic to select: {', '.join(self.generic)})")
+        for h in self.helpers:
+            lines.append(f"  (helper, not followed: {h.path}: {'; '.join(h.reasons)})")
+        return "\n".join(lines)
+
+
+def parse_patch(text: str, patch_name: str = "") -> list[FileChange]:
+    """Every file a ``git format-patch`` / unified diff changes, with its hunks."""
+    changes: list[FileChange] = []
+    path: str | None = None
+    hunks: list[Hunk] = []
+    lines = text.splitlines()
+    i = 0
+
+    def flush():
+        if path is not None:
+            changes.append(FileChange(path, patch_name, tuple(hunks)))
+
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            flush()
+            path, hunks = line.split(" b/", 1)[-1], []
+        elif line.startswith("+++ ") and path is not None:
+            target = line[4:].strip()
+            if target != "/dev/null":
+                path = target[2:] if target.startswith("b/") else target
+        elif (m := _HUNK.match(line)) and path is not None:
+            old_line, old_left = int(m.group(1)), int(m.group(2) or 1)
+            new_left = int(m.group(4) or 1)
+            removed, added = [], []
+            i += 1
+            while i < len(lines) and (old_left > 0 or new_left > 0):
+                body = lines[i]
+                tag, rest = body[:1], body[1:]
+                if tag == "-":
+                    removed.append((old_line, rest))
+                    old_line, old_left = old_line + 1, old_left - 1
+                elif tag == "+":
+                    added.append((old_line, rest))
+                    new_left -= 1
+                elif tag == "\\":  # "\ No newline at end of file"
+                    pass
+                else:  # context (a blank context line may have lost its space)
+                    old_line, old_left, new_left = old_line + 1, old_left - 1, new_left - 1
+                i += 1
+            hunks.append(Hunk(path, int(m.group(1)), m.group(5).strip(), tuple(removed), tuple(added)))
+            continue
+        i += 1
+    flush()
+    return changes
+
+
+def series_changes(series_dir: Path) -> list[FileChange]:
+    """The changes of every numbered patch of a series folder (the cover letter changes nothing)."""
+    out = []
+    for patch in sorted(series_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")):
+        if not patch.name.startswith("0000-"):
+            out += parse_patch(patch.read_text(errors="replace"), patch.name)
+    return out
+
+
+def is_test_file(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return path.startswith("tests/") and name.endswith(".py") and (name.startswith("test_")
+                                                                   or name.endswith("_test.py"))
+
+
+def _is_source(path: str) -> bool:
+    return path.endswith(".py") and not path.startswith(NON_SOURCE_DIRS)
+
+
+def _code_names(text: str) -> set[str]:
+    """The ``self.X`` / ``cls.X`` attributes a line of code reads or sets, without its strings and comment."""
+    code = _STRING.sub(" ", text)
+    code = code.split("#", 1)[0]
+    return set(_SELF_ATTR.findall(code))
+
+
+def _definitions(source: str) -> list[tuple[int, int, str, str]] | None:
+    """(first line, last line, kind, name) of every class and def, outermost first; None if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    defs = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            defs.append((first, node.end_lineno
+                         or node.lineno, "class" if isinstance(node, ast.ClassDef) else "def", node.name))
+    return sorted(defs, key=lambda d: (d[0], -d[1]))
+
+
+def _enclosing(defs: list[tuple[int, int, str, str]], line: int) -> list[tuple[str, str]]:
+    """The chain (outermost first) of (kind, name) that contains ``line``."""
+    return [(kind, name) for first, last, kind, name in defs if first <= line <= last]
+
+
+def mangled(name: str, chain: list[tuple[str, str]]) -> tuple[str, ...]:
+    """How a private ``__name`` defined in a class reads from outside it: ``_Class__name``."""
+    if not name.startswith("__") or name.endswith("__"):
+        return ()
+    classes = [n for kind, n in chain if kind == "class"]
+    if not classes:
+        return ()
+    return (f"_{classes[-1].lstrip('_')}{name}", )
+
+
+def changed_names(changes: list[FileChange], tree: Path) -> list[ChangedName]:
+    """The names each source hunk changes (its enclosing definitions) or newly reads (its added lines)."""
+    found: dict[tuple[str, str], ChangedName] = {}
+
+    def add(name: str, kind: str, where: str, also_as: tuple[str, ...] = ()) -> None:
+        key = (name, kind)
+        if key not in found:
+            found[key] = ChangedName(name, kind, where, also_as)
+
+    for change in changes:
+        if not _is_source(change.path):
+            continue
+        where = f"{change.path}: {change.patch}" if change.patch else change.path
+        pre = tree / change.path
+        defs = _definitions(pre.read_text(errors="replace")) if pre.is_file() else None
+        for hunk in change.hunks:
+            lines = [n for n, _ in hunk.removed] + [n for n, _ in hunk.added]
+            if defs is not None:
+                for line in sorted(set(lines)):
+                    chain = _enclosing(defs, line)
+                    # A line inserted right after a def's last line belongs to that def's body too.
+                    if not chain and line > 1:
+                        chain = [c for c in _enclosing(defs, line - 1)]
+                    for kind, name in chain:
+                        add(name, "enclosing", where, mangled(name, chain))
+            elif (m := _HEADER_NAME.match(hunk.header)):
+                add(m.group(1), "enclosing", where)
+            old = set().union(*[_code_names(t) for _, t in hunk.removed]) if hunk.removed else set()
+            new = set().union(*[_code_names(t) for _, t in hunk.added]) if hunk.added else set()
+            for name in sorted(new - old):
+                add(name, "reads", where)
+    return list(found.values())
+
+
+def test_files(tree: Path) -> list[str]:
+    root = tree / "tests"
+    if not root.is_dir():
+        return []
+    return sorted(str(p.relative_to(tree)) for p in root.rglob("*.py") if is_test_file(str(p.relative_to(tree))))
+
+
+def helper_files(tree: Path) -> list[str]:
+    root = tree / "tests"
+    if not root.is_dir():
+        return []
+    return sorted(
+        str(p.relative_to(tree)) for p in root.rglob("*.py")
+        if not is_test_file(str(p.relative_to(tree))) and p.name not in ("__init__.py", "conftest.py"))
+
+
+def _always_generic(name: str) -> bool:
+    return (keyword.iskeyword(name) or name in dir(builtins) or name in ("self", "cls")
+            or (name.startswith("__") and name.endswith("__")) or len(name) < MIN_NAME_LENGTH)
+
+
+def _spellings(n: ChangedName) -> tuple[str, ...]:
+    return (n.name, *n.also_as)
+
+
+def _named_in(text: str, n: ChangedName) -> bool:
+    return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(s)}(?![A-Za-z0-9_])", text) for s in _spellings(n))
+
+
+def select(changes: list[FileChange], tree: Path) -> Selection:
+    """The test files of ``tree`` (as it is before the series) that the changes can reach, and why."""
+    tests = test_files(tree)
+    texts = {t: (tree / t).read_text(errors="replace") for t in tests}
+    reasons: dict[str, list[str]] = {}
+    for change in changes:
+        if is_test_file(change.path):
+            reasons.setdefault(change.path, []).append(f"edited by the series ({change.patch or 'diff'})")
+
+    names, generic = [], []
+    for n in changed_names(changes, tree):
+        if _always_generic(n.name):
+            generic.append(n.name)
+            continue
+        hits = [t for t in tests if _named_in(texts[t], n)]
+        if len(hits) > max(GENERIC_MIN_FILES, GENERIC_SHARE * len(tests)):
+            generic.append(f"{n.name} ({len(hits)} files)")
+            continue
+        names.append(n)
+        for t in hits:
+            reasons.setdefault(t, []).append(f"names {n.name} ({'changed' if n.kind == 'enclosing' else 'newly read'}"
+                                             f" in {n.where.split(':')[0]})")
+
+    helpers = []
+    for h in helper_files(tree):
+        text = (tree / h).read_text(errors="replace")
+        why = tuple(f"names {n.name}" for n in names if _named_in(text, n))
+        if why:
+            helpers.append(SelectedFile(h, why))
+    files = tuple(SelectedFile(p, tuple(dict.fromkeys(r))) for p, r in sorted(reasons.items()))
+    return Selection(files, tuple(names), tuple(sorted(set(generic))), tuple(helpers), len(tests))
+
+
+def select_for_series(series_dir: Path, tree: Path) -> Selection:
+    return select(series_changes(series_dir), tree)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m patch_and_test.affected",
+        description="The DeepSpeed test files a series can reach, with the reason for each.")
+    parser.add_argument("series", type=Path, help="a series folder (patches/<name>)")
+    parser.add_argument("tree", type=Path, help="a DeepSpeed tree as it is before the series")
+    parser.add_argument("--json", type=Path, help="also write the selection as JSON")
+    args = parser.parse_args(argv)
+    if not (args.tree / "tests").is_dir():
+        print(f"error: {args.tree} has no tests/ folder", file=sys.stderr)
+        return 2
+    if not any(args.series.glob("[0-9][0-9][0-9][0-9]-*.patch")):
+        print(f"error: {args.series} holds no numbered patches", file=sys.stderr)
+        return 2
+    selection = select_for_series(args.series, args.tree)
+    print(selection.describe())
+    if args.json:
+        args.json.write_text(json.dumps(selection.to_dict(), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

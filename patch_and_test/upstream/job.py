@@ -1,0 +1,226 @@
+"""``python -m patch_and_test.affected_job``: DeepSpeed's own tests that a series can reach, before and after it.
+
+The landing-safety part of patch-and-test on its own, for a DeepSpeed checkout and any series
+folder: no install, no reproducers (DeepSpeed's tests import deepspeed from the tree through
+PYTHONPATH). It clones the checkout (never modifies it), selects the affected test files
+(``affected``), runs them on the base commit, applies the series with ``git am``, runs them again,
+reruns every passed-before/failed-after test, and writes ``affected.json`` (the selection and
+the ``upstream_suite.SuiteComparison``).
+
+exit codes: 0 no regression; 6 regression (errors.Exit.REGRESSION); 2 error (bad input, a run
+that crashed, hit its deadline or collected fewer tests after); 4 the series does not apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+from patch_and_test.upstream import affected
+from patch_and_test.core import series as series_mod
+from patch_and_test.core import source as source_mod
+from patch_and_test.upstream import suite as upstream_suite
+from patch_and_test.core.errors import Exit, PipelineError
+from repro.harness.env import host_environment
+
+
+@dataclasses.dataclass
+class AffectedVerdict:
+    source: str
+    series: str
+    version: str | None = None  # the tree's version.txt
+    base: str | None = None
+    head: str | None = None
+    selection: affected.Selection | None = None
+    only: list[str] = dataclasses.field(default_factory=list)  # the selection was narrowed to these files
+    graft: dict | None = None  # a newest-upstream tree: the release and the master commit it is made of
+    # The series' own tests on part of it (``PARTIALS``): each must fail there for its test to prove anything.
+    partial: list[upstream_suite.SuiteRun] = dataclasses.field(default_factory=list)
+    environment: dict = dataclasses.field(default_factory=dict)  # repro.harness.env.host_environment
+    suite: upstream_suite.SuiteComparison | None = None
+    error: str | None = None
+    error_exit: int | None = None
+
+    @property
+    def outcome(self) -> tuple[str, Exit]:
+        if self.error is not None:
+            code = Exit(self.error_exit if self.error_exit is not None else Exit.ERROR)
+            return ("series-does-not-apply" if code == Exit.SERIES_DOES_NOT_APPLY else "error"), code
+        if self.suite is None or self.suite.status == "error":
+            return "error", Exit.ERROR
+        if self.suite.status == "regression":
+            return "regression", Exit.REGRESSION
+        return "no-regression", Exit.OK
+
+    def write(self, path: Path) -> None:
+        data = dataclasses.asdict(self)
+        name, code = self.outcome
+        data.update(outcome=name, exit_code=int(code))
+        path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def series_from_dir(directory: Path) -> series_mod.Series:
+    """Any folder of ``git format-patch`` files, applied whole (every patch as a fix: no folder checks)."""
+    patches = tuple(
+        series_mod.Patch(p.name, p, "fix") for p in sorted(directory.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+        if not p.name.startswith("0000-"))
+    if not patches:
+        raise PipelineError(f"{directory} holds no numbered patches")
+    return series_mod.Series(name=directory.name,
+                             version=0,
+                             min_version=(0, 0, 0),
+                             below_version=(999, 0, 0),
+                             base_commit="",
+                             base_ref="",
+                             directory=directory,
+                             cover_letter=directory / "0000",
+                             patches=patches,
+                             verified=())
+
+
+@dataclasses.dataclass(frozen=True)
+class Partial:
+    """Part of a series applied alone, and the one test class it must leave failing."""
+
+    name: str
+    roles: tuple[str, ...]  # the patches applied (series.ROLES)
+    files: tuple[str, ...]  # the test file, where each release line keeps it
+    test_class: str
+    needs: str | None = None  # a role the series must have for this run to show anything
+
+
+PARTIALS = (
+    Partial("regression test without the fix", ("test", ), ("tests/unit/v1/zero/test_zero.py",
+                                                             "tests/unit/runtime/zero/test_zero.py"),
+            "TestZero3SequenceParallelGradientScale"),
+    # the companion's reason: the recipe that relied on the bug fails with the fix alone
+    Partial("ALST test with the fix alone", ("fix", ), ("tests/unit/ulysses_alst/test_ulysses_sp_hf.py", ),
+            "TestUlyssesSPHF", needs="companion"),
+)
+
+
+def manifest_series(series_dir: Path) -> series_mod.Series | None:
+    """The manifest's series for a folder of patches/, with its roles; None for any other folder."""
+    try:
+        found = series_mod.load_manifest().by_name(series_dir.name)
+    except PipelineError:
+        return None
+    return found if found.directory.resolve() == series_dir.resolve() else None
+
+
+def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results: Path,
+                 **kwargs) -> list[upstream_suite.SuiteRun]:
+    """Each ``PARTIALS`` entry whose patches and test exist: applied alone on the base, its test class run."""
+    runs = []
+    for part in PARTIALS:
+        patches = tuple(p for p in series.patches if p.role in part.roles)
+        files = [f for f in part.files if (tree.path / f).is_file()]
+        if not patches or not files or (part.needs and not any(p.role == part.needs for p in series.patches)):
+            continue  # nothing to show here
+        subset = dataclasses.replace(series, patches=patches)
+        series_mod.apply_series(tree.path, subset)
+        try:
+            run = upstream_suite.run_suite(part.name, tree.path, files, results / "partial", **{
+                **kwargs, "keep": (part.test_class, )})
+            # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
+            runs.append(dataclasses.replace(run, log=os.path.relpath(run.log, results),
+                                            record=os.path.relpath(run.record, results)))
+            print(f"{part.name}: {runs[-1].counts}", flush=True)
+        finally:
+            series_mod.git(tree.path, "reset", "-q", "--hard", tree.base)
+    return runs
+
+
+def run(src: Path | None,
+        series_dir: Path,
+        results: Path,
+        *,
+        tier: str = "quick",
+        only: list[str] | None = None,
+        workers: int = 0) -> AffectedVerdict:
+    """DeepSpeed's affected tests of ``src`` (a checkout; None: the newest-upstream tree), before and after."""
+    results.mkdir(parents=True, exist_ok=True)
+    # Names, not this machine's paths: the base commit says which tree it was.
+    name = src.resolve().name if src is not None else source_mod.NEWEST_UPSTREAM
+    verdict = AffectedVerdict(source=name, series=series_dir.name, only=list(only or []),
+                              environment=host_environment("gloo"))
+    tree = None
+    try:
+        chosen = series_from_dir(series_dir)
+        if src is None:
+            tree = source_mod.from_newest_upstream(f"affected-{series_dir.name}")
+            verdict.graft = dataclasses.asdict(tree.graft)
+        else:
+            tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
+        verdict.base = series_mod.git(tree.path, "rev-parse", "HEAD").stdout.strip()
+        verdict.version = tree.version
+        selection = affected.select(affected.series_changes(series_dir), tree.path)
+        verdict.selection = selection
+        print(selection.describe(), flush=True)
+        files = [f for f in selection.paths if not only or f in only]
+        kwargs = dict(tier=tier, keep=upstream_suite.QUICK_TIER_CLASSES, timeout=upstream_suite.TIMEOUT[tier],
+                      workers=workers)
+        before = upstream_suite.run_suite("before", tree.path, files, results / "before", **kwargs)
+        print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
+        with_roles = manifest_series(series_dir)
+        if with_roles is not None and not only:
+            verdict.partial = run_partials(tree, with_roles, results, **kwargs)
+        applied = series_mod.apply_series(tree.path, chosen)
+        verdict.head = applied.head
+        after = upstream_suite.run_suite("after", tree.path, files, results / "after", **kwargs)
+        print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
+        reruns = upstream_suite.rerun(tree.path,
+                                      upstream_suite.rerun_candidates(before, after),
+                                      results / "after",
+                                      workers=workers)
+        verdict.suite = upstream_suite.compare("upstream affected tests", before, after, reruns)
+        print("\n".join(verdict.suite.describe()), flush=True)
+    except PipelineError as err:
+        verdict.error, verdict.error_exit = str(err), int(err.exit_code)
+    finally:
+        if tree is not None:
+            tree.release()
+    verdict.write(results / "affected.json")
+    return verdict
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = argparse.ArgumentParser(prog="python -m patch_and_test.affected_job",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--src", type=Path, help="a clean DeepSpeed checkout (only read)")
+    where.add_argument("--newest-upstream", action="store_true",
+                       help="the newest locked sdist's code on the mirror's master, with master's tests/ "
+                       "(deepspeed-sdists.lock [newest-upstream]; needs the mirror, DEEPSPEED_MIRROR)")
+    parser.add_argument("--series", type=Path, required=True, help="a folder of git format-patch files")
+    parser.add_argument("--results", type=Path, default=Path("results/affected"))
+    parser.add_argument("--tier", choices=("quick", "full"), default="quick")
+    parser.add_argument("--only",
+                        action="append",
+                        default=[],
+                        help="run only this selected test file (tree-relative; repeatable), to check one file fast")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="pytest-xdist workers (-n N; no --forked, see docs/affected-tests.md)")
+    args = parser.parse_args(argv)
+    verdict = run(args.src,
+                  args.series.resolve(),
+                  args.results.resolve(),
+                  tier=args.tier,
+                  only=args.only,
+                  workers=args.workers)
+    name, code = verdict.outcome
+    if verdict.error:
+        print(f"error: {verdict.error}", file=sys.stderr)
+    print(f"outcome: {name} (exit {int(code)}); {args.results.resolve() / 'affected.json'}")
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
