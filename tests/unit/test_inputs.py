@@ -20,7 +20,8 @@ def test_the_module_list_is_what_the_pipeline_imports():
     names = _names(inputs.pipeline_files())
     # imported by the pipeline but missing from the old hand-written list / repro/*.py glob
     for needed in ("patch_and_test/upstream/suite.py", "patch_and_test/upstream/affected.py",
-                   "patch_and_test/downstream/clients.py", "repro/harness/exit_codes.py", "repro/harness/launch.py", "repro/audit/known_discrepancies.toml"):
+                   "patch_and_test/downstream/clients.py", "repro/harness/exit_codes.py", "repro/harness/launch.py",
+                   "repro/audit/known_discrepancies.toml"):
         assert needed in names, needed
     # what only reads results, or never runs in a pipeline, does not invalidate them
     for not_needed in ("patch_and_test/review/bundle.py", "patch_and_test/review/pr.py", "patch_and_test/tools/lint.py",
