@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -27,19 +26,3 @@ def test_the_top_of_repro_holds_only_runnable_scripts():
 def test_every_family_has_the_same_roles(family):
     present = {p.stem for p in (REPRO / family).glob("*.py")}
     assert set(ROLES) <= present, f"repro/{family} lacks {sorted(set(ROLES) - present)}"
-
-
-def _imported_private_names(path: Path) -> list[str]:
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("repro"):
-            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-    return found
-
-
-def test_no_module_imports_another_modules_private_name():
-    # The package's code; a unit test may reach into the module it tests.
-    root = REPRO.parent
-    files = [p for d in ("repro", "patch_and_test", "benchmarks") for p in (root / d).rglob("*.py")]
-    offenders = {str(p.relative_to(root)): names for p in files if (names := _imported_private_names(p))}
-    assert offenders == {}
