@@ -28,7 +28,6 @@ The runnable script is repro/parity_audit.py (``main`` below); every rank it sta
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import importlib.metadata
 import os
@@ -218,8 +217,8 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
         print(f"[parity-audit] launch {topo.label()} (world {topo.world_size}, {backend}): {len(topo_points)} points, "
               f"{left:.0f} s left", file=sys.stderr, flush=True)
         launch_start = time.monotonic()
-        with _rank_argv(child_argv):
-            code = launch.run(child_args, None, lambda report, wall: received.append(report))
+        code = launch.run(child_args, None, lambda report, wall: received.append(report),
+                          rank_argv=[str(ENTRY_SCRIPT), *child_argv])
         wall = round(time.monotonic() - launch_start, 3)
         message = ""
         if code in (0, 1) and received:
@@ -239,18 +238,6 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
     report.wall_time_s = round(time.monotonic() - started, 3)
     _emit(report, args)
     return report.exit_code
-
-
-@contextlib.contextmanager
-def _rank_argv(child_argv: list[str]):
-    """What the ranks of one launch run: launch.run starts ``sys.argv`` (script and flags) once per
-    rank, so it is this topology's flags, built from the parsed ones, while the launch lasts."""
-    saved = sys.argv
-    sys.argv = [str(ENTRY_SCRIPT), *child_argv]
-    try:
-        yield
-    finally:
-        sys.argv = saved
 
 
 def _final(args: ReproArgs, known, topo_runs, points, meta, launcher: str) -> AuditReport:

@@ -113,13 +113,16 @@ def external_launcher_env() -> bool:
     return CHILD_DIR_VAR not in os.environ and "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def run(args: ReproArgs, program: RankProgram, sink: ReportSink) -> int:
-    """Entry point of every reproducer: parent, spawned child, or externally launched rank."""
+def run(args: ReproArgs, program: RankProgram, sink: ReportSink, rank_argv: list[str] | None = None) -> int:
+    """Entry point of every reproducer: parent, spawned child, or externally launched rank.
+
+    The parent starts each rank as ``rank_argv`` (script and flags); by default this process's own command line.
+    """
     if CHILD_DIR_VAR in os.environ:
         _run_rank(args, program, sink, Path(os.environ[CHILD_DIR_VAR]))
     if external_launcher_env():
         _run_rank(args, program, sink, None)
-    return _spawn_and_wait(args, sink)
+    return _spawn_and_wait(args, sink, rank_argv or sys.argv)
 
 
 # --------------------------------------------------------------------------- parent side
@@ -132,7 +135,7 @@ class _Child:
     log: Path
 
 
-def _spawn_and_wait(args: ReproArgs, sink: ReportSink) -> int:
+def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> int:
     import torch.distributed as tdist  # deferred: `--help` and bad flags need no torch
 
     # The parent hosts the store; the kernel picks the port, and the parent holds it until
@@ -140,7 +143,7 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink) -> int:
     store = tdist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=args.timeout))
     workdir = Path(tempfile.mkdtemp(prefix="repro-launch-"))
-    script = Path(sys.argv[0]).resolve()
+    script = Path(rank_argv[0]).resolve()
     children: list[_Child] = []
     deadline = time.monotonic() + args.timeout + _REPORT_GRACE_S
     rank_deadline = f"{time.time() + args.timeout:.3f}"
@@ -153,7 +156,7 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink) -> int:
                        MASTER_PORT=str(store.port), **{CHILD_DIR_VAR: str(workdir), DEADLINE_VAR: rank_deadline})
             log = workdir / f"rank{rank}.log"
             with open(log, "wb") as out:
-                proc = subprocess.Popen([sys.executable, str(script), *sys.argv[1:]], env=env, stdout=out,
+                proc = subprocess.Popen([sys.executable, str(script), *rank_argv[1:]], env=env, stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             children.append(_Child(rank, proc, log))
         try:
