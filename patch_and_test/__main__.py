@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from patch_and_test.core.errors import Exit
+from patch_and_test.core.errors import Exit, positive_seconds, CommandParser
 from patch_and_test.job.pipeline import PipelineConfig, run
 
 EXIT_HELP = """\
@@ -40,7 +40,7 @@ environment:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test", description=__doc__, epilog=EXIT_HELP,
+    parser = CommandParser(prog="python -m patch_and_test", description=__doc__, epilog=EXIT_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
                         help="DeepSpeed release from PyPI (env DEEPSPEED_VERSION)")
@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env-name", default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
                         or "patch-and-test", help="names the results folder (default: the tox/nox env)")
     parser.add_argument("--results", type=Path, default=None, help="default: results/<env-name>")
-    parser.add_argument("--timeout", type=float, default=600.0, help="deadline per reproducer launch, s")
+    parser.add_argument("--timeout", type=positive_seconds, default=600.0,
+                        help="deadline per reproducer launch, s (default %(default)s; the parity audit gets 3x)")
     parser.add_argument("--no-upstream-suites", action="store_true",
                         help="with a checkout: skip DeepSpeed's own tests that the series can reach, before/after")
     parser.add_argument("--upstream-tier", choices=["quick", "full"],

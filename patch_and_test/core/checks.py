@@ -29,6 +29,29 @@ ALST = "alst_recipe"  # the ALST loss recipe's scale; needs transformers and Dee
 ALST_MIN_VERSION = "0.17.2"  # UlyssesSPAttentionHF appears
 
 
+ALST_REQUIREMENTS = PACKAGE_ROOT / "requirements" / "alst.txt"  # the one place the ALST steps' transformers is pinned
+
+
+def alst_pin_problem() -> str | None:
+    """Why the installed transformers cannot run the ALST steps (not the pinned one), or None.
+
+    The tiny Llama and the recipe's numbers were measured with that release (docs/alst-recipe.md); another one
+    fails inside the ranks, minutes later, with a traceback (5.24: "Unrecognized model").
+    """
+    import importlib.metadata
+
+    pin = next(line.strip() for line in ALST_REQUIREMENTS.read_text().splitlines()
+               if line.startswith("transformers=="))
+    try:
+        installed = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return None  # the steps are skipped, with the reason (alst_unavailable)
+    if installed != pin.split("==", 1)[1]:
+        return (f"the ALST recipe steps need {pin} (requirements/alst.txt) and this environment has transformers "
+                f"{installed}: pip install -r requirements/alst.txt, or run in an env without transformers")
+    return None
+
+
 def alst_unavailable(deepspeed_version: str) -> str | None:
     """Why the ALST reproducer cannot run here, or None when it can."""
     import importlib.util

@@ -6,7 +6,10 @@ and exits with the class's code. Nothing is left half-done when one is raised.
 
 from __future__ import annotations
 
+import argparse
 import enum
+import sys
+from typing import NoReturn
 
 from repro.harness import exit_codes
 
@@ -54,3 +57,23 @@ class AlreadyFixed(PipelineError):
 
 class Skipped(PipelineError):
     exit_code = Exit.SKIPPED
+
+
+class CommandParser(argparse.ArgumentParser):
+    """Every command's argument parser: a usage error is one line (``error: ...``) and exit 2, like every other
+    bad input; ``--help`` still prints the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(int(Exit.ERROR))
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type of a deadline: a number of seconds above 0 (CommandParser makes the error one line, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
+    return value

@@ -19,7 +19,7 @@ import sysconfig
 from pathlib import Path
 
 from patch_and_test import PACKAGE_ROOT
-from patch_and_test.core.errors import PipelineError
+from patch_and_test.core.errors import CommandParser, PipelineError
 from patch_and_test.core.gitrun import git, git_out
 from repro.harness.env import cache_root
 
@@ -165,12 +165,11 @@ def _git(tree: Path, *args: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m patch_and_test.install --pypi X``: install unpatched DeepSpeed X from its verified sdist."""
-    import argparse
 
     from patch_and_test.core import source
     from patch_and_test.core.errors import PipelineError
 
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.install", description=main.__doc__)
+    parser = CommandParser(prog="python -m patch_and_test.install", description=main.__doc__)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--pypi", metavar="VERSION", help="a supported DeepSpeed release (sdist pinned by sha256)")
     what.add_argument("--tree", type=Path, help="a git work tree of DeepSpeed (its committed HEAD is installed)")

@@ -147,7 +147,7 @@ def sign_state(series_dir: Path) -> SignState:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.signoff", description=__doc__,
+    parser = errors.CommandParser(prog="python -m patch_and_test.signoff", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("series", type=Path, help="a folder of git format-patch files, e.g. patches/master")
     parser.add_argument("--as", dest="identity", metavar="'NAME <EMAIL>'",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from patch_and_test.doctor import read, rule
 from patch_and_test.doctor.check import run_check
-from patch_and_test.core.errors import BadInput
+from patch_and_test.core.errors import CommandParser, BadInput
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import parse_version, series_for_version
 from patch_and_test.core.source import load_lock
@@ -31,7 +31,7 @@ RECIPE_CHOICES = ("none", "allgather", "own_share")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.doctor", description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.doctor", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ds-config", type=Path, required=True, help="the DeepSpeed config JSON of the run")
     parser.add_argument("--sp", type=int, default=None,

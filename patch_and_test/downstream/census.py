@@ -35,6 +35,7 @@ from repro.downstream.expect import ClientKind, expected_ratio
 from repro.downstream.report import DownstreamReport
 from repro.harness import exit_codes, scales
 from repro.harness.report import JsonReport, Record
+from patch_and_test.core.errors import CommandParser
 
 SCHEMA = "zero3-sp-gradfix/downstream-census/v1"
 CENSUS = KEPT_RESULTS / "census.json"
@@ -220,7 +221,7 @@ def render(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream_census", description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.downstream_census", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--census", type=Path, default=CENSUS, help=f"default: {CENSUS}")
     parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"the kept reports; default: {KEPT_RESULTS}")

@@ -21,6 +21,7 @@ from repro.downstream.expect import ClientKind, expected_ratio, mis_scaled
 from repro.downstream.report import deepspeed_label
 from repro.downstream.space import STAGES
 from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core.errors import CommandParser
 
 SP = 2  # the reproducers' layout; the factor is sp for any sp
 
@@ -104,7 +105,7 @@ def found_clients() -> list[FoundClient]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.client_check", description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.client_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, default=None, help="write {clients, warnings} here")
     args = parser.parse_args(argv)

@@ -36,7 +36,7 @@ from patch_and_test.core import checks
 from patch_and_test.core import install
 from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
-from patch_and_test.core.errors import BadInput, Exit, PipelineError
+from patch_and_test.core.errors import CommandParser, BadInput, Exit, PipelineError, positive_seconds
 from repro.downstream.space import MARKER_NAME
 from repro.harness.report import JsonReport
 
@@ -217,7 +217,7 @@ def _relative(path: str | None, root: Path) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream", description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.downstream", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-name", default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
                         or "downstream", help="names the results folder (default: the tox/nox env)")
@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="build transformers from its PyPI sdist with DIR/*.patch applied (patch -p1)")
     parser.add_argument("--transformers-version", default="5.25.0", help="the sdist --transformers-patches is for")
     parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"))
-    parser.add_argument("--timeout", type=float, default=1200.0, help="deadline per reproducer launch, s")
+    parser.add_argument("--timeout", type=positive_seconds, default=1200.0,
+                        help="deadline per reproducer launch, s (default %(default)s)")
     return parser
 
 

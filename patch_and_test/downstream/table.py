@@ -22,6 +22,7 @@ from repro.downstream.report import DownstreamReport, deepspeed_label
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
 from patch_and_test.core.templating import Model
+from patch_and_test.core.errors import CommandParser
 
 BEGIN = "<!-- downstream-table:begin (rendered by python -m patch_and_test.downstream_table; do not edit) -->"
 END = "<!-- downstream-table:end -->"
@@ -233,7 +234,7 @@ def _envs_of(document: Path) -> tuple[str, ...] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"default: {KEPT_RESULTS}")
     parser.add_argument("--shown-as", default="docs/downstream-results", help="the results path the table names")

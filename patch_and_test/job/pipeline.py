@@ -29,7 +29,7 @@ from patch_and_test.core import install
 from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
 from patch_and_test.upstream import suite as upstream_suite
-from patch_and_test.core.errors import Exit, PipelineError, Skipped
+from patch_and_test.core.errors import BadInput, Exit, PipelineError, Skipped
 from patch_and_test.job.verdict import Step, Verdict, summary_table
 from repro.harness.cli import gpu_count
 from repro.harness.env import host_environment
@@ -102,6 +102,7 @@ def _run_steps(r: _Run) -> None:
         # Known before any download: a skipped cell is still tied to the inputs it would have used.
         r.verdict.inputs = inputs.run_inputs(series_mod.series_for_version(version).directory, _sdist_sha256(version),
                                              cfg.backend, cfg.audit)
+    _check_alst_pin(version)
     if cfg.backend == "nccl" and gpu_count() < WORLD_SIZE:
         raise Skipped(f"nccl needs one GPU per rank: {WORLD_SIZE} ranks, {gpu_count()} GPU(s) visible")
 
@@ -118,6 +119,7 @@ def _run_steps(r: _Run) -> None:
                if tree.graft else "")
     r.step("source", "ok", f"DeepSpeed {tree.version} ({tree.origin}{made_of}) at {tree.path}", t)
 
+    _check_alst_pin(tree.version)
     chosen = (series_mod.load_manifest().by_name(tree.series_name) if tree.series_name
               else series_mod.series_for_tree(tree.path))
     r.verdict.series = {"name": chosen.name, "version": chosen.version, "base_commit": chosen.base_commit,
@@ -171,6 +173,14 @@ def _run_steps(r: _Run) -> None:
         _upstream_regression_test(r, tree.path)
         if suite_before is not None and selection is not None:
             _affected_compare(r, tree.path, selection, suite_before)
+
+
+def _check_alst_pin(version: str | None) -> None:
+    """A wrong transformers for the ALST steps is bad input, said before anything is downloaded or built."""
+    if version is not None and checks.alst_unavailable(version) is None:
+        problem = checks.alst_pin_problem()
+        if problem:
+            raise BadInput(problem)
 
 
 def _reproducers(r: _Run, version: str) -> tuple[str, ...]:

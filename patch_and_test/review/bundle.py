@@ -43,7 +43,7 @@ from patch_and_test.core import inputs
 from patch_and_test.review import schemas
 from patch_and_test.core import signoff
 from patch_and_test.core import source
-from patch_and_test.core.errors import Exit, PipelineError
+from patch_and_test.core.errors import CommandParser, Exit, PipelineError, positive_seconds
 from patch_and_test.review.pr import ISSUE, MAX_LINES, local_links, nonblank_lines, render_evidence, render_pr
 from patch_and_test.job.verdict import Verdict
 
@@ -366,7 +366,7 @@ def newest_bundle(dist: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.bundle", description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.bundle", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command")
     build_p = sub.add_parser("build", help="run or reuse the matrix and write the bundle (default)")
@@ -374,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     build_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
     build_p.add_argument("--versions", nargs="*", default=None, help="restrict the matrix to these versions")
     build_p.add_argument("--backends", nargs="*", default=list(BACKENDS))
-    build_p.add_argument("--timeout", type=float, default=600.0)
+    build_p.add_argument("--timeout", type=positive_seconds, default=600.0,
+                         help="deadline per reproducer launch of a matrix cell that runs, s (default %(default)s)")
     build_p.add_argument("--no-audit", action="store_true", help="cells without the parity audit (quicker)")
     build_p.add_argument("--sign-as", metavar="'NAME <EMAIL>'", default=None,
                          help="sign the bundle's series off as this identity (the sender's); without it they carry "

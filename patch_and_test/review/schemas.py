@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core.errors import CommandParser
 
 SCHEMAS_DIR = PACKAGE_ROOT / "docs" / "schemas"
 SUFFIX = ".schema.json"
@@ -146,7 +147,7 @@ def write(directory: Path, models: dict[str, Any], skipped: dict[str, str] | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.schemas", description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.schemas", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is stale")
     parser.add_argument("--dir", type=Path, default=SCHEMAS_DIR, help=f"default: {SCHEMAS_DIR}")

@@ -258,7 +258,7 @@ def trees_for(manifest: Manifest,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.lint",
+    parser = errors.CommandParser(prog="python -m patch_and_test.lint",
                                      description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1] + "\npinned: "
                                      + " ".join(f"{t}=={v}" for t, v in TOOLS.items()) + "\n",

@@ -386,7 +386,7 @@ def stale(json_path: Path, markdown_path: Path, manifest: Manifest) -> list[str]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__,
+    parser = errors.CommandParser(prog=COMMAND, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="version_from", metavar="VERSION",
                         help="oldest release to check (default: the manifest's lowest version)")

@@ -325,7 +325,7 @@ def _rebuild_previous(repo: Path, old_patches: list[Path], tmpdir: Path) -> tupl
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = errors.CommandParser(
         prog="python -m patch_and_test.reroll",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Regenerate one patch series (format-patch --cover-letter --base -v N) from a DeepSpeed "

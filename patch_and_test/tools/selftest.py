@@ -27,6 +27,7 @@ import sys
 from patch_and_test.core import install
 from patch_and_test.core.series import parse_version
 from patch_and_test.core.source import load_lock
+from patch_and_test.core.errors import CommandParser
 
 VERSION_DEPENDENT = ("tests/multiprocess", "tests/pipeline")
 # On an older release, the fast tier: real ranks of the reproducers against that release.
@@ -58,7 +59,7 @@ def pytest_command(extra: list[str], version: str, tier: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.selftest", description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.selftest", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
                         help="a supported DeepSpeed release (default: the newest; env DEEPSPEED_VERSION)")

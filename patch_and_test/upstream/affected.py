@@ -26,7 +26,6 @@ they name a changed name, but the test files importing them are not followed.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import builtins
 import dataclasses
@@ -35,6 +34,7 @@ import keyword
 import re
 import sys
 from pathlib import Path
+from patch_and_test.core.errors import CommandParser
 
 MIN_NAME_LENGTH = 4
 GENERIC_SHARE = 0.10  # a name in more than this share of the test files selects nothing ...
@@ -305,7 +305,7 @@ def select_for_series(series_dir: Path, tree: Path) -> Selection:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m patch_and_test.affected",
         description="The DeepSpeed test files a series can reach, with the reason for each.")
     parser.add_argument("series", type=Path, help="a series folder (patches/<name>)")

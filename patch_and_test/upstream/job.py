@@ -24,7 +24,7 @@ from patch_and_test.upstream import affected
 from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
 from patch_and_test.upstream import suite as upstream_suite
-from patch_and_test.core.errors import Exit, PipelineError
+from patch_and_test.core.errors import CommandParser, Exit, PipelineError
 from repro.harness.env import host_environment
 
 
@@ -191,7 +191,7 @@ def run(src: Path | None,
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    parser = argparse.ArgumentParser(prog="python -m patch_and_test.affected_job",
+    parser = CommandParser(prog="python -m patch_and_test.affected_job",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)

@@ -118,21 +118,48 @@ def build(folder: Path, seed: int = SEED) -> Path:
     renames it into place; the loser of the race discards its copy (the content is the same).
     """
     folder = Path(folder)
-    if (folder / "config.json").exists():
+    if _complete(folder):
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    _remove_leftovers(folder)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.{os.getpid()}.", dir=folder.parent))
     try:
         make_model(seed).save_pretrained(tmp, safe_serialization=True)
+        if not _complete(tmp):
+            raise RuntimeError(f"transformers saved no config.json and model.safetensors into {tmp}")
         try:
             os.rename(tmp, folder)
         except OSError:
-            if not (folder / "config.json").exists():
+            if not _complete(folder):
                 raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """What a killed build left: an entry without its files, temporary folders of processes that are gone."""
+    if folder.exists() and not _complete(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+    for tmp in folder.parent.glob(f".{folder.name}.*"):
+        pid = tmp.name.split(".")[2] if tmp.name.count(".") >= 3 else ""
+        if not pid.isdigit() or not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def default_model_dir(seed: int = SEED) -> Path:

@@ -115,3 +115,27 @@ def test_series_that_does_not_apply_leaves_the_checkout_alone(tmp_path, checkout
     # Nothing was installed or run: the series is tried before any build.
     assert not verdict["before"] and verdict["deepspeed_before"] is None
     assert repo_state(checkout) == before
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "soon"])
+def test_a_deadline_that_is_not_positive_is_refused_before_anything_runs(tmp_path, value):
+    proc, verdict = pipeline(tmp_path, "--timeout", value)
+    assert_one_line_error(proc, Exit.ERROR, "--timeout")
+    assert verdict == {}  # not even a verdict: nothing ran
+
+
+def test_a_wrong_transformers_for_the_alst_steps_is_refused_before_any_download(tmp_path):
+    """transformers 5.24 in the job's env (not the pinned 4.57.6): the ALST steps would fail in the ranks,
+    minutes later. Its version is what ``importlib.metadata`` reads: a dist-info of 5.24.0 first on the path."""
+    site = tmp_path / "site"
+    (site / "transformers").mkdir(parents=True)
+    (site / "transformers" / "__init__.py").write_text("")
+    info = site / "transformers-5.24.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 5.24.0\n")
+    cache = tmp_path / "cache"
+    proc, verdict = pipeline(tmp_path, "--version", "0.19.8",
+                             env={"PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "ZERO3_SP_CACHE": str(cache)})
+    pin = (ROOT / "requirements" / "alst.txt").read_text().split("transformers==", 1)[1].split()[0]
+    assert_one_line_error(proc, Exit.ERROR, f"transformers=={pin}", "5.24.0")
+    assert verdict["error_exit"] == Exit.ERROR and not cache.exists()
