@@ -23,6 +23,7 @@ ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT))
 from patch_and_test.__main__ import build_parser, results_dir  # noqa: E402
 from patch_and_test.core import pins  # noqa: E402
+from patch_and_test.downstream.run import CLIENT_ENVS  # noqa: E402
 from patch_and_test.core.errors import Exit  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -55,7 +56,7 @@ def _env(**extra: str) -> dict[str, str]:
 def _install_runtime(session: nox.Session, alst: bool = False) -> None:
     # alst: transformers, for the job's ALST reproducer step (DeepSpeed >= 0.17.2), as in tox.ini.
     extra = ["-r", "requirements/alst.txt"] if alst else []
-    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/test.txt", "uv", *extra)
+    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/package.txt", "-r", "requirements/test.txt", "uv", *extra)
 
 
 def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None, backend: str, *args: str) -> None:
@@ -119,24 +120,13 @@ def verify_bundle(session: nox.Session) -> None:
     session.run("python", "-m", "patch_and_test.review.bundle", "verify", *session.posargs, env=_env())
 
 
-# The clients of `tox -m downstream`: env name suffix -> (requirements, arguments of patch_and_test.downstream.run).
-DOWNSTREAM = {
-    "tf5.25": ("requirements/downstream.txt", ["--install", "transformers==5.25.0"]),
-    "tf5.24": ("requirements/downstream.txt", ["--install", "transformers==5.24.0"]),
-    "tf5.25-patched": ("requirements/downstream.txt", ["--transformers-patches", "patches/downstream/transformers",
-                                                       "--transformers-version", "5.25.0"]),
-    "arctic": ("requirements/downstream-arctic.txt", ["--install", "arctic-training==0.8.0"]),
-    "trl": ("requirements/downstream-trl.txt", ["--install", "transformers==5.25.0", "--install", "trl==1.16.0"]),
-    "axolotl": ("requirements/downstream-axolotl.txt", ["--install", "axolotl==0.21.0", "--as-python", "3.12"]),
-}
-
-
 @nox.session
-@nox.parametrize("client", list(DOWNSTREAM))
+@nox.parametrize("client", [env.removeprefix("downstream-") for env in CLIENT_ENVS])
 def downstream(session: nox.Session, client: str) -> None:
-    # Same results folder as the tox env, so the table and the bundle read either.
-    requirements, args = DOWNSTREAM[client]
-    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/test.txt", "uv", "-r",
+    # Same results folder as the tox env, so the table and the bundle read either; the driver takes the env's
+    # clients from CLIENT_ENVS by its name.
+    requirements = CLIENT_ENVS[f"downstream-{client}"][0]
+    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/package.txt", "-r", "requirements/test.txt", "uv", "-r",
                     requirements)
-    session.run("python", "-m", "patch_and_test.downstream.run", "--env-name", f"downstream-{client}", *args,
-                *session.posargs, env=_env())
+    session.run("python", "-m", "patch_and_test.downstream", "--env-name", f"downstream-{client}", *session.posargs,
+                env=_env())

@@ -216,6 +216,23 @@ def _relative(path: str | None, root: Path) -> str | None:
         return path
 
 
+# The downstream envs (tox -m downstream, nox -s downstream): env -> its requirements file (what the clients need,
+# installed by tox / nox) and the clients this driver installs without their dependencies. The one place both are
+# written: tox.ini names the files per env, this table is read by the driver and by noxfile.py.
+CLIENT_ENVS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "downstream-tf5.25": ("requirements/downstream.txt", ("--install", "transformers==5.25.0")),
+    "downstream-tf5.24": ("requirements/downstream.txt", ("--install", "transformers==5.24.0")),
+    "downstream-tf5.25-patched": ("requirements/downstream.txt", (
+        "--transformers-patches", "patches/downstream/transformers", "--transformers-version", "5.25.0")),
+    "downstream-arctic": ("requirements/downstream-arctic.txt", ("--install", "arctic-training==0.8.0")),
+    "downstream-trl": ("requirements/downstream-trl.txt", ("--install", "transformers==5.25.0",
+                                                           "--install", "trl==1.16.0")),
+    # axolotl 0.21 requires Python >= 3.12 (docs/downstream-notice.md, Census): installed past it.
+    "downstream-axolotl": ("requirements/downstream-axolotl.txt", ("--install", "axolotl==0.21.0",
+                                                                   "--as-python", "3.12")),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="python -m patch_and_test.downstream", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -238,7 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if not (args.install or args.transformers_patches) and args.env_name in CLIENT_ENVS:
+        # A known env without its clients named: its own, from CLIENT_ENVS (how tox and nox call it).
+        args = build_parser().parse_args([*CLIENT_ENVS[args.env_name][1], *argv])
     results = (args.results or RESULTS_ROOT / args.env_name).resolve()
     if args.transformers_patches is not None and not args.transformers_patches.is_dir():
         print(f"error: --transformers-patches {args.transformers_patches}: not a folder", file=sys.stderr)

@@ -84,3 +84,16 @@ def test_pins_file_refuses_what_it_cannot_read(tmp_path):
     bad.write_text("ruff==1.0.0\nruff==1.0.1\n")
     with pytest.raises(ValueError, match="pinned twice"):
         pins.pins(bad)
+
+
+def test_every_requirement_pin_is_written_in_one_file():
+    """``name==version`` of the envs' requirements and the clients: one file each (requirements/*.txt, the
+    driver's CLIENT_ENVS); tox, nox and pyproject read them there."""
+    where: dict[str, set[str]] = {}
+    files = [p for p in _candidate_files() if p.suffix in (".txt", ".ini", ".toml", ".py")
+             and not p.relative_to(ROOT).as_posix().startswith("tests/")]
+    for path in files:
+        for pin in re.findall(r"(?<![\w.-])([A-Za-z][\w.-]*==\d[\w.]*)", path.read_text()):
+            where.setdefault(pin.lower(), set()).add(path.relative_to(ROOT).as_posix())
+    twice = {pin: sorted(found) for pin, found in where.items() if len(found) > 1}
+    assert twice == {}
