@@ -49,6 +49,11 @@ VERSIONS = _versions()
 TEST_VERSIONS = [VERSIONS[-1], VERSIONS[0]]  # newest and oldest
 
 
+# Every session's base: torch, the DeepSpeed runtime, the package and the test dependencies.
+RUNTIME = (TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/package.txt", "-r",
+           "requirements/test.txt", "uv")
+
+
 def _env(**extra: str) -> dict[str, str]:
     return {"PYTHONPATH": str(ROOT), **extra}
 
@@ -56,7 +61,7 @@ def _env(**extra: str) -> dict[str, str]:
 def _install_runtime(session: nox.Session, alst: bool = False) -> None:
     # alst: transformers, for the job's ALST reproducer step (DeepSpeed >= 0.17.2), as in tox.ini.
     extra = ["-r", "requirements/alst.txt"] if alst else []
-    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/package.txt", "-r", "requirements/test.txt", "uv", *extra)
+    session.install(*RUNTIME, *extra)
 
 
 def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None, backend: str, *args: str) -> None:
@@ -126,7 +131,6 @@ def downstream(session: nox.Session, client: str) -> None:
     # Same results folder as the tox env, so the table and the bundle read either; the driver takes the env's
     # clients from CLIENT_ENVS by its name.
     requirements = CLIENT_ENVS[f"downstream-{client}"][0]
-    session.install(TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/package.txt", "-r", "requirements/test.txt", "uv", "-r",
-                    requirements)
+    session.install(*RUNTIME, "-r", requirements)
     session.run("python", "-m", "patch_and_test.downstream", "--env-name", f"downstream-{client}", *session.posargs,
                 env=_env())

@@ -85,11 +85,11 @@ def test_cli_rejects_topologies_outside_the_space(capsys):
 
 def test_the_ranks_run_the_entry_script_with_the_parsed_flags(monkeypatch):
     """Each launch's ranks get this topology's flags, spelled out from the one parse (the flags
-    given abbreviated here), and run repro/parity_audit.py; sys.argv is restored after."""
+    given abbreviated here), and run repro/parity_audit.py; this process's sys.argv is left alone."""
     seen = []
 
-    def fake_run(args, program, sink):
-        seen.append((list(sys.argv), args))
+    def fake_run(args, program, sink, rank_argv=None):
+        seen.append((list(rank_argv), args))
         return EXIT_SKIP
 
     monkeypatch.setattr(run.launch, "run", fake_run)
