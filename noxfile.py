@@ -48,7 +48,6 @@ def _versions() -> list[str]:
 VERSIONS = _versions()
 TEST_VERSIONS = [VERSIONS[-1], VERSIONS[0]]  # newest and oldest
 
-
 # Every session's base: torch, the DeepSpeed runtime, the package and the test dependencies.
 RUNTIME = (TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/package.txt", "-r",
            "requirements/test.txt", "uv")
@@ -132,5 +131,10 @@ def downstream(session: nox.Session, client: str) -> None:
     # clients from CLIENT_ENVS by its name.
     requirements = CLIENT_ENVS[f"downstream-{client}"][0]
     session.install(*RUNTIME, "-r", requirements)
-    session.run("python", "-m", "patch_and_test.downstream", "--env-name", f"downstream-{client}", *session.posargs,
+    session.run("python",
+                "-m",
+                "patch_and_test.downstream",
+                "--env-name",
+                f"downstream-{client}",
+                *session.posargs,
                 env=_env())

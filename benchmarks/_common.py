@@ -41,12 +41,21 @@ def median(values: list[float]) -> float:
 
 def environment(python: str) -> dict:
     # Versions, not this machine's paths: a reader elsewhere has neither the interpreter nor its folder.
-    probe = subprocess.run([python, "-c", "import importlib.metadata as m, platform, torch; "
-                            "print(m.version('deepspeed'), torch.__version__, platform.python_version())"],
-                           capture_output=True, text=True)
+    probe = subprocess.run([
+        python, "-c", "import importlib.metadata as m, platform, torch; "
+        "print(m.version('deepspeed'), torch.__version__, platform.python_version())"
+    ],
+                           capture_output=True,
+                           text=True)
     ds, torch_version, py_version = (probe.stdout.split() + ["?", "?", "?"])[:3]
-    return {"python": py_version, "deepspeed": ds, "torch": torch_version, "platform": platform.platform(),
-            "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()}
+    return {
+        "python": py_version,
+        "deepspeed": ds,
+        "torch": torch_version,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": os.getloadavg()
+    }
 
 
 def _machine_prefixes() -> list[tuple[str, str]]:

@@ -51,7 +51,11 @@ def representable(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return values.to(dtype).double()
 
 
-def rank_gradient(kind: str, numel: int, rank: int, param_index: int, dtype: torch.dtype,
+def rank_gradient(kind: str,
+                  numel: int,
+                  rank: int,
+                  param_index: int,
+                  dtype: torch.dtype,
                   seed: int = 8692) -> torch.Tensor:
     """Rank ``rank``'s local gradient of parameter ``param_index`` (float64, representable in dtype)."""
     if kind not in KINDS:
@@ -116,12 +120,16 @@ class ErrorStats:
 
     def summary(self) -> dict:
         scales = sorted(self.scale_samples)
-        return {"elements": self.n, "max_ulp": self.max_ulp,
-                "mean_ulp": self.sum_ulp / self.n_nonzero if self.n_nonzero else 0.0,
-                "exact_fraction": self.n_exact / self.n if self.n else 0.0,
-                "correctly_rounded_fraction": self.n_rounded / self.n if self.n else 0.0,
-                "zero_oracle": self.n - self.n_nonzero, "zero_oracle_missed": self.n_zero_missed,
-                "scale": scales[len(scales) // 2] if scales else None}
+        return {
+            "elements": self.n,
+            "max_ulp": self.max_ulp,
+            "mean_ulp": self.sum_ulp / self.n_nonzero if self.n_nonzero else 0.0,
+            "exact_fraction": self.n_exact / self.n if self.n else 0.0,
+            "correctly_rounded_fraction": self.n_rounded / self.n if self.n else 0.0,
+            "zero_oracle": self.n - self.n_nonzero,
+            "zero_oracle_missed": self.n_zero_missed,
+            "scale": scales[len(scales) // 2] if scales else None
+        }
 
 
 def bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor], dtype: torch.dtype) -> bool:
@@ -129,5 +137,5 @@ def bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor], dtype: torch.dty
     if len(a) != len(b):
         return False
     view = BITS_VIEW[dtype]
-    return all(x.numel() == y.numel() and torch.equal(x.to(dtype).view(view), y.to(dtype).view(view))
-               for x, y in zip(a, b))
+    return all(x.numel() == y.numel() and torch.equal(x.to(dtype).view(view),
+                                                      y.to(dtype).view(view)) for x, y in zip(a, b))

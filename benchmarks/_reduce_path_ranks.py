@@ -158,8 +158,13 @@ def precision_overrides(dtype: str) -> dict:
     if dtype == "bf16-model":
         return {"bf16": {"enabled": True}}
     if dtype == "bf16":
-        return {"bf16": {"enabled": True}, "seq_parallel_communication_data_type": "bf16",
-                "communication_data_type": "bf16"}
+        return {
+            "bf16": {
+                "enabled": True
+            },
+            "seq_parallel_communication_data_type": "bf16",
+            "communication_data_type": "bf16"
+        }
     if dtype == "fp16":
         return {"seq_parallel_communication_data_type": "fp16", "communication_data_type": "fp16"}
     raise ValueError(f"unknown precision setting {dtype!r}: fp32, bf16-model, bf16 or fp16")
@@ -186,13 +191,13 @@ def timing_program(plan: TimingPlan, impl_spec: dict[str, str]) -> Callable[[Ran
             specs = tuple(ParamSpec(f"p{i:04d}", numel) for i in range(count))
             for dtype in plan.dtypes:
                 buckets: list[dict] = []
-                _one_backward(specs, ZeroConfig(3), mpu, dtype, ctx, AVG,
-                              lambda engine: lambda opt, params, comm_dtype: buckets.append(
-                                  _time_bucket(opt, list(params), comm_dtype, impls, plan, ctx)))
+                _one_backward(
+                    specs, ZeroConfig(3), mpu, dtype, ctx, AVG,
+                    lambda engine: lambda opt, params, comm_dtype: buckets.append(
+                        _time_bucket(opt, list(params), comm_dtype, impls, plan, ctx)))
                 if not buckets:
                     raise RuntimeError(f"{label}/{dtype}: the backward never reduced on {AVG}")
-                cases.append({"case": label, "params": count, "numel_each": numel, "dtype": dtype,
-                              "buckets": buckets})
+                cases.append({"case": label, "params": count, "numel_each": numel, "dtype": dtype, "buckets": buckets})
         return RankResult(0, {"phase": "timing", "cases": cases, **_launch_info()} if ctx.rank == 0 else None)
 
     return program
@@ -264,8 +269,10 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     finally:
         gc.enable()
 
-    allocations = {n: _allocations(lambda n=n: impls[n].avg_scatter(opt, params, comm_dtype), restore, ctx)
-                   for n in names}
+    allocations = {
+        n: _allocations(lambda n=n: impls[n].avg_scatter(opt, params, comm_dtype), restore, ctx)
+        for n in names
+    }
     isolated = _isolated_post_scale(outputs["before"], comm_dtype, float(ctx.topology.sp), plan.iters * 2)
     restore()
 
@@ -273,10 +280,16 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     process_group = partition_group(params[0]) if partition_group else opt.dp_process_group
     world = dist.get_world_size(group=process_group)
     rank = dist.get_rank(group=process_group)
-    partition_elements = sum(num.partition_slice(p.grad.numel(), world, rank)[1] -
-                             num.partition_slice(p.grad.numel(), world, rank)[0] for p in params)
-    per_rank = _gather({"times": times, "cpu": cpu, "allocations": allocations,
-                        "partition_elements": partition_elements, "isolated": isolated})
+    partition_elements = sum(
+        num.partition_slice(p.grad.numel(), world, rank)[1] - num.partition_slice(p.grad.numel(), world, rank)[0]
+        for p in params)
+    per_rank = _gather({
+        "times": times,
+        "cpu": cpu,
+        "allocations": allocations,
+        "partition_elements": partition_elements,
+        "isolated": isolated
+    })
     # The step's time is its slowest rank's: per round, the maximum over ranks. The work done is
     # the CPU time of all ranks together: per round, the sum (less sensitive to other processes
     # taking the cores than the wall clock).
@@ -292,7 +305,10 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
         "checks": checks,
         "step_times_s": step_times,
         "cpu_times_s": cpu_times,
-        "rank_median_s": [{n: statistics.median(r["times"][n]) for n in names} for r in per_rank],
+        "rank_median_s": [{
+            n: statistics.median(r["times"][n])
+            for n in names
+        } for r in per_rank],
         "isolated_post_scale": [r["isolated"] for r in per_rank],
         "allocations": [r["allocations"] for r in per_rank],
         "partition_elements": [r["partition_elements"] for r in per_rank],
@@ -300,8 +316,7 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     }
 
 
-def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype, scale: float,
-                         repeats: int) -> dict:
+def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype, scale: float, repeats: int) -> dict:
     """The one thing the fix adds, alone: ``[g.mul(scale) for g in partitions]`` over this rank's
     partitions of the bucket, in the communication dtype, timed with no collective around it
     (a low-noise measure of the extra work; the full-call ratios above are the real cost)."""
@@ -315,8 +330,13 @@ def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         del out
-    return {"wall_median_s": statistics.median(wall), "cpu_median_s": statistics.median(cpu), "repeats": repeats,
-            "tensors": len(parts), "elements": sum(p.numel() for p in parts)}
+    return {
+        "wall_median_s": statistics.median(wall),
+        "cpu_median_s": statistics.median(cpu),
+        "repeats": repeats,
+        "tensors": len(parts),
+        "elements": sum(p.numel() for p in parts)
+    }
 
 
 def _scale_checks(outputs: dict[str, list[torch.Tensor]], sp: int, comm_dtype: torch.dtype) -> dict:
@@ -354,10 +374,12 @@ def _allocations(call: Callable, restore: Callable, ctx: RankContext) -> dict:
         stats1 = torch.cuda.memory_stats()  #ignore-cuda
         peak = torch.cuda.max_memory_allocated() - base  #ignore-cuda
         del out
-        return {"method": "cuda memory_stats",
-                "bytes": stats1["allocated_bytes.all.allocated"] - stats0["allocated_bytes.all.allocated"],
-                "count": stats1["allocation.all.allocated"] - stats0["allocation.all.allocated"],
-                "peak_bytes": peak}
+        return {
+            "method": "cuda memory_stats",
+            "bytes": stats1["allocated_bytes.all.allocated"] - stats0["allocated_bytes.all.allocated"],
+            "count": stats1["allocation.all.allocated"] - stats0["allocation.all.allocated"],
+            "peak_bytes": peak
+        }
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -435,8 +457,10 @@ def _numerics_bucket(opt, buffer, comm_dtype: torch.dtype, impls: dict[str, Impl
 
     per_kind = {}
     for kind in plan.kinds:
-        local = {pid: [num.rank_gradient(kind, g.numel(), r, index[pid], comm_dtype) for r in range(world)]
-                 for pid, g in grads.items()}
+        local = {
+            pid: [num.rank_gradient(kind, g.numel(), r, index[pid], comm_dtype) for r in range(world)]
+            for pid, g in grads.items()
+        }
         oracle = {pid: expected_gradient(ls, ctx.topology) for pid, ls in local.items()}
 
         def set_inputs() -> None:
@@ -462,15 +486,21 @@ def _numerics_bucket(opt, buffer, comm_dtype: torch.dtype, impls: dict[str, Impl
             stats[path] = st
             trimmed[path] = [by_param[id(p)] for p in params]
         names = list(trimmed)
-        equal = {f"{a}=={b}": num.bitwise_equal(trimmed[a], trimmed[b], comm_dtype)
-                 for i, a in enumerate(names) for b in names[i + 1:]}
+        equal = {
+            f"{a}=={b}": num.bitwise_equal(trimmed[a], trimmed[b], comm_dtype)
+            for i, a in enumerate(names)
+            for b in names[i + 1:]
+        }
         per_kind[kind] = {"stats": stats, "bitwise": equal}
 
     for pid, g in grads.items():
         g.copy_(saved[pid])
-    return {"communication_dtype": str(comm_dtype).replace("torch.", ""),
-            "gradient_dtype": str(next(iter(grads.values())).dtype).replace("torch.", ""),
-            "elements": sum(g.numel() for g in grads.values()), "kinds": per_kind}
+    return {
+        "communication_dtype": str(comm_dtype).replace("torch.", ""),
+        "gradient_dtype": str(next(iter(grads.values())).dtype).replace("torch.", ""),
+        "elements": sum(g.numel() for g in grads.values()),
+        "kinds": per_kind
+    }
 
 
 def _merge_ranks(per_rank: list[list[dict]]) -> dict:
@@ -486,8 +516,10 @@ def _merge_ranks(per_rank: list[list[dict]]) -> dict:
                 for r in seen:
                     st.merge(r["kinds"][kind]["stats"][path])
                 stats[path] = st.summary()
-            bitwise = {pair: all(r["kinds"][kind]["bitwise"][pair] for r in seen)
-                       for pair in first["kinds"][kind]["bitwise"]}
+            bitwise = {
+                pair: all(r["kinds"][kind]["bitwise"][pair] for r in seen)
+                for pair in first["kinds"][kind]["bitwise"]
+            }
             kinds[kind] = {"paths": stats, "bitwise_equal_all_ranks": bitwise}
         buckets.append({k: first[k] for k in ("communication_dtype", "gradient_dtype", "elements")} | {"kinds": kinds})
     if len(buckets) != 1:

@@ -27,8 +27,7 @@ def build(dist: Path, versions: list[str]) -> tuple[float, str]:
     start = time.monotonic()
     only = ["--versions", *versions] if versions else []
     cmd = [sys.executable, "-m", "patch_and_test.review.bundle", "build", "--dist", str(dist), *only]
-    proc = subprocess.run(cmd, cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = round(time.monotonic() - start, 3)
     if proc.returncode != 0:
         raise SystemExit(f"error: bundle build exited {proc.returncode}: {proc.stderr.strip()[-800:]}")
@@ -38,7 +37,9 @@ def build(dist: Path, versions: list[str]) -> tuple[float, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dist", type=Path, default=ROOT / "dist")
-    parser.add_argument("--first-run-s", type=float, default=None,
+    parser.add_argument("--first-run-s",
+                        type=float,
+                        default=None,
                         help="wall time of the run that produced the current results, when the first build reuses")
     parser.add_argument("--versions", nargs="*", default=[], help="restrict the matrix, as bundle build does")
     parser.add_argument("--out", type=Path, default=None)
@@ -47,13 +48,22 @@ def main() -> int:
     second, second_line = build(args.dist, args.versions)
     reference = max(first, args.first_run_s or 0.0)
     ratio = round(second / reference, 4)
-    payload = {"benchmark": "bundle_reuse", "environment": environment(sys.executable), "first_build_s": first,
-               "first_build_summary": first_line, "first_run_s_given": args.first_run_s, "second_build_s": second,
-               "second_build_summary": second_line, "ratio_second_over_first": ratio, "target": TARGET,
-               "meets_target": ratio < TARGET and "reused" in second_line}
-    return finish("bundle_reuse", payload, args.out,
-                  f"first {first:.1f} s ({first_line}); second {second:.1f} s ({second_line}); ratio {ratio} "
-                  f"against {reference:.1f} s (target < {TARGET})")
+    payload = {
+        "benchmark": "bundle_reuse",
+        "environment": environment(sys.executable),
+        "first_build_s": first,
+        "first_build_summary": first_line,
+        "first_run_s_given": args.first_run_s,
+        "second_build_s": second,
+        "second_build_summary": second_line,
+        "ratio_second_over_first": ratio,
+        "target": TARGET,
+        "meets_target": ratio < TARGET and "reused" in second_line
+    }
+    return finish(
+        "bundle_reuse", payload, args.out,
+        f"first {first:.1f} s ({first_line}); second {second:.1f} s ({second_line}); ratio {ratio} "
+        f"against {reference:.1f} s (target < {TARGET})")
 
 
 if __name__ == "__main__":

@@ -40,13 +40,23 @@ def main() -> int:
     failed = [r for rs in runs.values() for r in rs if r.returncode not in (0, 1)]
     med = {k: median([r.wall_s for r in v]) for k, v in runs.items()}
     ratio = round(med["all_six"] / med["single"], 3)
-    payload = {"benchmark": "launch_cost", "environment": environment(args.python), "repeats": args.repeats,
-               "median_wall_s": med, "ratio_all_six_over_single": ratio, "target": TARGET,
-               "meets_target": ratio <= TARGET and not failed,
-               "runs": {k: [r.__dict__ for r in v] for k, v in runs.items()}}
-    return finish("launch_cost", payload, args.out,
-                  f"all six: {med['all_six']} s, single: {med['single']} s (medians of {args.repeats}); "
-                  f"ratio {ratio} (target <= {TARGET}) -> {'OK' if payload['meets_target'] else 'MISSED'}")
+    payload = {
+        "benchmark": "launch_cost",
+        "environment": environment(args.python),
+        "repeats": args.repeats,
+        "median_wall_s": med,
+        "ratio_all_six_over_single": ratio,
+        "target": TARGET,
+        "meets_target": ratio <= TARGET and not failed,
+        "runs": {
+            k: [r.__dict__ for r in v]
+            for k, v in runs.items()
+        }
+    }
+    return finish(
+        "launch_cost", payload, args.out,
+        f"all six: {med['all_six']} s, single: {med['single']} s (medians of {args.repeats}); "
+        f"ratio {ratio} (target <= {TARGET}) -> {'OK' if payload['meets_target'] else 'MISSED'}")
 
 
 if __name__ == "__main__":

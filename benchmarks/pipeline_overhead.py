@@ -32,8 +32,13 @@ REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
 def pipeline(version: str, results: Path) -> tuple[float, dict]:
     shutil.rmtree(results, ignore_errors=True)
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "patch_and_test", "--version", version, "--no-audit", "--results",
-                           str(results), "--env-name", "pipeline-overhead"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([
+        sys.executable, "-m", "patch_and_test", "--version", version, "--no-audit", "--results",
+        str(results), "--env-name", "pipeline-overhead"
+    ],
+                          cwd=ROOT,
+                          capture_output=True,
+                          text=True)
     wall = time.monotonic() - start
     verdict = json.loads((results / "verdict.json").read_text())
     if proc.returncode != 0:
@@ -60,15 +65,26 @@ def main() -> int:
         raise SystemExit(f"error: expected {2 * len(REPRODUCERS)} reproducer launches, the verdict has {launches}")
     launch_total = round(sum(launches.values()), 3)
     ratio = round(total / launch_total, 3)
-    payload = {"benchmark": "pipeline_overhead", "environment": env, "version": args.version,
-               "warm": cached, "pipeline_wall_s": total, "pipeline_steps_s": steps, "launches_s": launches,
-               "launches_total_s": launch_total, "overhead_s": round(total - launch_total, 3),
-               "ratio_total_over_launches": ratio, "target": TARGET, "meets_target": ratio <= TARGET and cached,
-               "verdict": str(results / "verdict.json")}
-    return finish("pipeline_overhead", payload, out,
-                  f"{'warm' if cached else 'NOT warm (a wheel was built)'} job {total:.1f} s; its four reproducer "
-                  f"launches {launch_total:.1f} s; ratio {ratio} (target <= {TARGET}): "
-                  f"{'met' if payload['meets_target'] else 'NOT met'}")
+    payload = {
+        "benchmark": "pipeline_overhead",
+        "environment": env,
+        "version": args.version,
+        "warm": cached,
+        "pipeline_wall_s": total,
+        "pipeline_steps_s": steps,
+        "launches_s": launches,
+        "launches_total_s": launch_total,
+        "overhead_s": round(total - launch_total, 3),
+        "ratio_total_over_launches": ratio,
+        "target": TARGET,
+        "meets_target": ratio <= TARGET and cached,
+        "verdict": str(results / "verdict.json")
+    }
+    return finish(
+        "pipeline_overhead", payload, out,
+        f"{'warm' if cached else 'NOT warm (a wheel was built)'} job {total:.1f} s; its four reproducer "
+        f"launches {launch_total:.1f} s; ratio {ratio} (target <= {TARGET}): "
+        f"{'met' if payload['meets_target'] else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,6 @@ PATCHED_FILES = ("deepspeed/runtime/zero/stage3.py", "deepspeed/runtime/comm/coa
 DEFAULT_CASES = ("many_small=512x4096", "few_large=4x2097152")
 DEFAULT_TOPOLOGIES = ("2:2", "4:2", "4:4", "3:3")
 
-
 # --------------------------------------------------------------------------- one launch (ranks)
 
 
@@ -100,8 +99,12 @@ def launch_main(argv: list[str]) -> int:
             program = ranks.numerics_program(ranks.NumericsPlan(dtypes, tuple(x["kinds"].split(","))), impl_spec)
 
         def sink(report: dict, wall: float) -> None:
-            report.update(world_size=args.world_size, sp=args.sp, dp=args.dp, backend=args.backend,
-                          wall_s=round(wall, 2), load_average_at_end=os.getloadavg())
+            report.update(world_size=args.world_size,
+                          sp=args.sp,
+                          dp=args.dp,
+                          backend=args.backend,
+                          wall_s=round(wall, 2),
+                          load_average_at_end=os.getloadavg())
             if args.json:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")
@@ -137,9 +140,11 @@ def _count_numel(spec: str) -> tuple[int, int]:
 
 
 def installed_package_dir(python: str) -> Path:
-    out = subprocess.run([python, "-c", "import importlib.util as u; "
-                          "print(u.find_spec('deepspeed').submodule_search_locations[0])"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [python, "-c", "import importlib.util as u; "
+         "print(u.find_spec('deepspeed').submodule_search_locations[0])"],
+        capture_output=True,
+        text=True)
     if out.returncode != 0:
         raise SystemExit(f"error: {python} cannot import deepspeed (give --python an interpreter with torch and "
                          "DeepSpeed installed)")
@@ -162,7 +167,9 @@ def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(installed.parent / rel, dest)
         includes = [f"--include={rel}" for rel in PATCHED_FILES]
-        proc = subprocess.run(["git", "apply", *includes, str(patch.resolve())], cwd=tree, capture_output=True,
+        proc = subprocess.run(["git", "apply", *includes, str(patch.resolve())],
+                              cwd=tree,
+                              capture_output=True,
                               text=True)
         if proc.returncode != 0:
             raise SystemExit(f"error: {patch.name} does not apply to the installed DeepSpeed ({installed}):\n"
@@ -177,8 +184,14 @@ def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[
 def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls: dict[str, str], out: Path,
                extra: list[str], timeout: float) -> dict | None:
     """One launch; its report (also left in ``out``), or None when it failed (the reason printed)."""
-    argv = [python, str(Path(__file__).resolve()), "--phase", phase, "--world-size", str(world), "--sp", str(sp),
-            "--backend", backend, "--json", str(out), "--timeout", str(timeout), *extra]
+    argv = [
+        python,
+        str(Path(__file__).resolve()), "--phase", phase, "--world-size",
+        str(world), "--sp",
+        str(sp), "--backend", backend, "--json",
+        str(out), "--timeout",
+        str(timeout), *extra
+    ]
     for name, path in impls.items():
         argv += ["--impl", f"{name}={path}"]
     load = os.getloadavg()
@@ -190,8 +203,11 @@ def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout + 60, env=env)
     if proc.returncode != 0 or not out.exists():
         sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
-        print(f"error: {phase} launch (world {world}, sp {sp}) failed with exit code {proc.returncode} after "
-              f"{time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+        print(
+            f"error: {phase} launch (world {world}, sp {sp}) failed with exit code {proc.returncode} after "
+            f"{time.monotonic() - start:.0f} s",
+            file=sys.stderr,
+            flush=True)
         return None
     report = json.loads(out.read_text())
     report["shm_buffers_removed"] = remove_shm_buffers(report.get("master_addr"), report.get("master_port"))
@@ -241,11 +257,30 @@ def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
     for launch in launches:
         for case in launch["cases"]:
             key = (case["case"], case["dtype"])
-            row = rows.setdefault(key, {"case": case["case"], "dtype": case["dtype"], "params": case["params"],
-                                        "numel_each": case["numel_each"], "buckets": len(case["buckets"]),
-                                        "series": {m: {n: [] for n in impl_names} for m in METRICS},
-                                        "per_launch": {m: {n: [] for n in others} for m in METRICS},
-                                        "allocations": [], "checks": []})
+            row = rows.setdefault(
+                key, {
+                    "case": case["case"],
+                    "dtype": case["dtype"],
+                    "params": case["params"],
+                    "numel_each": case["numel_each"],
+                    "buckets": len(case["buckets"]),
+                    "series": {
+                        m: {
+                            n: []
+                            for n in impl_names
+                        }
+                        for m in METRICS
+                    },
+                    "per_launch": {
+                        m: {
+                            n: []
+                            for n in others
+                        }
+                        for m in METRICS
+                    },
+                    "allocations": [],
+                    "checks": []
+                })
             bucket = max(case["buckets"], key=lambda b: b["bucket_elements"])
             for metric, field in METRICS.items():
                 st = bucket[field]
@@ -270,41 +305,67 @@ def _summarize_row(row: dict, impl_names: list[str], others: list[str]) -> dict:
     for metric in METRICS:
         series = row["series"][metric]
         pooled = {n: [x for launch in series[n] for x in launch] for n in impl_names}
-        summary[f"{metric}_ms"] = {n: {k: (round(1e3 * x, 3) if k != "n" else x) for k, x in _quantiles(v).items()}
-                                   for n, v in pooled.items()}
+        summary[f"{metric}_ms"] = {
+            n: {
+                k: (round(1e3 * x, 3) if k != "n" else x)
+                for k, x in _quantiles(v).items()
+            }
+            for n, v in pooled.items()
+        }
         ratios = {}
         for n in others:
             paired = [a / c for la, lb in zip(series[n], series["before"]) for a, c in zip(la, lb)]
             q = _quantiles(paired)
-            ratios[n] = {"median_paired": round(q["median"], 4), "p25": round(q["p25"], 4), "p75": round(q["p75"], 4),
-                         "p10": round(q["p10"], 4), "p90": round(q["p90"], 4), "rounds": q["n"],
-                         "ratio_of_medians": round(statistics.median(pooled[n]) /
-                                                   statistics.median(pooled["before"]), 4),
-                         "per_launch_ratio_of_medians": [round(x, 4) for x in row["per_launch"][metric][n]]}
+            ratios[n] = {
+                "median_paired": round(q["median"], 4),
+                "p25": round(q["p25"], 4),
+                "p75": round(q["p75"], 4),
+                "p10": round(q["p10"], 4),
+                "p90": round(q["p90"], 4),
+                "rounds": q["n"],
+                "ratio_of_medians": round(statistics.median(pooled[n]) / statistics.median(pooled["before"]), 4),
+                "per_launch_ratio_of_medians": [round(x, 4) for x in row["per_launch"][metric][n]]
+            }
         summary[f"{metric}_ratio_vs_before"] = ratios
     iso_wall, iso_cpu = statistics.median(row["isolated"]), statistics.median(row["isolated_cpu"])
     before_wall = statistics.median([x for launch in row["series"]["wall"]["before"] for x in launch])
     before_cpu = statistics.median([x for launch in row["series"]["cpu"]["before"] for x in launch])
     summary["isolated_post_scale"] = {
         "what": "[g.mul(sp) for g in this rank's partitions], alone, no collective: the work rescale adds",
-        "wall_ms_slowest_rank": round(1e3 * iso_wall, 3), "cpu_ms_all_ranks": round(1e3 * iso_cpu, 3),
-        "share_of_before_wall": round(iso_wall / before_wall, 4), "share_of_before_cpu": round(iso_cpu / before_cpu, 4),
-        "per_launch_wall_ms": [round(1e3 * x, 3) for x in row["isolated"]]}
+        "wall_ms_slowest_rank": round(1e3 * iso_wall, 3),
+        "cpu_ms_all_ranks": round(1e3 * iso_cpu, 3),
+        "share_of_before_wall": round(iso_wall / before_wall, 4),
+        "share_of_before_cpu": round(iso_cpu / before_cpu, 4),
+        "per_launch_wall_ms": [round(1e3 * x, 3) for x in row["isolated"]]
+    }
     scale_runs = b["sequence_parallel_size"] != 1
     alloc0 = row["allocations"][0]
     summary["bytes_rank0"] = {
-        n: {"allocated": alloc0[n]["bytes"], "allocating_events": alloc0[n]["count"], "peak": alloc0[n]["peak_bytes"],
+        n: {
+            "allocated": alloc0[n]["bytes"],
+            "allocating_events": alloc0[n]["count"],
+            "peak": alloc0[n]["peak_bytes"],
             "extra_vs_before": alloc0[n]["bytes"] - alloc0["before"]["bytes"],
             "extra_events_vs_before": alloc0[n]["count"] - alloc0["before"]["count"],
-            "extra_peak_vs_before": alloc0[n]["peak_bytes"] - alloc0["before"]["peak_bytes"]}
-        for n in impl_names}
+            "extra_peak_vs_before": alloc0[n]["peak_bytes"] - alloc0["before"]["peak_bytes"]
+        }
+        for n in impl_names
+    }
     summary["bytes_method"] = alloc0["before"]["method"]
     summary["analytic_extra_bytes_rank0"] = {
-        "rescale": row["partition_elements_rank0"] * b["itemsize"] if scale_runs else 0,
-        "rescale_new_tensors": b["bucket_params"] if scale_runs else 0, "divisor": 0, "divisor_new_tensors": 0,
-        "formula": "sum over the bucket's parameters of this rank's partition elements x itemsize of the "
-                   "communication dtype (one g.mul(scale) output each); 0 for divisor (the scale is folded "
-                   "into the existing in-place pre-divide)"}
+        "rescale":
+        row["partition_elements_rank0"] * b["itemsize"] if scale_runs else 0,
+        "rescale_new_tensors":
+        b["bucket_params"] if scale_runs else 0,
+        "divisor":
+        0,
+        "divisor_new_tensors":
+        0,
+        "formula":
+        "sum over the bucket's parameters of this rank's partition elements x itemsize of the "
+        "communication dtype (one g.mul(scale) output each); 0 for divisor (the scale is folded "
+        "into the existing in-place pre-divide)"
+    }
     summary["allocations_same_in_every_launch"] = all(a == alloc0 for a in row["allocations"])
     summary["checks"] = row["checks"][0]
     summary["checks_same_in_every_launch"] = all(c == row["checks"][0] for c in row["checks"])
@@ -318,32 +379,40 @@ def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
                           ("cpu", "CPU time per call (all ranks, all threads)")):
         head = ["case", "precision", "bucket (comm dtype)"] + [f"{n} ms (median)" for n in impl_names]
         head += [f"{n}/before: paired median [p25, p75]; per launch" for n in others]
-        lines = [f"{title}; ratios are per round, same bucket, random order each round:", "",
-                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines = [
+            f"{title}; ratios are per round, same bucket, random order each round:", "",
+            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)
+        ]
         for r in rows:
-            cells = [r["case"], r["dtype"], f"{r['params']} x {r['numel_each']} ({r['bucket']['communication_dtype']})"]
+            cells = [
+                r["case"], r["dtype"], f"{r['params']} x {r['numel_each']} ({r['bucket']['communication_dtype']})"
+            ]
             cells += [f"{r[f'{metric}_ms'][n]['median']:.2f}" for n in impl_names]
             for n in others:
                 q = r[f"{metric}_ratio_vs_before"][n]
-                cells.append(f"{q['median_paired']:.3f} [{q['p25']:.3f}, {q['p75']:.3f}]; "
-                             + ", ".join(f"{x:.3f}" for x in q["per_launch_ratio_of_medians"]))
+                cells.append(f"{q['median_paired']:.3f} [{q['p25']:.3f}, {q['p75']:.3f}]; " +
+                             ", ".join(f"{x:.3f}" for x in q["per_launch_ratio_of_medians"]))
             lines.append("| " + " | ".join(cells) + " |")
         out.append("\n".join(lines))
-    lines = ["The rescale form's added work alone (`[g.mul(sp) for g in partitions]` on the same partitions, "
-             "no collective), "
-             "against the median unpatched call:", "",
-             "| case | precision | post-scale pass, ms (slowest rank) | share of the call (wall) | CPU ms (all ranks) "
-             "| share of the call (CPU) |", "|---|---|---|---|---|---|"]
+    lines = [
+        "The rescale form's added work alone (`[g.mul(sp) for g in partitions]` on the same partitions, "
+        "no collective), "
+        "against the median unpatched call:", "",
+        "| case | precision | post-scale pass, ms (slowest rank) | share of the call (wall) | CPU ms (all ranks) "
+        "| share of the call (CPU) |", "|---|---|---|---|---|---|"
+    ]
     for r in rows:
         iso = r["isolated_post_scale"]
         lines.append(f"| {r['case']} | {r['dtype']} | {iso['wall_ms_slowest_rank']:.3f} | "
                      f"{100 * iso['share_of_before_wall']:.2f}% | {iso['cpu_ms_all_ranks']:.3f} | "
                      f"{100 * iso['share_of_before_cpu']:.2f}% |")
     out.append("\n".join(lines))
-    head = ["case", "precision", "method"] + [f"{n}: extra bytes measured / analytic, extra alloc events"
-                                              for n in others]
-    lines = ["Extra memory allocated by one call on rank 0, against before:", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["case", "precision", "method"
+            ] + [f"{n}: extra bytes measured / analytic, extra alloc events" for n in others]
+    lines = [
+        "Extra memory allocated by one call on rank 0, against before:", "", "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head)
+    ]
     for r in rows:
         an = r["analytic_extra_bytes_rank0"]
         cells = [r["case"], r["dtype"], r["bytes_method"]]
@@ -362,8 +431,15 @@ def numerics_rows(launches: list[dict]) -> list[dict]:
         for res in launch["results"]:
             for kind, data in res["kinds"].items():
                 for path, st in data["paths"].items():
-                    rows.append({"world": launch["world_size"], "sp": launch["sp"], "dp": launch["dp"],
-                                 "dtype": res["communication_dtype"], "kind": kind, "path": path, **st})
+                    rows.append({
+                        "world": launch["world_size"],
+                        "sp": launch["sp"],
+                        "dp": launch["dp"],
+                        "dtype": res["communication_dtype"],
+                        "kind": kind,
+                        "path": path,
+                        **st
+                    })
     return rows
 
 
@@ -373,20 +449,32 @@ def numerics_flags(launches: list[dict]) -> list[dict]:
         for res in launch["results"]:
             for kind, data in res["kinds"].items():
                 eq = data["bitwise_equal_all_ranks"]
-                flags.append({"world": launch["world_size"], "sp": launch["sp"], "dp": launch["dp"],
-                              "dtype": res["communication_dtype"], "kind": kind,
-                              **{pair: value for pair, value in eq.items() if "contiguous" in pair or
-                                 ("rescale" in pair and "divisor" in pair)}})
+                flags.append({
+                    "world": launch["world_size"],
+                    "sp": launch["sp"],
+                    "dp": launch["dp"],
+                    "dtype": res["communication_dtype"],
+                    "kind": kind,
+                    **{
+                        pair: value
+                        for pair, value in eq.items() if _numerics_pair(pair)
+                    }
+                })
     return flags
 
 
+def _numerics_pair(pair: str) -> bool:
+    return "contiguous" in pair or ("rescale" in pair and "divisor" in pair)
+
+
 def numerics_markdown(rows: list[dict], flags: list[dict]) -> str:
-    lines = ["ULP errors in the communication format against the float64 oracle (sum over sp, mean over dp), "
-             "over every rank's partition; max/mean over the elements whose oracle is not 0; 'oracle 0, path not' "
-             "counts elements where the ranks' gradients cancel exactly and the path does not give 0.", "",
-             "| world | sp | dp | comm dtype | inputs | path | max ULP | mean ULP | exact | <= 0.5 ULP | "
-             "oracle 0, path not | scale |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "ULP errors in the communication format against the float64 oracle (sum over sp, mean over dp), "
+        "over every rank's partition; max/mean over the elements whose oracle is not 0; 'oracle 0, path not' "
+        "counts elements where the ranks' gradients cancel exactly and the path does not give 0.", "",
+        "| world | sp | dp | comm dtype | inputs | path | max ULP | mean ULP | exact | <= 0.5 ULP | "
+        "oracle 0, path not | scale |", "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    ]
     for r in rows:
         lines.append(f"| {r['world']} | {r['sp']} | {r['dp']} | {r['dtype']} | {r['kind']} | {r['path']} | "
                      f"{r['max_ulp']:.3g} | {r['mean_ulp']:.3g} | {100 * r['exact_fraction']:.1f}% | "
@@ -394,9 +482,10 @@ def numerics_markdown(rows: list[dict], flags: list[dict]) -> str:
                      f"{r['zero_oracle_missed']}/{r['zero_oracle']} | "
                      f"{'-' if r['scale'] is None else format(r['scale'], '.4g')} |")
     pairs = sorted({k for f in flags for k in f if "==" in k})
-    lines += ["", "Bitwise equal on every rank:", "",
-              "| world | sp | dp | comm dtype | inputs | " + " | ".join(pairs) + " |",
-              "|" + "---|" * (5 + len(pairs))]
+    lines += [
+        "", "Bitwise equal on every rank:", "",
+        "| world | sp | dp | comm dtype | inputs | " + " | ".join(pairs) + " |", "|" + "---|" * (5 + len(pairs))
+    ]
     for f in flags:
         lines.append(f"| {f['world']} | {f['sp']} | {f['dp']} | {f['dtype']} | {f['kind']} | " +
                      " | ".join("yes" if f.get(p) else "no" for p in pairs) + " |")
@@ -406,29 +495,47 @@ def numerics_markdown(rows: list[dict], flags: list[dict]) -> str:
 def driver_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=default_python(), help="interpreter with torch + the DeepSpeed to patch")
-    parser.add_argument("--patch", action="append", default=None, metavar="NAME=FILE",
+    parser.add_argument("--patch",
+                        action="append",
+                        default=None,
+                        metavar="NAME=FILE",
                         help="another implementation to time beside the installed one and 'divisor' (the fix "
                         "patch of the installed release's series); repeatable")
     parser.add_argument("--backend", choices=["gloo", "nccl", "auto"], default="auto")
     parser.add_argument("--repeats", type=int, default=3, help="timing launches (default 3)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds per launch and case")
     parser.add_argument("--iters", type=int, default=30, help="timed rounds per launch and case")
-    parser.add_argument("--case", action="append", default=None, metavar="LABEL=COUNTxNUMEL",
+    parser.add_argument("--case",
+                        action="append",
+                        default=None,
+                        metavar="LABEL=COUNTxNUMEL",
                         help=f"timing bucket (default {' '.join(DEFAULT_CASES)})")
-    parser.add_argument("--timing-dtypes", default="fp32,bf16-model,bf16",
+    parser.add_argument("--timing-dtypes",
+                        default="fp32,bf16-model,bf16",
                         help="precision settings timed (see _reduce_path_ranks.precision_overrides)")
     parser.add_argument("--numerics-dtypes", default="bf16,fp16,fp32")
-    parser.add_argument("--topology", action="append", default=None, metavar="WORLD:SP",
+    parser.add_argument("--topology",
+                        action="append",
+                        default=None,
+                        metavar="WORLD:SP",
                         help=f"numerics layouts (default {' '.join(DEFAULT_TOPOLOGIES)})")
-    parser.add_argument("--no-aa-control", dest="aa_control", action="store_false",
+    parser.add_argument("--no-aa-control",
+                        dest="aa_control",
+                        action="store_false",
                         help=f"do not time the unpatched code a second time as '{AA}' (the A/A noise control)")
-    parser.add_argument("--add-timing-launch", action="append", default=[], metavar="JSON",
+    parser.add_argument("--add-timing-launch",
+                        action="append",
+                        default=[],
+                        metavar="JSON",
                         help="pool this saved timing launch report (reduce_path_launches/*/timing*.json) too")
     parser.add_argument("--skip-timing", action="store_true")
     parser.add_argument("--skip-numerics", action="store_true")
-    parser.add_argument("--keep-other", action="store_true",
+    parser.add_argument("--keep-other",
+                        action="store_true",
                         help="keep the skipped section (timing or numerics) from the existing --out file")
-    parser.add_argument("--max-load", type=float, default=None,
+    parser.add_argument("--max-load",
+                        type=float,
+                        default=None,
                         help="wait (up to --max-wait s) for the 1-minute load average to drop below this first")
     parser.add_argument("--max-wait", type=float, default=600.0)
     parser.add_argument("--timeout", type=float, default=900.0, help="per launch, s")
@@ -449,9 +556,22 @@ def driver_main(argv: list[str]) -> int:
         backend = "nccl" if gpu_count() >= 2 else "gloo"
     waited = _wait_for_quiet(args.max_load, args.max_wait)
     out_path = args.out or RESULTS / "reduce_path.json"
-    payload: dict = {"benchmark": "reduce_path", "environment": env, "tree": tree, "backend": backend,
-                     "waited_for_load_s": waited, "patches": {n: _shown(p) for n, p in patches.items()},
-                     "recommended": RECOMMENDED, "target": {"case": TARGET_CASE, "max_ratio": TARGET}}
+    payload: dict = {
+        "benchmark": "reduce_path",
+        "environment": env,
+        "tree": tree,
+        "backend": backend,
+        "waited_for_load_s": waited,
+        "patches": {
+            n: _shown(p)
+            for n, p in patches.items()
+        },
+        "recommended": RECOMMENDED,
+        "target": {
+            "case": TARGET_CASE,
+            "max_ratio": TARGET
+        }
+    }
     if args.keep_other and out_path.exists():
         # Keep the section this run skips from the previous results file (e.g. numerics run once,
         # timing rerun at a quieter moment).
@@ -464,8 +584,14 @@ def driver_main(argv: list[str]) -> int:
         if args.aa_control:
             # A/A control: the unpatched code loaded a second time, timed like the others. Its ratio
             # to "before" is this machine's noise floor and bias for the paired ratio.
-            impls = {"before": impls["before"], AA: impls["before"],
-                     **{n: p for n, p in impls.items() if n != "before"}}
+            impls = {
+                "before": impls["before"],
+                AA: impls["before"],
+                **{
+                    n: p
+                    for n, p in impls.items() if n != "before"
+                }
+            }
         names = list(impls)
         payload["impls"] = names
         # Each launch's report is kept next to the results, so that a run cut short keeps what it measured
@@ -486,11 +612,14 @@ def driver_main(argv: list[str]) -> int:
                     failed += 1
                     continue
                 launches.append(report)
-                print(f"timing launch {i + 1}/{args.repeats}: {report['driver_wall_s']} s, load "
-                      f"{report['load_average_at_start'][0]:.2f} -> {report['load_average_at_end'][0]:.2f}",
-                      flush=True)
-            payload["timing_run"].update(load_average_at_end=os.getloadavg(), launches=len(launches),
-                                         failed_launches=failed, added_launches=list(args.add_timing_launch))
+                print(
+                    f"timing launch {i + 1}/{args.repeats}: {report['driver_wall_s']} s, load "
+                    f"{report['load_average_at_start'][0]:.2f} -> {report['load_average_at_end'][0]:.2f}",
+                    flush=True)
+            payload["timing_run"].update(load_average_at_end=os.getloadavg(),
+                                         launches=len(launches),
+                                         failed_launches=failed,
+                                         added_launches=list(args.add_timing_launch))
             if not launches:
                 raise SystemExit("error: no timing launch succeeded")
             payload["timing"] = summarize_timing(launches, names)
@@ -502,9 +631,10 @@ def driver_main(argv: list[str]) -> int:
             for topo in args.topology or DEFAULT_TOPOLOGIES:
                 world, sp = (int(x) for x in topo.split(":"))
                 backend_here = backend if backend == "gloo" or _gpus_for(world) else "gloo"
-                report = run_launch(args.python, "numerics", world, sp, backend_here,
-                                    {n: p for n, p in impls.items() if n != AA}, work / f"numerics-{world}-{sp}.json",
-                                    ["--dtypes", args.numerics_dtypes], args.timeout)
+                report = run_launch(args.python, "numerics", world, sp, backend_here, {
+                    n: p
+                    for n, p in impls.items() if n != AA
+                }, work / f"numerics-{world}-{sp}.json", ["--dtypes", args.numerics_dtypes], args.timeout)
                 if report is None:
                     raise SystemExit(f"error: the numerics launch for world {world}, sp {sp} failed")
                 launches.append(report)
@@ -525,11 +655,17 @@ def driver_main(argv: list[str]) -> int:
     md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", "", f"Tree: {tree}.", ""]
     if "timing" in payload:
         timed = [n for n in payload["timing"][0]["wall_ms"]]
-        md += ["## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "", _run_line(payload["timing_run"]), "",
-               timing_markdown(payload["timing"], timed), ""]
+        md += [
+            "## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "",
+            _run_line(payload["timing_run"]), "",
+            timing_markdown(payload["timing"], timed), ""
+        ]
     if "numerics" in payload:
-        md += ["## Numerics against the float64 oracle", "", _run_line(payload["numerics_run"]), "",
-               numerics_markdown(payload["numerics"], payload["numerics_bitwise"]), ""]
+        md += [
+            "## Numerics against the float64 oracle", "",
+            _run_line(payload["numerics_run"]), "",
+            numerics_markdown(payload["numerics"], payload["numerics_bitwise"]), ""
+        ]
     md += [conclusion, ""]
     path.with_suffix(".md").write_text("\n".join(md))
     print("\n".join(md[4:]))
@@ -543,17 +679,23 @@ def driver_main(argv: list[str]) -> int:
 
 def recommended_ratio(payload: dict) -> float | None:
     rows = [r for r in payload.get("timing") or [] if r["case"] == TARGET_CASE]
-    ratios = [r["wall_ratio_vs_before"][RECOMMENDED]["median_paired"] for r in rows
-              if RECOMMENDED in r["wall_ratio_vs_before"]]
+    ratios = [
+        r["wall_ratio_vs_before"][RECOMMENDED]["median_paired"] for r in rows
+        if RECOMMENDED in r["wall_ratio_vs_before"]
+    ]
     return max(ratios) if ratios else None
 
 
 def _run_info(waited: float) -> dict:
-    return {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average_at_start": os.getloadavg(),
-            "waited_for_load_s": waited}
+    return {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_average_at_start": os.getloadavg(),
+        "waited_for_load_s": waited
+    }
 
 
 def _run_line(info: dict) -> str:
+
     def fmt(load) -> str:
         return "/".join(f"{x:.2f}" for x in load) if load else "?"
 
@@ -617,8 +759,8 @@ def _conclusion(payload: dict) -> str:
             return "all" if not bad else "not " + ", ".join(bad)
 
         forms = [n for n in payload.get("impls", []) if n not in ("before", AA)]
-        parts.append("exact inputs, bitwise equal to the contiguous path: " + "; ".join(
-            f"{n} {all_equal(f'contiguous==avg_scatter[{n}]')}" for n in forms))
+        parts.append("exact inputs, bitwise equal to the contiguous path: " +
+                     "; ".join(f"{n} {all_equal(f'contiguous==avg_scatter[{n}]')}" for n in forms))
         if "rescale" in forms:
             worse = _divisor_less_exact(payload.get("numerics", []))
             payload["divisor_at_least_as_exact_as_rescale"] = not worse

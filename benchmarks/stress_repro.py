@@ -83,8 +83,8 @@ def tagged_processes(tag: str) -> list[tuple[int, str]]:
             if f"{TAG_VAR}={tag}".encode() not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            state = next((line.split()[1] for line in (entry / "status").read_text().splitlines()
-                          if line.startswith("State:")), "?")
+            state = next((line.split()[1]
+                          for line in (entry / "status").read_text().splitlines() if line.startswith("State:")), "?")
         except OSError:
             continue  # gone meanwhile, or not ours to read
         if state != "Z":
@@ -148,8 +148,15 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
     shm_before = shm_segments()
     start = time.monotonic()
     # SIGINT's default action restored: a shell's background job (nohup ... &) inherits it ignored.
-    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, TAG_VAR: tag}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+    proc = subprocess.Popen(argv,
+                            cwd=ROOT,
+                            env={
+                                **os.environ, TAG_VAR: tag
+                            },
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            text=True,
+                            start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ports: set[str] = set()
     stop = threading.Event()
@@ -249,20 +256,30 @@ def run_all(args, runs: list[Launch], fault_rows: list[dict]) -> None:
     faults = [
         ("kill-rank", launch("kill-rank", base, 2, fault=fault_kill_rank), "rank 1"),
         ("sigint-parent", launch("sigint-parent", base, 130, fault=fault_sigint), "interrupted"),
-        ("unwritable-results", launch("unwritable-results", [*base, "--json", "/dev/null/stress/out.json"], 2),
-         "error: cannot write the results file"),
+        ("unwritable-results", launch("unwritable-results", [*base, "--json", "/dev/null/stress/out.json"],
+                                      2), "error: cannot write the results file"),
         ("deadline", launch("deadline", [*base, "--timeout", "5"], 2), "timeout after 5 s"),
     ]
     for name, run, needle in faults:
         record(run, f"fault {name}")
         handled = run.ok and needle in run.stderr_tail and run.wall_s < DEADLINE_S
-        fault_rows.append({"fault": name, "handled": handled, "expected_exit": run.expected, "exit": run.exit_code,
-                           "wall_s": run.wall_s, "message_has": needle, "leaked_processes": run.leaked_processes,
-                           "leaked_shm": run.leaked_shm, "stderr_tail": run.stderr_tail[-400:]})
+        fault_rows.append({
+            "fault": name,
+            "handled": handled,
+            "expected_exit": run.expected,
+            "exit": run.exit_code,
+            "wall_s": run.wall_s,
+            "message_has": needle,
+            "leaked_processes": run.leaked_processes,
+            "leaked_shm": run.leaked_shm,
+            "stderr_tail": run.stderr_tail[-400:]
+        })
     # Interleaved, so that a run stopped early has launches of every kind.
     four = [py, str(REPRO / TWO_RANK[0]), "--world-size", "4", "--sp", "2", *expect]
-    torchrun = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(REPRO / TWO_RANK[0]),
-                *expect]
+    torchrun = [
+        py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        str(REPRO / TWO_RANK[0]), *expect
+    ]
     for kind, argv, label in schedule(args.launches, args.four_rank, args.torchrun, py, expect, four, torchrun):
         record(launch(kind, argv, 0), label)
 
@@ -287,19 +304,31 @@ def summarize(runs: list[Launch], fault_rows: list[dict], expect: str, faults_ex
     by_kind = {}
     for kind in ("2-rank", "4-rank", "torchrun"):
         rows = [r for r in verdict_runs if r.kind == kind]
-        by_kind[kind] = {"launches": len(rows), "false_reds": sum(r.exit_code not in (None, r.expected) for r in rows),
-                         "hangs": sum(r.exit_code is None for r in rows),
-                         "leaked_processes": sum(bool(r.leaked_processes) for r in rows),
-                         "leaked_shm": sum(bool(r.leaked_shm) for r in rows),
-                         "teardown_aborts_absorbed": sum(r.teardown_aborts_absorbed for r in rows),
-                         "median_wall_s": round(statistics.median([r.wall_s for r in rows]), 2) if rows else None}
-    totals = {k: sum(v[k] for v in by_kind.values())
-              for k in ("launches", "false_reds", "hangs", "leaked_processes", "leaked_shm")}
+        by_kind[kind] = {
+            "launches": len(rows),
+            "false_reds": sum(r.exit_code not in (None, r.expected) for r in rows),
+            "hangs": sum(r.exit_code is None for r in rows),
+            "leaked_processes": sum(bool(r.leaked_processes) for r in rows),
+            "leaked_shm": sum(bool(r.leaked_shm) for r in rows),
+            "teardown_aborts_absorbed": sum(r.teardown_aborts_absorbed for r in rows),
+            "median_wall_s": round(statistics.median([r.wall_s for r in rows]), 2) if rows else None
+        }
+    totals = {
+        k: sum(v[k] for v in by_kind.values())
+        for k in ("launches", "false_reds", "hangs", "leaked_processes", "leaked_shm")
+    }
     ok = (totals["false_reds"] == totals["hangs"] == totals["leaked_processes"] == totals["leaked_shm"] == 0
           and len(fault_rows) == faults_expected and all(f["handled"] for f in fault_rows))
     bad = [dataclasses.asdict(r) for r in runs if not r.ok][:10]
-    return {"benchmark": "stress_repro", "expect": expect, "by_kind": by_kind, "totals": totals,
-            "faults": fault_rows, "not_ok_launches": bad, "ok": ok}
+    return {
+        "benchmark": "stress_repro",
+        "expect": expect,
+        "by_kind": by_kind,
+        "totals": totals,
+        "faults": fault_rows,
+        "not_ok_launches": bad,
+        "ok": ok
+    }
 
 
 def _terminate(signum, frame):  # SIGTERM: unwind like Ctrl-C, so the launch in flight is cleaned up

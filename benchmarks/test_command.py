@@ -42,11 +42,23 @@ def run_once(clone: Path, env: dict[str, str], log: Path) -> dict:
     wall = time.monotonic() - start
     out = proc.stdout + proc.stderr
     log.write_text(out)
-    envs = [{"env": m[1], "status": m[2], "total_s": float(m[3]), "setup_s": float(m[4]), "cmd_s": float(m[5])}
-            for m in (ENV_LINE.match(line) for line in out.splitlines()) if m]
+    envs = [{
+        "env": m[1],
+        "status": m[2],
+        "total_s": float(m[3]),
+        "setup_s": float(m[4]),
+        "cmd_s": float(m[5])
+    } for m in (ENV_LINE.match(line) for line in out.splitlines()) if m]
     pytest_lines = [m[1] for m in (PYTEST_LINE.match(line.strip()) for line in out.splitlines()) if m]
-    return {"exit_code": proc.returncode, "wall_s": round(wall, 1), "load_average_at_start": load,
-            "load_average_at_end": os.getloadavg(), "envs": envs, "pytest": pytest_lines, "log": log.name}
+    return {
+        "exit_code": proc.returncode,
+        "wall_s": round(wall, 1),
+        "load_average_at_start": load,
+        "load_average_at_end": os.getloadavg(),
+        "envs": envs,
+        "pytest": pytest_lines,
+        "log": log.name
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,19 +75,31 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run(["git", "-C", str(clone), "checkout", "-q", head], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOX_", "VIRTUAL_ENV"))}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on CI
-    env.update(ZERO3_SP_CACHE=str(caches / "zero3-sp"), UV_CACHE_DIR=str(caches / "uv"),
-               XDG_CACHE_HOME=str(caches / "xdg"), PIP_CACHE_DIR=str(caches / "pip"))
+    env.update(ZERO3_SP_CACHE=str(caches / "zero3-sp"),
+               UV_CACHE_DIR=str(caches / "uv"),
+               XDG_CACHE_HOME=str(caches / "xdg"),
+               PIP_CACHE_DIR=str(caches / "pip"))
     runs = {}
     for name in ("cold", "warm"):
         runs[name] = run_once(clone, env, work / f"{name}.log")
-        print(f"{name}: exit {runs[name]['exit_code']}, {runs[name]['wall_s']} s; "
-              + "; ".join(f"{e['env']} setup {e['setup_s']} s + cmd {e['cmd_s']} s" for e in runs[name]["envs"]),
+        print(f"{name}: exit {runs[name]['exit_code']}, {runs[name]['wall_s']} s; " +
+              "; ".join(f"{e['env']} setup {e['setup_s']} s + cmd {e['cmd_s']} s" for e in runs[name]["envs"]),
               flush=True)
     cold_target, warm_target = args.targets
-    ok = (runs["cold"]["exit_code"] == 0 and runs["warm"]["exit_code"] == 0
-          and runs["cold"]["wall_s"] <= cold_target and runs["warm"]["wall_s"] <= warm_target)
-    payload = {"benchmark": "test_command", "command": "tox -m tests", "commit": head, "cpus": os.cpu_count(),
-               "targets_s": {"cold": cold_target, "warm": warm_target}, "runs": runs, "meets_targets": ok}
+    ok = (runs["cold"]["exit_code"] == 0 and runs["warm"]["exit_code"] == 0 and runs["cold"]["wall_s"] <= cold_target
+          and runs["warm"]["wall_s"] <= warm_target)
+    payload = {
+        "benchmark": "test_command",
+        "command": "tox -m tests",
+        "commit": head,
+        "cpus": os.cpu_count(),
+        "targets_s": {
+            "cold": cold_target,
+            "warm": warm_target
+        },
+        "runs": runs,
+        "meets_targets": ok
+    }
     path = write_result("test_command", payload, args.out)
     print(f"cold {runs['cold']['wall_s']} s (target {cold_target}), warm {runs['warm']['wall_s']} s "
           f"(target {warm_target}): {'OK' if ok else 'MISSED'}; {path}")

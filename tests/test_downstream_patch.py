@@ -67,8 +67,11 @@ def test_there_is_a_patch():
 
 def test_the_patch_applies_with_patch_p1(sdist_tree):
     for patch in PATCHES:
-        proc = subprocess.run(["patch", "-p1", "--batch", "--forward", "-d", str(sdist_tree), "-i", str(patch)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["patch", "-p1", "--batch", "--forward", "-d",
+             str(sdist_tree), "-i", str(patch)],
+            capture_output=True,
+            text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "offset" not in proc.stdout and "fuzz" not in proc.stdout, proc.stdout  # exact context
     integ = (sdist_tree / "src/transformers/integrations/deepspeed.py").read_text()
@@ -85,6 +88,10 @@ def test_the_patch_applies_with_patch_p1(sdist_tree):
     assert "version.parse(deepspeed.__version__)" not in trainer
     assert "deepspeed_sp_compute_loss" in new_test and "deepspeed_zero3_sums_sp_gradients" in new_test
     # Applied twice: refused, the tree stays as it is.
-    again = subprocess.run(["patch", "-p1", "--batch", "--forward", "--dry-run", "-d", str(sdist_tree), "-i",
-                            str(PATCHES[0])], capture_output=True, text=True)
+    again = subprocess.run(
+        ["patch", "-p1", "--batch", "--forward", "--dry-run", "-d",
+         str(sdist_tree), "-i",
+         str(PATCHES[0])],
+        capture_output=True,
+        text=True)
     assert again.returncode != 0

@@ -222,8 +222,10 @@ def test_companion_role_reroll_and_apply(upstream, dev, series_files, tmp_path):
     """A commit touching only tests/ and docs/ is a companion: rerolled as such, skipped without docs/."""
     repo, commit = upstream
     manifest, cover = series_files
-    commit_files(dev, "Companion", {"docs/tutorial.md": "backprop each rank's own share\n",
-                                    "tests/unit/test_zero.py": "def test():\n    assert 1\n"})
+    commit_files(dev, "Companion", {
+        "docs/tutorial.md": "backprop each rank's own share\n",
+        "tests/unit/test_zero.py": "def test():\n    assert 1\n"
+    })
     result = reroll.reroll(dev, "work", "demo", 1, cover=cover, manifest_path=manifest)
     assert "Subject: [PATCH v1 0/3] Scale by sp" in result.files[0].read_text()
     series = load_manifest(manifest).by_name("demo")
@@ -236,7 +238,8 @@ def test_companion_role_reroll_and_apply(upstream, dev, series_files, tmp_path):
     applied = apply_series(tree.path, series)
     assert applied.applied == tuple(p.file for p in series.patches[:2])
     (skip, ) = applied.skipped
-    assert skip.file == series.patches[2].file and "needs tests/ and docs/" in skip.reason and "no docs/" in skip.reason
+    assert skip.file == series.patches[2].file
+    assert "needs tests/ and docs/" in skip.reason and "no docs/" in skip.reason
 
     # With docs/ the whole series applies; asked not to, test and companion are both left out.
     tree = tree_with_docs(repo, commit, tmp_path / "cache")
@@ -244,8 +247,8 @@ def test_companion_role_reroll_and_apply(upstream, dev, series_files, tmp_path):
     tree = tree_with_docs(repo, commit, tmp_path / "cache")
     only_fix = apply_series(tree.path, series, skip_tests=True)
     assert only_fix.applied == (series.patches[0].file, )
-    assert [s.reason for s in only_fix.skipped] == ["test patches were not asked for",
-                                                    "companion patches were not asked for"]
+    assert [s.reason
+            for s in only_fix.skipped] == ["test patches were not asked for", "companion patches were not asked for"]
 
     # docs/ together with code is refused like tests/ with code.
     commit_files(dev, "mixed", {"docs/tutorial.md": "changed\n", "deepspeed/x.py": "x = 1\n"})

@@ -82,18 +82,22 @@ def test_signoff_mismatch_and_absence(manifest, tmp_path):
 
 def test_touched_files(manifest):
     by_name = {s.name: lint.touched_files(s) for s in manifest.series}
-    companion = ["docs/_tutorials/ulysses-alst-sequence-parallelism.md",
-                 "tests/unit/ulysses_alst/test_ulysses_sp_hf.py"]
+    companion = [
+        "docs/_tutorials/ulysses-alst-sequence-parallelism.md", "tests/unit/ulysses_alst/test_ulysses_sp_hf.py"
+    ]
     autoep = "tests/unit/v1/moe/test_autoep_unit.py"  # from v0.19.3 the fix keeps that unit test green
     # every series carries the pull request's form: the divisor of reduce_scatter_coalesced and its test
-    coalesced = ["deepspeed/runtime/comm/coalesced_collectives.py", "deepspeed/runtime/zero/stage3.py",
-                 "tests/unit/runtime/comm/test_coalesced_collectives.py"]
+    coalesced = [
+        "deepspeed/runtime/comm/coalesced_collectives.py", "deepspeed/runtime/zero/stage3.py",
+        "tests/unit/runtime/comm/test_coalesced_collectives.py"
+    ]
     for name in ("master", "v0.19.8", "v0.19.3-v0.19.7"):
         assert by_name[name] == [*coalesced, autoep, "tests/unit/v1/zero/test_zero.py", *companion], name
     for name in ("v0.19.0-v0.19.2", "v0.18.4-v0.18.9", "v0.17.6-v0.18.3"):
         assert by_name[name] == [*coalesced, "tests/unit/v1/zero/test_zero.py", *companion], name
-    assert by_name["v0.17.2-v0.17.5"] == [*coalesced, "tests/unit/runtime/zero/test_zero.py",
-                                          "tests/unit/ulysses_alst/test_ulysses_sp_hf.py"]
+    assert by_name["v0.17.2-v0.17.5"] == [
+        *coalesced, "tests/unit/runtime/zero/test_zero.py", "tests/unit/ulysses_alst/test_ulysses_sp_hf.py"
+    ]
     for name in ("v0.16.2-v0.17.1", "v0.14.0-v0.16.1"):
         assert by_name[name] == [*coalesced, "tests/unit/runtime/zero/test_zero.py"], name
 

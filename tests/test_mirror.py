@@ -10,8 +10,8 @@ import pytest
 from patch_and_test.tools import lint
 from patch_and_test.tools import reroll
 from patch_and_test.core import source
-from patch_and_test.core.series import (apply_series, load_manifest, parse_version, series_for_tree, series_for_version,
-                                        source_has_fix, tree_has_fix)
+from patch_and_test.core.series import (apply_series, load_manifest, parse_version, series_for_tree,
+                                        series_for_version, source_has_fix, tree_has_fix)
 
 from tests.conftest import SUPPORTED_TAGS, git
 
@@ -154,13 +154,16 @@ def test_the_newest_upstream_tree_is_the_releases_code_on_masters_tests(mirror, 
     unpacked = tmp_path / "sdist"
     source._unpack(source.fetch_sdist(wanted.release, cache=tmp_path / "cache"), unpacked)
     listed = git(repo, "ls-tree", "-r", "--name-only", graft.commit, "--", *source.GRAFTED_PATHS).split()
-    on_disk = sorted(str(p.relative_to(unpacked)) for top in source.GRAFTED_PATHS
-                     for p in ([unpacked / top] if (unpacked / top).is_file() else (unpacked / top).rglob("*"))
-                     if p.is_file() and not source._excluded(str(p.relative_to(unpacked))))
+    on_disk = sorted(
+        str(p.relative_to(unpacked)) for top in source.GRAFTED_PATHS
+        for p in ([unpacked / top] if (unpacked / top).is_file() else (unpacked / top).rglob("*"))
+        if p.is_file() and not source._excluded(str(p.relative_to(unpacked))))
     assert listed == on_disk
     assert git(repo, "show", f"{graft.commit}:version.txt").strip() == wanted.release
-    assert (git(repo, "show", f"{graft.commit}:deepspeed/runtime/zero/stage3.py")
-            == (unpacked / "deepspeed/runtime/zero/stage3.py").read_text())
+    assert (git(
+        repo, "show",
+        f"{graft.commit}:deepspeed/runtime/zero/stage3.py") == (unpacked /
+                                                                "deepspeed/runtime/zero/stage3.py").read_text())
     assert not tree_has_fix_of(repo, graft.commit)
 
 

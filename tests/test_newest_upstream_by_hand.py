@@ -61,10 +61,18 @@ def build_tree(mirror: Path, work: Path) -> Path:
 
 
 def run_tests(tree: Path, args: list[str], junit: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": f"{tree}:{tree / 'tests'}", "DS_ACCELERATOR": "cpu", "LOCAL_SIZE": "4",
-           "TORCH_EXTENSIONS_DIR": str(tree.parent / "torch-ext")}
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-                    *args], cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
+    env = {
+        **os.environ, "PYTHONPATH": f"{tree}:{tree / 'tests'}",
+        "DS_ACCELERATOR": "cpu",
+        "LOCAL_SIZE": "4",
+        "TORCH_EXTENSIONS_DIR": str(tree.parent / "torch-ext")
+    }
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *args],
+                   cwd=tree,
+                   env=env,
+                   capture_output=True,
+                   text=True,
+                   timeout=3600)
     outcomes = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         failed = case.find("failure") is not None or case.find("error") is not None
@@ -88,9 +96,12 @@ def test_the_pull_request_on_a_hand_built_newest_tree(mirror, tmp_path):
     with_fix = run_tests(tree, REGRESSION, tmp_path / "with.xml")
     autoep_after = run_tests(tree, AUTOEP, tmp_path / "autoep-after.xml")
 
-    summary = {"without_fix": without, "with_fix": with_fix,
-               "autoep_broken": sorted(t for t, o in autoep_before.items()
-                                       if o == "passed" and autoep_after.get(t) == "failed")}
+    summary = {
+        "without_fix": without,
+        "with_fix": with_fix,
+        "autoep_broken":
+        sorted(t for t, o in autoep_before.items() if o == "passed" and autoep_after.get(t) == "failed")
+    }
     print(json.dumps(summary, indent=1))
     assert len(without) == len(with_fix) == 8
     assert sorted(o for o in without.values()) == ["failed"] * 6 + ["passed"] * 2

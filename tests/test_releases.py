@@ -18,8 +18,9 @@ FIX = "0001-Scale-ZeRO-3-__avg_scatter_grads-by-sequence_para.patch"
 
 def test_the_oldest_and_a_release_without_a_tag_take_their_series(tmp_path, manifest):
     path, md = tmp_path / "releases" / "releases.json", tmp_path / "releases.md"
-    assert releases.main(["--version", "0.19.7", "--version", "0.14.0", "--json", str(path),
-                          "--markdown", str(md)]) == 0
+    assert releases.main(["--version", "0.19.7", "--version", "0.14.0", "--json",
+                          str(path), "--markdown",
+                          str(md)]) == 0
     report = ReleasesReport.load(path)
     assert [r.version for r in report.rows] == ["0.14.0", "0.19.7"] and report.holds
     for row in report.rows:
@@ -46,8 +47,11 @@ directory = "{backport}"
 patches = [{{ file = "{FIX}", role = "fix" }}]
 """)
     path, md = tmp_path / "r.json", tmp_path / "r.md"
-    assert releases.main(["--version", "0.19.8", "--manifest", str(manifest), "--json", str(path),
-                          "--markdown", str(md)]) == 1
+    assert releases.main(
+        ["--version", "0.19.8", "--manifest",
+         str(manifest), "--json",
+         str(path), "--markdown",
+         str(md)]) == 1
     row, = ReleasesReport.load(path).rows
     assert row.applied == [] and not row.fixed_before and not row.fixed_after
     assert f"{FIX} does not apply to the sdist repo (error: " in row.error

@@ -28,7 +28,6 @@ SCRIPT_ARGS = {AUDIT: ("--world-size", "2")}
 ALST = "alst_recipe"  # the ALST loss recipe's scale; needs transformers and DeepSpeed >= 0.17.2
 ALST_MIN_VERSION = "0.17.2"  # UlyssesSPAttentionHF appears
 
-
 ALST_REQUIREMENTS = PACKAGE_ROOT / "requirements" / "alst.txt"  # the one place the ALST steps' transformers is pinned
 
 
@@ -103,12 +102,16 @@ def run_reproducer(script: str, expect: str, out_dir: Path, phase: str, *, backe
     report = out_dir / f"{script}.json"
     log = out_dir / f"{script}.log"
     report.unlink(missing_ok=True)
-    cmd = [sys.executable, str(PACKAGE_ROOT / "repro" / f"{script}.py"), "--expect", expect, "--backend", backend,
-           "--json", str(report), "--timeout", str(timeout), *SCRIPT_ARGS.get(script, ())]
+    cmd = [
+        sys.executable,
+        str(PACKAGE_ROOT / "repro" / f"{script}.py"), "--expect", expect, "--backend", backend, "--json",
+        str(report), "--timeout",
+        str(timeout), *SCRIPT_ARGS.get(script, ())
+    ]
     code, duration = run_logged(cmd, log, timeout=timeout + 60, cwd=PACKAGE_ROOT)
     pattern = _pattern(json.loads(report.read_text())) if report.exists() else None
-    return ReproCheck(f"{phase}/{script}", script, expect, code, pattern, str(report) if report.exists() else None,
-                      str(log), duration)
+    return ReproCheck(f"{phase}/{script}", script, expect, code, pattern,
+                      str(report) if report.exists() else None, str(log), duration)
 
 
 def _pattern(report: dict) -> str | None:
@@ -121,7 +124,12 @@ def _pattern(report: dict) -> str | None:
     return None
 
 
-def run_pytest(name: str, args: list[str], out_dir: Path, *, cwd: Path, env: dict[str, str] | None = None,
+def run_pytest(name: str,
+               args: list[str],
+               out_dir: Path,
+               *,
+               cwd: Path,
+               env: dict[str, str] | None = None,
                timeout: float = 3600) -> PytestCheck:
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^\w.-]+", "-", name)  # a file name a Markdown link can carry: no spaces, no slashes

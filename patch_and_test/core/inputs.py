@@ -102,5 +102,12 @@ def run_inputs(series_dir: Path, source: str, backend: str, audit: bool) -> dict
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = None
-    return {"code": code_digest(), "series": series_digest(series_dir), "source": source, "backend": backend,
-            "audit": audit, "python": platform.python_version(), "torch": torch_version}
+    return {
+        "code": code_digest(),
+        "series": series_digest(series_dir),
+        "source": source,
+        "backend": backend,
+        "audit": audit,
+        "python": platform.python_version(),
+        "torch": torch_version
+    }

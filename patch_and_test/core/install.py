@@ -24,7 +24,6 @@ from patch_and_test.core.gitrun import git, git_out
 from repro.harness.env import cache_root
 
 
-
 class InstallFailed(PipelineError):
     pass
 
@@ -81,8 +80,10 @@ build_shm_op()
 
 def prebuild_comm_op(out) -> None:
     """JIT-build DeepSpeed's CPU shared-memory comm op for the ranks, one compiler at a time."""
-    env = {**os.environ, "MAX_JOBS": "1", "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get(
-        "PYTHONPATH", "")])}
+    env = {
+        **os.environ, "MAX_JOBS": "1",
+        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")])
+    }
     _run([sys.executable, "-c", _PREBUILD], out, env=env, cwd=PACKAGE_ROOT)
 
 
@@ -125,7 +126,7 @@ class Installer:
             except (ImportError, FileNotFoundError):
                 uv = None
         if uv:
-            return cls("uv", (uv,))
+            return cls("uv", (uv, ))
         return cls("pip", (sys.executable, "-m", "pip"))
 
     def install_cmd(self, wheel: Path) -> list[str]:
@@ -135,8 +136,11 @@ class Installer:
 
     def wheel_cmd(self, source: Path, out_dir: Path) -> list[str]:
         if self.kind == "uv":
-            return [*self.argv, "build", "--wheel", "--no-build-isolation", "--python", sys.executable, "-o",
-                    str(out_dir), str(source)]
+            return [
+                *self.argv, "build", "--wheel", "--no-build-isolation", "--python", sys.executable, "-o",
+                str(out_dir),
+                str(source)
+            ]
         return [*self.argv, "wheel", "--no-deps", "--no-build-isolation", "-w", str(out_dir), str(source)]
 
 

@@ -228,6 +228,7 @@ def series_for_tree(tree: Path | str, manifest: Manifest | None = None) -> Serie
 
 # --- already fixed? ---------------------------------------------------------------------------
 
+
 def tree_has_fix(tree: Path | str) -> bool:
     """Whether the tree's stage3.py ``__avg_scatter_grads`` already accounts for sequence parallelism."""
     path = Path(tree) / STAGE3
@@ -292,7 +293,8 @@ class ApplyResult:
     head: str  # HEAD after: the resulting commit
 
     def summary(self) -> str:
-        text = f"applied series {self.series} v{self.series_version}: {len(self.applied)} patch(es) -> {self.head[:12]}"
+        text = (f"applied series {self.series} v{self.series_version}: {len(self.applied)} patch(es)"
+                f" -> {self.head[:12]}")
         for skip in self.skipped:
             text += f"\nskipped {skip.file}: {skip.reason}"
         return text
@@ -348,8 +350,9 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
         if missing:
             needs = " and ".join(f"{d}/" for d in patch.needs_dirs)
             skipped.append(
-                SkippedPatch(patch.file, f"needs {needs}, which this tree does not have "
-                             f"(no {' or '.join(missing)}; a PyPI sdist has none)"))
+                SkippedPatch(
+                    patch.file, f"needs {needs}, which this tree does not have "
+                    f"(no {' or '.join(missing)}; a PyPI sdist has none)"))
         elif patch.needs_tests and skip_tests:
             skipped.append(SkippedPatch(patch.file, f"{patch.role} patches were not asked for"))
         else:

@@ -155,8 +155,6 @@ def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
     }
 
 
-
-
 def pip_command() -> list[str]:
     """How to run pip here: this interpreter's, else the one on PATH."""
     if importlib.util.find_spec("pip") is not None:
@@ -170,9 +168,10 @@ def pip_command() -> list[str]:
 def download_sdist(version: str, dest: Path) -> Path:
     """pip download the sdist of deepspeed==version into dest (no dependencies, no wheels)."""
     dest.mkdir(parents=True, exist_ok=True)
-    result = _run(
-        [*pip_command(), "download", "--no-deps", "--no-binary", ":all:", "--dest",
-         str(dest), f"deepspeed=={version}"])
+    result = _run([
+        *pip_command(), "download", "--no-deps", "--no-binary", ":all:", "--dest",
+        str(dest), f"deepspeed=={version}"
+    ])
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise errors.BadInput(f"pip download deepspeed=={version} failed: {tail[0]}")
@@ -338,7 +337,9 @@ def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
             entries.append((sha, path))
     if not entries:
         return ()
-    check = git_out(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
+    check = git_out(repo,
+                    "cat-file",
+                    "--batch-check=%(objectname) %(objecttype)",
                     input="".join(f"{sha}\n" for sha, _ in entries))
     missing = []
     for (sha, path), line in zip(entries, check.splitlines()):
@@ -363,7 +364,14 @@ def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tu
         git_out(clone, "sparse-checkout", "disable")
     git_out(clone, "checkout", "-q", "-f", "-B", branch, commit)
     if missing:
-        git_out(clone, "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-", "--pathspec-file-nul",
+        git_out(clone,
+                "rm",
+                "-q",
+                "-r",
+                "--cached",
+                "--sparse",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
                 input="\0".join(missing))
         _commit_fixed(
             clone, f"Drop {len(missing)} path(s) whose blobs this repo lacks\n\n"
@@ -458,7 +466,8 @@ class Graft:
     history_date: str
 
 
-def grafted_entries(history: list[tuple[str, str, str]], release: list[tuple[str, str, str]],
+def grafted_entries(history: list[tuple[str, str, str]],
+                    release: list[tuple[str, str, str]],
                     paths: tuple[str, ...] = GRAFTED_PATHS) -> list[tuple[str, str, str]]:
     """(mode, blob, path) of the graft's tree: ``release``'s entries under ``paths``, ``history``'s elsewhere."""
 
@@ -471,7 +480,8 @@ def grafted_entries(history: list[tuple[str, str, str]], release: list[tuple[str
 
 def _excluded(rel: str) -> bool:
     parts = rel.split("/")
-    return ("__pycache__" in parts or rel.endswith((".pyc", ".so")) or rel == "deepspeed/git_version_info_installed.py")
+    return ("__pycache__" in parts or rel.endswith((".pyc", ".so"))
+            or rel == "deepspeed/git_version_info_installed.py")
 
 
 def _tree_entries(repo: Path, commit: str) -> list[tuple[str, str, str]]:
@@ -486,15 +496,22 @@ def _tree_entries(repo: Path, commit: str) -> list[tuple[str, str, str]]:
 
 def _hash_files(repo: Path, root: Path, paths: tuple[str, ...]) -> list[tuple[str, str, str]]:
     """(mode, blob, path) of every file of ``root`` under ``paths``, written into ``repo``'s objects."""
-    files = sorted(str(f.relative_to(root)) for top in paths if (root / top).exists()
-                   for f in ([root / top] if (root / top).is_file() else (root / top).rglob("*"))
-                   if f.is_file() and not _excluded(str(f.relative_to(root))))
-    blobs = git_out(repo, "hash-object", "-w", "--no-filters", "--stdin-paths",
+    files = sorted(
+        str(f.relative_to(root)) for top in paths if (root / top).exists()
+        for f in ([root / top] if (root / top).is_file() else (root / top).rglob("*"))
+        if f.is_file() and not _excluded(str(f.relative_to(root))))
+    blobs = git_out(repo,
+                    "hash-object",
+                    "-w",
+                    "--no-filters",
+                    "--stdin-paths",
                     input="".join(f"{root / f}\n" for f in files)).split()
     return [("100755" if os.access(root / f, os.X_OK) else "100644", blob, f) for f, blob in zip(files, blobs)]
 
 
-def build_graft(release: str, history: str, mirror: Path | None = None,
+def build_graft(release: str,
+                history: str,
+                mirror: Path | None = None,
                 cache: Path | None = None) -> tuple[Path, Graft]:
     """The repo holding the newest-upstream commit (made once, then cached) and what it is made of."""
     cache = cache or cache_dir()
@@ -518,7 +535,12 @@ def build_graft(release: str, history: str, mirror: Path | None = None,
             entries = grafted_entries(_tree_entries(staging / "repo", history),
                                       _hash_files(staging / "repo", staging / "sdist", GRAFTED_PATHS))
             index_env = {**os.environ, "GIT_INDEX_FILE": str(staging / "index")}
-            git_out(staging / "repo", "update-index", "-z", "--add", "--index-info", env=index_env,
+            git_out(staging / "repo",
+                    "update-index",
+                    "-z",
+                    "--add",
+                    "--index-info",
+                    env=index_env,
                     input="".join(f"{mode} {sha}\t{path}\0" for mode, sha, path in entries))
             # The mirror lacks a few image blobs of history's tree: they are named, not needed.
             tree = git_out(staging / "repo", "write-tree", "--missing-ok", env=index_env).strip()
@@ -540,7 +562,9 @@ def build_graft(release: str, history: str, mirror: Path | None = None,
 NEWEST_UPSTREAM = "newest-upstream"  # the origin, and the base_ref of a series made on the graft
 
 
-def from_newest_upstream(series_name: str = "master", cache: Path | None = None, mirror: Path | None = None,
+def from_newest_upstream(series_name: str = "master",
+                         cache: Path | None = None,
+                         mirror: Path | None = None,
                          branch: str | None = None) -> SourceTree:
     """A working copy of the newest-upstream commit (the lock's ``[newest-upstream]``), on ``zero3-sp-fix/<series>``.
 
@@ -564,7 +588,9 @@ def from_newest_upstream(series_name: str = "master", cache: Path | None = None,
                       series_name=series_name)
 
 
-def from_series_base(series: Series, mirror: Path | None = None, branch: str | None = None,
+def from_series_base(series: Series,
+                     mirror: Path | None = None,
+                     branch: str | None = None,
                      cache: Path | None = None) -> SourceTree:
     """A working copy of the commit ``series`` was made on: a commit of the mirror, or the newest-upstream graft."""
     if series.base_ref != NEWEST_UPSTREAM:

@@ -27,9 +27,14 @@ class Check:
         return str(path), rule.factor(path, self.sp, self.zero.stage, self.deepspeed, source or self.sources[0])
 
 
-def run_check(config: dict[str, Any], sp: int, deepspeed: rule.DeepSpeedState, sources: Sequence[rule.LossSource],
-              params: Sequence[tuple[str, int]] | None = None, hidden_size: int | None = None,
-              defaults: dict[str, Any] | None = None, defaults_from: dict[str, str] | None = None) -> Check:
+def run_check(config: dict[str, Any],
+              sp: int,
+              deepspeed: rule.DeepSpeedState,
+              sources: Sequence[rule.LossSource],
+              params: Sequence[tuple[str, int]] | None = None,
+              hidden_size: int | None = None,
+              defaults: dict[str, Any] | None = None,
+              defaults_from: dict[str, str] | None = None) -> Check:
     """The doctor's reading of ``config`` for this DeepSpeed, loss code and parameters; BadInput as the command."""
     if defaults is None:
         defaults = read.DOCUMENTED_DEFAULTS
@@ -37,8 +42,8 @@ def run_check(config: dict[str, Any], sp: int, deepspeed: rule.DeepSpeedState, s
     z = read.zero_settings(config, defaults, defaults_from or {}, hidden_size)
     if z.bucket_decides and z.reduce_bucket_size is None:
         raise BadInput('zero_optimization.reduce_bucket_size is "auto" and decides the reduce path here: pass '
-                            "--model (HF fills it with hidden_size^2) or give it a number")
+                       "--model (HF fills it with hidden_size^2) or give it a number")
     classes = rule.param_classes(z, list(params) if params is not None else None)
     cells = rule.cells(z, classes, sources, sp, deepspeed)
-    return Check(z, sp, deepspeed, tuple(sources), tuple(params) if params is not None else None, tuple(classes),
-                 rule.verdict(cells))
+    return Check(z, sp, deepspeed, tuple(sources),
+                 tuple(params) if params is not None else None, tuple(classes), rule.verdict(cells))

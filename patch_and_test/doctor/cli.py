@@ -31,20 +31,28 @@ RECIPE_CHOICES = ("none", "allgather", "own_share")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="python -m patch_and_test.doctor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="python -m patch_and_test.doctor",
+                           description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ds-config", type=Path, required=True, help="the DeepSpeed config JSON of the run")
-    parser.add_argument("--sp", type=int, default=None,
+    parser.add_argument("--sp",
+                        type=int,
+                        default=None,
                         help="sequence-parallel size (default: the config's sequence_parallel_size)")
     sizes = parser.add_mutually_exclusive_group()
-    sizes.add_argument("--model", default=None,
+    sizes.add_argument("--model",
+                       default=None,
                        help="a transformers config (config.json, its folder, or a hub name) built on the meta device, "
                        "no weights: its parameter sizes and hidden size (for \"auto\")")
     sizes.add_argument("--param-sizes", default=None, help="parameter sizes in elements, comma-separated")
-    parser.add_argument("--recipe", choices=RECIPE_CHOICES, default=None,
+    parser.add_argument("--recipe",
+                        choices=RECIPE_CHOICES,
+                        default=None,
                         help="your loss recipe, instead of the installed clients': none/own_share (each rank "
                         "backprops its token-weighted share), allgather (a differentiable all_gather of the loss)")
-    parser.add_argument("--deepspeed", type=Path, default=None,
+    parser.add_argument("--deepspeed",
+                        type=Path,
+                        default=None,
                         help="a DeepSpeed tree to read instead of the installed one")
     return parser
 
@@ -59,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print("\n".join(lines), flush=True)
     if code == 2:
-        print("error: the verdict depends on which parameters are larger than reduce_bucket_size: pass --model or "
-              "--param-sizes", file=sys.stderr)
+        print(
+            "error: the verdict depends on which parameters are larger than reduce_bucket_size: pass --model or "
+            "--param-sizes",
+            file=sys.stderr)
     return code
 
 
@@ -82,17 +92,19 @@ def diagnose(args: argparse.Namespace) -> tuple[list[str], int]:
     result = run_check(config, sp, installed.state, sources, params, sizes.hidden_size if sizes else None,
                        installed.defaults, installed.defaults_from)
     z, verdict, cells = result.zero, result.verdict, list(result.verdict.cells)
-    lines = (_deepspeed_lines(installed, args.deepspeed) + _config_lines(args.ds_config, z, sp, sizes)
-             + _client_lines(clients, args.recipe, sources) + _table(cells)
-             + _verdict_lines(verdict, sp) + _remedy_lines(verdict, z, sources, sp, installed.state, params))
+    lines = (_deepspeed_lines(installed, args.deepspeed) + _config_lines(args.ds_config, z, sp, sizes) +
+             _client_lines(clients, args.recipe, sources) + _table(cells) + _verdict_lines(verdict, sp) +
+             _remedy_lines(verdict, z, sources, sp, installed.state, params))
     return lines, verdict.exit_code
 
 
 def _deepspeed_lines(installed: read.InstalledDeepSpeed, tree: Path | None) -> list[str]:
     s = installed.state
     where = f"the tree {installed.package}" if tree else "installed here"
-    return [f"DeepSpeed {s.version} ({where}): fix {'present' if s.fixed else 'absent'}, "
-            f"marker ZERO3_SP_GRADIENTS_SUMMED {'set' if s.marker else 'absent'} (read from runtime/zero/stage3.py)"]
+    return [
+        f"DeepSpeed {s.version} ({where}): fix {'present' if s.fixed else 'absent'}, "
+        f"marker ZERO3_SP_GRADIENTS_SUMMED {'set' if s.marker else 'absent'} (read from runtime/zero/stage3.py)"
+    ]
 
 
 def _value(v) -> str:
@@ -100,8 +112,8 @@ def _value(v) -> str:
 
 
 def _config_lines(path: Path, z: rule.ZeroSettings, sp: int, sizes: read.ModelSizes | None) -> list[str]:
-    keys = ["stage"] + ([] if z.stage in (0, 1, 2) else ["reduce_scatter", "contiguous_gradients",
-                                                          "reduce_bucket_size"])
+    keys = ["stage"
+            ] + ([] if z.stage in (0, 1, 2) else ["reduce_scatter", "contiguous_gradients", "reduce_bucket_size"])
     shown = ", ".join(f"{k}={_value(getattr(z, k))}" + ("" if z.where(k) == "config" else f" ({z.where(k)})")
                       for k in keys)
     lines = [f"config {path}: {shown}; sp={sp}"]
@@ -123,7 +135,8 @@ def _config_lines(path: Path, z: rule.ZeroSettings, sp: int, sizes: read.ModelSi
 def _client_lines(clients: list[read.ClientInfo], recipe: str | None, sources: list[rule.LossSource]) -> list[str]:
     lines = []
     for c in clients:
-        what = (f"judged: {rule.recipe_words(c.source.kind.kind)}" + _gate(c.source.kind)) if c.source else "not judged"
+        what = (f"judged: {rule.recipe_words(c.source.kind.kind)}" +
+                _gate(c.source.kind)) if c.source else "not judged"
         lines.append(f"client {c.name} {c.version}: {what}" + (f" ({c.note})" if c.note else ""))
     if recipe:
         lines.append(f"loss: --recipe {recipe}: {sources[0].label}")
@@ -142,8 +155,8 @@ def _gate(kind) -> str:
 
 def _table(cells: list[rule.Cell]) -> list[str]:
     header = ("params", "path", "loss", "now", "after the fix")
-    rows = [(c.param_class.label + _largest(c.param_class), str(c.param_class.path), c.source.label,
-             rule.words(c.now), rule.words(c.after_fix)) for c in cells]
+    rows = [(c.param_class.label + _largest(c.param_class), str(c.param_class.path), c.source.label, rule.words(c.now),
+             rule.words(c.after_fix)) for c in cells]
     return ["gradient / true gradient:"] + ["  " + line for line in text_table(header, rows)]
 
 
@@ -156,8 +169,11 @@ def _largest(c: rule.ParamClass) -> str:
 def _verdict_lines(verdict: rule.Verdict, sp: int) -> list[str]:
     bad = [c for c in verdict.cells if not rule.is_one(c.now)]
     if verdict.affected is None:
-        return ["verdict: UNDECIDED: parameters larger than reduce_bucket_size get "
-                + ", ".join(sorted({rule.words(c.now) for c in bad})) + " x the true gradient, the others 1"]
+        return [
+            "verdict: UNDECIDED: parameters larger than reduce_bucket_size get " +
+            ", ".join(sorted({rule.words(c.now)
+                              for c in bad})) + " x the true gradient, the others 1"
+        ]
     if not verdict.affected:
         return ["verdict: not affected: every gradient is the true gradient"]
     parts = []
@@ -207,10 +223,12 @@ def _series_remedy(version: str) -> list[str]:
         else series.directory
     fix = series.fix_patches[0].file if series.fix_patches else "0001-*.patch"
     release = ".".join(map(str, parse_version(version)))
-    checked = (f"DEEPSPEED_VERSION={release} tox -e patch-and-test" if release in load_lock()
-               else "DEEPSPEED_SRC=/path/to/your/DeepSpeed tox -e patch-and-test")
-    return [f"remedy: DeepSpeed {version} needs the series {series.name} (v{series.version}, {folder}/, for "
-            f"{series.range_text}):",
-            f"  built and checked from this repository: {checked} (the patched DeepSpeed stays in .tox/patch-and-test)",
-            f"  by hand: in a DeepSpeed checkout `git am {folder}/000[1-9]-*.patch`; on the PyPI sdist "
-            f"`git am --exclude='tests/*' {folder}/{fix}`, then `DS_BUILD_OPS=0 pip install --no-build-isolation .`"]
+    checked = (f"DEEPSPEED_VERSION={release} tox -e patch-and-test"
+               if release in load_lock() else "DEEPSPEED_SRC=/path/to/your/DeepSpeed tox -e patch-and-test")
+    return [
+        f"remedy: DeepSpeed {version} needs the series {series.name} (v{series.version}, {folder}/, for "
+        f"{series.range_text}):",
+        f"  built and checked from this repository: {checked} (the patched DeepSpeed stays in .tox/patch-and-test)",
+        f"  by hand: in a DeepSpeed checkout `git am {folder}/000[1-9]-*.patch`; on the PyPI sdist "
+        f"`git am --exclude='tests/*' {folder}/{fix}`, then `DS_BUILD_OPS=0 pip install --no-build-isolation .`"
+    ]

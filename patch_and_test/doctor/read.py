@@ -41,12 +41,13 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "gradient_predivide_factor": 1.0,
     "prescale_gradients": False,
 }
-TOP_LEVEL = {"gradient_predivide_factor": "GRADIENT_PREDIVIDE_FACTOR_DEFAULT",
-             "prescale_gradients": "PRESCALE_GRADIENTS_DEFAULT"}
+TOP_LEVEL = {
+    "gradient_predivide_factor": "GRADIENT_PREDIVIDE_FACTOR_DEFAULT",
+    "prescale_gradients": "PRESCALE_GRADIENTS_DEFAULT"
+}
 # zero_optimization keys HF's integration fills from "auto" with the model's hidden size
 # (transformers' HfTrainerDeepSpeedConfig.trainer_config_finalize): reduce_bucket_size = hidden_size**2.
 HF_HIDDEN_SIZE_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
-
 
 # ----------------------------------------------------------------------------- DeepSpeed
 
@@ -123,9 +124,12 @@ def zero_config_defaults(source: str) -> dict[str, Any]:
     """Field defaults of ``DeepSpeedZeroConfig`` for the keys the rule reads, from ``runtime/zero/config.py``."""
     tree = ast.parse(source)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    enums = {f"{name}.{t.id}": s.value.value for name, cls in classes.items() for s in cls.body
-             if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
-             for t in s.targets if isinstance(t, ast.Name)}
+    enums = {
+        f"{name}.{t.id}": s.value.value
+        for name, cls in classes.items()
+        for s in cls.body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant) for t in s.targets
+        if isinstance(t, ast.Name)
+    }
     cls = classes.get("DeepSpeedZeroConfig")
     out: dict[str, Any] = {}
     for stmt in cls.body if cls else ():
@@ -265,12 +269,14 @@ def zero_settings(config: dict[str, Any], defaults: dict[str, Any], defaults_fro
         raise BadInput(f"gradient_predivide_factor must be a number, got {top['gradient_predivide_factor']!r}") \
             from None
     return ZeroSettings(
-        stage=stage, reduce_scatter=_bool("reduce_scatter", values["reduce_scatter"]),
+        stage=stage,
+        reduce_scatter=_bool("reduce_scatter", values["reduce_scatter"]),
         contiguous_gradients=_bool("contiguous_gradients", values["contiguous_gradients"]),
         reduce_bucket_size=None if bucket is None else _int("zero_optimization.reduce_bucket_size", bucket, 1),
         zero_quantized_gradients=_bool("zero_quantized_gradients", values["zero_quantized_gradients"]),
         zero_quantized_weights=_bool("zero_quantized_weights", values["zero_quantized_weights"]),
-        zero_hpz_partition_size=_int("zero_optimization.zero_hpz_partition_size", values["zero_hpz_partition_size"], 0),
+        zero_hpz_partition_size=_int("zero_optimization.zero_hpz_partition_size", values["zero_hpz_partition_size"],
+                                     0),
         gradient_predivide_factor=predivide,
         prescale_gradients=_bool("prescale_gradients", top["prescale_gradients"]),
         origin=tuple(origin))
@@ -411,9 +417,10 @@ def installed_clients() -> list[ClientInfo]:
         if c.kind is None:
             out.append(ClientInfo(c.name, c.version, None, c.note))
         elif c.function == ACCELERATE_SCRIPT:
-            out.append(ClientInfo(c.name, c.version, None,
-                                  f"no sp loss code of its own; its ALST example script's recipe is "
-                                  f"{c.kind.kind} (for a training loop copied from it: --recipe {c.kind.kind})"))
+            out.append(
+                ClientInfo(
+                    c.name, c.version, None, f"no sp loss code of its own; its ALST example script's recipe is "
+                    f"{c.kind.kind} (for a training loop copied from it: --recipe {c.kind.kind})"))
         else:
             out.append(ClientInfo(c.name, c.version, LossSource(label, c.kind, c.name)))
     by_name = {c.name: c for c in out}
@@ -424,13 +431,16 @@ def installed_clients() -> list[ClientInfo]:
         base = by_name.get(via.base)
         code = _code(via.code_file)
         if code is None or not all(needle in code for needle in via.hands_off):
-            out.append(ClientInfo(via.dist, version, None, f"its {via.code_file} does not hand the loss to {via.base}"))
+            out.append(ClientInfo(via.dist, version, None,
+                                  f"its {via.code_file} does not hand the loss to {via.base}"))
         elif via.derive is None:
             out.append(ClientInfo(via.dist, version, None, f"not judged: it {via.how}"))
         elif base is None or base.source is None:
             out.append(ClientInfo(via.dist, version, None, f"it {via.how}, and {via.base} has no sp loss code here"))
         else:
-            out.append(ClientInfo(via.dist, version,
-                                  LossSource(f"{via.dist} {version} (via {base.source.label})",
-                                             via.derive(base.source.kind), via.base), via.how))
+            out.append(
+                ClientInfo(
+                    via.dist, version,
+                    LossSource(f"{via.dist} {version} (via {base.source.label})", via.derive(base.source.kind),
+                               via.base), via.how))
     return out

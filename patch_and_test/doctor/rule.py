@@ -88,7 +88,10 @@ def own_loss(recipe: str) -> LossSource:
 
 
 def recipe_words(kind: str) -> str:
-    return {"allgather": "differentiable all_gather of the loss", "own_share": "each rank's token-weighted share"}[kind]
+    return {
+        "allgather": "differentiable all_gather of the loss",
+        "own_share": "each rank's token-weighted share"
+    }[kind]
 
 
 def reduce_path(z: ZeroSettings, numel: int | None) -> ReducePath | None:
@@ -126,8 +129,10 @@ def param_classes(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> 
     """The classes of ``params`` (name, elements) by reduce path; without sizes, the classes the rule knows."""
     if not z.bucket_decides:
         path = reduce_path(z, None)
-        why = {ReducePath.STAGE_0: "ZeRO-0", ReducePath.STAGE_1_2: f"ZeRO-{z.stage}"}.get(
-            path, "ZeRO-3, reduce_scatter=true" if z.reduce_scatter else "ZeRO-3, contiguous_gradients=false")
+        why = {
+            ReducePath.STAGE_0: "ZeRO-0",
+            ReducePath.STAGE_1_2: f"ZeRO-{z.stage}"
+        }.get(path, "ZeRO-3, reduce_scatter=true" if z.reduce_scatter else "ZeRO-3, contiguous_gradients=false")
         count = None if params is None else len(params)
         label = f"all ({why})" if params is None else f"all {count} ({why})"
         return [ParamClass(label, path, count, _largest(params or ()), every=True)]
@@ -135,8 +140,10 @@ def param_classes(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> 
         raise ValueError("reduce_bucket_size is needed to split the parameters")
     n = z.reduce_bucket_size
     if params is None:
-        return [ParamClass(f"<= {n} elements", ReducePath.CONTIGUOUS, None),
-                ParamClass(f"> {n} elements", ReducePath.AVG_SCATTER, None)]
+        return [
+            ParamClass(f"<= {n} elements", ReducePath.CONTIGUOUS, None),
+            ParamClass(f"> {n} elements", ReducePath.AVG_SCATTER, None)
+        ]
     small = [p for p in params if p[1] <= n]
     large = [p for p in params if p[1] > n]
     out = []
@@ -154,7 +161,11 @@ def _largest(params: Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
 def factor(path: ReducePath, sp: int, stage: int, ds: DeepSpeedState, source: LossSource) -> float:
     """The gradient over the true gradient: the rule, with the client's gate for this DeepSpeed."""
     gate = stage == 3 and compensates(source.kind, ds.version, ds.marker)
-    return scales.expected_scale(path, sp, ds.expect, recipe=source.kind.kind, compensates=gate,
+    return scales.expected_scale(path,
+                                 sp,
+                                 ds.expect,
+                                 recipe=source.kind.kind,
+                                 compensates=gate,
                                  divides_by_sp=source.kind.divides_by_sp)
 
 
@@ -170,9 +181,10 @@ class Cell:
 def cells(z: ZeroSettings, classes: Sequence[ParamClass], sources: Sequence[LossSource], sp: int,
           ds: DeepSpeedState) -> list[Cell]:
     fixed = ds.with_fix()
-    return [Cell(c, s, factor(c.path, sp, z.stage, ds, s), factor(c.path, sp, z.stage, fixed, s),
-                 float(scales.deepspeed_factor(c.path, sp, ds.expect)))
-            for c in classes for s in sources]
+    return [
+        Cell(c, s, factor(c.path, sp, z.stage, ds, s), factor(c.path, sp, z.stage, fixed, s),
+             float(scales.deepspeed_factor(c.path, sp, ds.expect))) for c in classes for s in sources
+    ]
 
 
 def is_one(value: float) -> bool:
@@ -213,7 +225,10 @@ def workaround(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> tup
     ("at least your largest parameter"), and the one class holds every parameter.
     """
     largest = max((n for _, n in params), default=0) if params else 0
-    alt = dataclasses.replace(z, reduce_scatter=False, contiguous_gradients=True, zero_quantized_gradients=False,
+    alt = dataclasses.replace(z,
+                              reduce_scatter=False,
+                              contiguous_gradients=True,
+                              zero_quantized_gradients=False,
                               reduce_bucket_size=max(z.reduce_bucket_size or 0, largest) or None)
     if params:
         return alt, param_classes(alt, params)

@@ -165,9 +165,10 @@ def read_factors(recipe: ReadRecipe, sp: int, deepspeed_version: str) -> list[St
     for stage in STAGES:
         before = expected_ratio(recipe.client_kind(), stage, sp, False, deepspeed_version, False)
         after = expected_ratio(recipe.client_kind(), stage, sp, True, deepspeed_version, True)
-        out.append(StageFactors(stage=stage,
-                                unpatched=Factor(value=before, label=scales.label(before), measured=False),
-                                patched=Factor(value=after, label=scales.label(after), measured=False)))
+        out.append(
+            StageFactors(stage=stage,
+                         unpatched=Factor(value=before, label=scales.label(before), measured=False),
+                         patched=Factor(value=after, label=scales.label(after), measured=False)))
     return out
 
 
@@ -181,8 +182,11 @@ def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path
         report = DownstreamReport.load(path)
         if report.deepspeed_fixed != (phase == "patched") or report.sp != sp:
             raise ValueError(f"{path}: not the {phase} DeepSpeed at sp={sp}")
-        rows = {r.stage: r for r in report.rows if (r.client, r.client_version) == (where.client, where.client_version)
-                and r.status == "measured"}
+        rows = {
+            r.stage: r
+            for r in report.rows
+            if (r.client, r.client_version) == (where.client, where.client_version) and r.status == "measured"
+        }
         if set(rows) != set(STAGES):
             raise ValueError(f"{path}: no measured ZeRO-2 and ZeRO-3 rows of {where.client} {where.client_version}")
         for r in rows.values():
@@ -191,11 +195,17 @@ def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path
                 raise ValueError(f"{path}: the run classified {where.client}'s code as {classified}, "
                                  f"the census reads {recipe.client_kind()}")
         by_phase[phase] = rows
-    return [StageFactors(stage=s, **{phase: Factor(value=by_phase[phase][s].ratio,
-                                                   label=scales.label(by_phase[phase][s].ratio,
-                                                                      by_phase[phase][s].residual),
-                                                   measured=True, matches_rule=by_phase[phase][s].matches_rule)
-                                     for phase in PHASES}) for s in STAGES]
+    return [
+        StageFactors(stage=s,
+                     **{
+                         phase:
+                         Factor(value=by_phase[phase][s].ratio,
+                                label=scales.label(by_phase[phase][s].ratio, by_phase[phase][s].residual),
+                                measured=True,
+                                matches_rule=by_phase[phase][s].matches_rule)
+                         for phase in PHASES
+                     }) for s in STAGES
+    ]
 
 
 def rows(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/downstream-results") -> list[CensusRow]:
@@ -209,22 +219,29 @@ def rows(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/d
         else:
             stages = read_factors(lib.recipe, census.sp, census.deepspeed_version)
             source = f"read from the code, not measured: {lib.not_measured}"
-        out.append(CensusRow(library=lib, stages=stages, source=source,
-                             verdict=UNTOUCHED if not lib.drives_sp else verdict(stages)))
+        out.append(
+            CensusRow(library=lib,
+                      stages=stages,
+                      source=source,
+                      verdict=UNTOUCHED if not lib.drives_sp else verdict(stages)))
     return out
 
 
 def render(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/downstream-results") -> str:
     """The census table and the cited hand compensations (no markers)."""
-    return templating.render("downstream_census.md.j2", census=census,
-                             rows=rows(census, results, shown_root)).rstrip("\n")
+    return templating.render("downstream_census.md.j2", census=census, rows=rows(census, results,
+                                                                                 shown_root)).rstrip("\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.downstream_census", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="python -m patch_and_test.downstream_census",
+                           description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--census", type=Path, default=CENSUS, help=f"default: {CENSUS}")
-    parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"the kept reports; default: {KEPT_RESULTS}")
+    parser.add_argument("--results",
+                        type=Path,
+                        default=KEPT_RESULTS,
+                        help=f"the kept reports; default: {KEPT_RESULTS}")
     parser.add_argument("--check", action="store_true", help="exit 1 when the document's block differs")
     parser.add_argument("document", nargs="?", type=Path, default=DOCUMENT)
     args = parser.parse_args(argv)

@@ -46,7 +46,10 @@ class ClientWarning:
     message: str
 
 
-def warnings_for(clients: list[FoundClient], deepspeed_version: str, fixed: bool, marker: bool,
+def warnings_for(clients: list[FoundClient],
+                 deepspeed_version: str,
+                 fixed: bool,
+                 marker: bool,
                  sp: int = SP) -> list[ClientWarning]:
     """The rule applied to every judged client and stage; one warning per mis-scaled combination. Pure."""
     out = []
@@ -60,17 +63,18 @@ def warnings_for(clients: list[FoundClient], deepspeed_version: str, fixed: bool
                 continue
             why = _why(c.kind, stage, fixed)
             note = f" [{c.note}]" if c.note else ""
-            out.append(ClientWarning(
-                c.name, c.version, c.function, stage, value, ds,
-                f"{c.name} {c.version} + {ds}, ZeRO-{stage}, sp={sp}: gradients {value:g}x the true gradient "
-                f"({why}){note}"))
+            out.append(
+                ClientWarning(
+                    c.name, c.version, c.function, stage, value, ds,
+                    f"{c.name} {c.version} + {ds}, ZeRO-{stage}, sp={sp}: gradients {value:g}x the true gradient "
+                    f"({why}){note}"))
     return out
 
 
 def _why(kind: ClientKind, stage: int, fixed: bool) -> str:
     if kind.divides_by_sp:
-        return ("its trainer divides the sp loss by sp, as if DeepSpeed averaged over the sp ranks"
-                + ("; ZeRO-3 without the fix does average, so it is divided twice" if stage == 3 and not fixed else ""))
+        return ("its trainer divides the sp loss by sp, as if DeepSpeed averaged over the sp ranks" +
+                ("; ZeRO-3 without the fix does average, so it is divided twice" if stage == 3 and not fixed else ""))
     if kind.kind == "allgather":
         return "its loss is aggregated with the differentiable all_gather, whose backward sums over the sp ranks"
     if stage == 3 and fixed:
@@ -97,16 +101,18 @@ def found_clients() -> list[FoundClient]:
             from repro.downstream.expect import classify
 
             text = Path(importlib.util.find_spec(c.function).origin).read_text()
-            out.append(FoundClient(c.name, c.version, c.function, classify(text),
-                                   "its ALST example script's recipe, for code that copies it"))
+            out.append(
+                FoundClient(c.name, c.version, c.function, classify(text),
+                            "its ALST example script's recipe, for code that copies it"))
         else:
             out.append(FoundClient(c.name, c.version, c.function, None, c.why_not))
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.client_check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="python -m patch_and_test.client_check",
+                           description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, default=None, help="write {clients, warnings} here")
     args = parser.parse_args(argv)
     from repro.downstream import measure
@@ -121,10 +127,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no known mis-scaling: {', '.join(f'{c.name} {c.version}' for c in clients) or 'no client installed'}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "deepspeed": {"version": version, "fixed": fixed, "marker": marker},
-            "clients": [dataclasses.asdict(c) for c in clients],
-            "warnings": [dataclasses.asdict(w) for w in warnings]}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "deepspeed": {
+                        "version": version,
+                        "fixed": fixed,
+                        "marker": marker
+                    },
+                    "clients": [dataclasses.asdict(c) for c in clients],
+                    "warnings": [dataclasses.asdict(w) for w in warnings]
+                },
+                indent=2) + "\n")
     return 0
 
 
@@ -139,8 +153,11 @@ def run_check(out_dir: Path, timeout: float = 300.0) -> tuple[list[dict], str | 
     out_dir.mkdir(parents=True, exist_ok=True)
     report, log = out_dir / "client_check.json", out_dir / "client_check.log"
     report.unlink(missing_ok=True)
-    code, _ = run_logged([sys.executable, "-m", "patch_and_test.downstream.clients", "--json", str(report)], log,
-                          timeout=timeout, cwd=PACKAGE_ROOT)
+    code, _ = run_logged([sys.executable, "-m", "patch_and_test.downstream.clients", "--json",
+                          str(report)],
+                         log,
+                         timeout=timeout,
+                         cwd=PACKAGE_ROOT)
     if code != 0 or not report.exists():
         return [], f"client check exited {code} (log: {log})", log
     return json.loads(report.read_text())["warnings"], None, log

@@ -91,8 +91,10 @@ def install_clients(specs: list[str], log: Path, as_python: str | None = None) -
 
 def transformers_sdist(version: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [*source_mod.pip_command(), "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest),
-           f"transformers=={version}"]
+    cmd = [
+        *source_mod.pip_command(), "download", "--no-deps", "--no-binary", ":all:", "--dest",
+        str(dest), f"transformers=={version}"
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(dest.glob(f"transformers-{version}.tar.gz"))
     if proc.returncode != 0 or not found:
@@ -131,10 +133,14 @@ def installed_clients() -> dict[str, str]:
 def _installer_cmd(*args: str, as_python: str | None = None) -> list[str]:
     inst = install.Installer.find()
     if inst.kind == "uv":
-        return [*inst.argv, "pip", "install", "--python", sys.executable,
-                *(["--python-version", as_python] if as_python else []), *args]
-    return [*inst.argv, "install", *(["--ignore-requires-python"] if as_python else []),
-            *[a.replace("--reinstall", "--force-reinstall") for a in args]]
+        return [
+            *inst.argv, "pip", "install", "--python", sys.executable,
+            *(["--python-version", as_python] if as_python else []), *args
+        ]
+    return [
+        *inst.argv, "install", *(["--ignore-requires-python"] if as_python else []),
+        *[a.replace("--reinstall", "--force-reinstall") for a in args]
+    ]
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -150,13 +156,27 @@ def _run(cmd: list[str], log: Path) -> None:
 # ----------------------------------------------------------------------------- the run
 
 
-def run(env: str, results: Path, version: str | None, specs: list[str], tf_patches: Path | None,
-        tf_version: str | None, backend: str, timeout: float, as_python: str | None = None) -> DownstreamRun:
+def run(env: str,
+        results: Path,
+        version: str | None,
+        specs: list[str],
+        tf_patches: Path | None,
+        tf_version: str | None,
+        backend: str,
+        timeout: float,
+        as_python: str | None = None) -> DownstreamRun:
     started = time.monotonic()
     results.mkdir(parents=True, exist_ok=True)
     version = version or max(source_mod.load_lock(), key=series_mod.parse_version)
-    record = DownstreamRun(env=env, deepspeed_version=version, series="", applied=[], marker_source="", clients={},
-                           transformers_patches=[], steps=[], checks=[])
+    record = DownstreamRun(env=env,
+                           deepspeed_version=version,
+                           series="",
+                           applied=[],
+                           marker_source="",
+                           clients={},
+                           transformers_patches=[],
+                           steps=[],
+                           checks=[])
 
     def step(name: str, detail: str, t: float) -> None:
         record.steps.append({"name": name, "detail": detail, "duration_s": round(time.monotonic() - t, 3)})
@@ -167,8 +187,9 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
         t = time.monotonic()
         install_clients(specs, results / "install-clients.log", as_python)
         if tf_patches is not None:
-            record.transformers_patches = install_patched_transformers(
-                tf_version or "5.25.0", tf_patches, results / "install-clients.log", source_mod.cache_dir())
+            record.transformers_patches = install_patched_transformers(tf_version or "5.25.0", tf_patches,
+                                                                       results / "install-clients.log",
+                                                                       source_mod.cache_dir())
         record.clients = installed_clients()
         shown = ", ".join(f"{d} {v}" for d, v in record.clients.items()) or "none"
         step("clients", shown + (f" (--install specs installed as for Python {as_python})" if as_python else ""), t)
@@ -179,8 +200,9 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
         applied = series_mod.apply_series(tree.path, chosen)
         record.series, record.applied = chosen.name, list(applied.applied)
         record.marker_source = f"series {marker_patch(chosen)}"
-        step("source", f"DeepSpeed {tree.version} sdist; {applied.summary().splitlines()[0]}; marker: "
-             f"{record.marker_source}", t)
+        step(
+            "source", f"DeepSpeed {tree.version} sdist; {applied.summary().splitlines()[0]}; marker: "
+            f"{record.marker_source}", t)
 
         for phase, rev, expect in (("unpatched", applied.base, "buggy"), ("patched", "HEAD", "fixed")):
             t = time.monotonic()
@@ -189,14 +211,17 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
             t = time.monotonic()
             check = checks.run_reproducer(SCRIPT, expect, results / phase, phase, backend=backend, timeout=timeout)
             # Paths relative to the results folder: the record stays valid where it is copied (bundle, docs).
-            record.checks.append({**dataclasses.asdict(check), "report": _relative(check.report, results),
-                                  "log": _relative(check.log, results)})
+            record.checks.append({
+                **dataclasses.asdict(check), "report": _relative(check.report, results),
+                "log": _relative(check.log, results)
+            })
             shown = record.checks[-1]["report"]
             step(f"{phase}: {SCRIPT} --expect {expect}", f"exit {check.exit_code} (report {shown})", t)
         codes = [c["exit_code"] for c in record.checks]
-        record.exit_code = int(Exit.ERROR if any(c not in (Exit.OK, Exit.NOT_FIXED, Exit.SKIPPED) for c in codes)
-                               else Exit.SKIPPED if all(c == Exit.SKIPPED for c in codes)
-                               else Exit.NOT_FIXED if any(c == Exit.NOT_FIXED for c in codes) else Exit.OK)
+        record.exit_code = int(Exit.ERROR if any(
+            c not in (Exit.OK, Exit.NOT_FIXED, Exit.SKIPPED) for c in codes) else Exit.SKIPPED if all(
+                c == Exit.SKIPPED for c in codes) else Exit.NOT_FIXED if any(c == Exit.NOT_FIXED
+                                                                             for c in codes) else Exit.OK)
     except PipelineError as err:
         record.error, record.exit_code = str(err), int(err.exit_code)
     finally:
@@ -222,34 +247,48 @@ def _relative(path: str | None, root: Path) -> str | None:
 CLIENT_ENVS: dict[str, tuple[str, tuple[str, ...]]] = {
     "downstream-tf5.25": ("requirements/downstream.txt", ("--install", "transformers==5.25.0")),
     "downstream-tf5.24": ("requirements/downstream.txt", ("--install", "transformers==5.24.0")),
-    "downstream-tf5.25-patched": ("requirements/downstream.txt", (
-        "--transformers-patches", "patches/downstream/transformers", "--transformers-version", "5.25.0")),
+    "downstream-tf5.25-patched":
+    ("requirements/downstream.txt", ("--transformers-patches", "patches/downstream/transformers",
+                                     "--transformers-version", "5.25.0")),
     "downstream-arctic": ("requirements/downstream-arctic.txt", ("--install", "arctic-training==0.8.0")),
-    "downstream-trl": ("requirements/downstream-trl.txt", ("--install", "transformers==5.25.0",
-                                                           "--install", "trl==1.16.0")),
+    "downstream-trl":
+    ("requirements/downstream-trl.txt", ("--install", "transformers==5.25.0", "--install", "trl==1.16.0")),
     # axolotl 0.21 requires Python >= 3.12 (docs/downstream-notice.md, Census): installed past it.
-    "downstream-axolotl": ("requirements/downstream-axolotl.txt", ("--install", "axolotl==0.21.0",
-                                                                   "--as-python", "3.12")),
+    "downstream-axolotl":
+    ("requirements/downstream-axolotl.txt", ("--install", "axolotl==0.21.0", "--as-python", "3.12")),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="python -m patch_and_test.downstream", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env-name", default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
-                        or "downstream", help="names the results folder (default: the tox/nox env)")
+    parser = CommandParser(prog="python -m patch_and_test.downstream",
+                           description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env-name",
+                        default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME") or "downstream",
+                        help="names the results folder (default: the tox/nox env)")
     parser.add_argument("--results", type=Path, default=None, help="default: results/downstream/<env-name>")
-    parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
+    parser.add_argument("--version",
+                        default=os.environ.get("DEEPSPEED_VERSION") or None,
                         help="DeepSpeed release (default: the newest in deepspeed-sdists.lock)")
-    parser.add_argument("--install", action="append", default=[], metavar="SPEC",
+    parser.add_argument("--install",
+                        action="append",
+                        default=[],
+                        metavar="SPEC",
                         help="a client to install here without its dependencies, e.g. transformers==5.24.0")
-    parser.add_argument("--as-python", default=None, metavar="X.Y",
+    parser.add_argument("--as-python",
+                        default=None,
+                        metavar="X.Y",
                         help="install the --install specs as for Python X.Y (past their Requires-Python)")
-    parser.add_argument("--transformers-patches", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--transformers-patches",
+                        type=Path,
+                        default=None,
+                        metavar="DIR",
                         help="build transformers from its PyPI sdist with DIR/*.patch applied (patch -p1)")
     parser.add_argument("--transformers-version", default="5.25.0", help="the sdist --transformers-patches is for")
     parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"))
-    parser.add_argument("--timeout", type=positive_seconds, default=1200.0,
+    parser.add_argument("--timeout",
+                        type=positive_seconds,
+                        default=1200.0,
                         help="deadline per reproducer launch, s (default %(default)s)")
     return parser
 

@@ -63,14 +63,24 @@ class _Run:
     def __init__(self, cfg: PipelineConfig):
         self.cfg = cfg
         self.out = cfg.results
-        self.verdict = Verdict(env=cfg.env_name, source={}, series=None, deepspeed_before=None, deepspeed_after=None,
-                               backend=cfg.backend, steps=[], before=[], after=[], tests=[], suites=[],
+        self.verdict = Verdict(env=cfg.env_name,
+                               source={},
+                               series=None,
+                               deepspeed_before=None,
+                               deepspeed_after=None,
+                               backend=cfg.backend,
+                               steps=[],
+                               before=[],
+                               after=[],
+                               tests=[],
+                               suites=[],
                                environment=host_environment(cfg.backend))
         self.tree: source_mod.SourceTree | None = None  # held (locked) until the run ends
 
     def step(self, name: str, status: str, detail: str, started: float, log: Path | None = None) -> None:
-        self.verdict.steps.append(Step(name, status, detail, round(time.monotonic() - started, 3),
-                                       str(log) if log else None))
+        self.verdict.steps.append(
+            Step(name, status, detail, round(time.monotonic() - started, 3),
+                 str(log) if log else None))
         print(f"[{self.cfg.env_name}] {name}: {status}: {detail}", flush=True)
 
 
@@ -100,8 +110,8 @@ def _run_steps(r: _Run) -> None:
     version = None if cfg.src or cfg.newest_upstream else (cfg.version or _newest())
     if version is not None:
         # Known before any download: a skipped cell is still tied to the inputs it would have used.
-        r.verdict.inputs = inputs.run_inputs(series_mod.series_for_version(version).directory, _sdist_sha256(version),
-                                             cfg.backend, cfg.audit)
+        r.verdict.inputs = inputs.run_inputs(
+            series_mod.series_for_version(version).directory, _sdist_sha256(version), cfg.backend, cfg.audit)
     _check_alst_pin(version)
     if cfg.backend == "nccl" and gpu_count() < WORLD_SIZE:
         raise Skipped(f"nccl needs one GPU per rank: {WORLD_SIZE} ranks, {gpu_count()} GPU(s) visible")
@@ -111,19 +121,31 @@ def _run_steps(r: _Run) -> None:
         tree = r.tree = source_mod.from_newest_upstream()
     else:
         tree = r.tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(version)
-    r.verdict.source = {"origin": tree.origin, "path": str(tree.path), "version": tree.version,
-                        "upstream_commit": tree.upstream_commit, "base": tree.base, "branch": tree.branch,
-                        "has_tests": tree.has_tests, "dropped_paths": list(tree.dropped_paths),
-                        "graft": dataclasses.asdict(tree.graft) if tree.graft else None}
+    r.verdict.source = {
+        "origin": tree.origin,
+        "path": str(tree.path),
+        "version": tree.version,
+        "upstream_commit": tree.upstream_commit,
+        "base": tree.base,
+        "branch": tree.branch,
+        "has_tests": tree.has_tests,
+        "dropped_paths": list(tree.dropped_paths),
+        "graft": dataclasses.asdict(tree.graft) if tree.graft else None
+    }
     made_of = (f" = {tree.graft.release} sdist on master {tree.graft.history[:12]} ({tree.graft.history_date})"
                if tree.graft else "")
     r.step("source", "ok", f"DeepSpeed {tree.version} ({tree.origin}{made_of}) at {tree.path}", t)
 
     _check_alst_pin(tree.version)
-    chosen = (series_mod.load_manifest().by_name(tree.series_name) if tree.series_name
-              else series_mod.series_for_tree(tree.path))
-    r.verdict.series = {"name": chosen.name, "version": chosen.version, "base_commit": chosen.base_commit,
-                        "base_ref": chosen.base_ref, "range": chosen.range_text}
+    chosen = (series_mod.load_manifest().by_name(tree.series_name)
+              if tree.series_name else series_mod.series_for_tree(tree.path))
+    r.verdict.series = {
+        "name": chosen.name,
+        "version": chosen.version,
+        "base_commit": chosen.base_commit,
+        "base_ref": chosen.base_ref,
+        "range": chosen.range_text
+    }
     # What these results depend on, so a later bundle can tell whether they are still current.
     r.verdict.inputs = inputs.run_inputs(chosen.directory, tree.upstream_commit or _sdist_sha256(tree.version),
                                          cfg.backend, cfg.audit)
@@ -138,8 +160,10 @@ def _run_steps(r: _Run) -> None:
     else:
         applied = series_mod.apply_series(tree.path, chosen)
         base = applied.base
-        r.verdict.series.update(applied=list(applied.applied), skipped=[dataclasses.asdict(s) for s in applied.skipped],
-                                base=applied.base, head=applied.head)
+        r.verdict.series.update(applied=list(applied.applied),
+                                skipped=[dataclasses.asdict(s) for s in applied.skipped],
+                                base=applied.base,
+                                head=applied.head)
         r.step("apply series", "ok", applied.summary().replace("\n", "; "), t)
 
     t = time.monotonic()
@@ -184,10 +208,10 @@ def _check_alst_pin(version: str | None) -> None:
 
 
 def _reproducers(r: _Run, version: str) -> tuple[str, ...]:
-    scripts = checks.REPRODUCERS + ((checks.AUDIT,) if r.cfg.audit else ())
+    scripts = checks.REPRODUCERS + ((checks.AUDIT, ) if r.cfg.audit else ())
     why_not = checks.alst_unavailable(version)
     if why_not is None:
-        return scripts + (checks.ALST,)
+        return scripts + (checks.ALST, )
     if not any(step.name == checks.ALST for step in r.verdict.steps):
         r.step(checks.ALST, "skipped", why_not, time.monotonic())
     return scripts
@@ -232,7 +256,8 @@ def _clients(r: _Run) -> None:
 def _twin(r: _Run) -> None:
     t = time.monotonic()
     test = checks.run_pytest("twin TestZero3SequenceParallelGradientScale", ["--run-twin", TWIN_TEST],
-                             r.out / "after", cwd=PACKAGE_ROOT)
+                             r.out / "after",
+                             cwd=PACKAGE_ROOT)
     r.verdict.tests.append(test)
     r.step("after: twin of the upstream test", "ok" if test.exit_code == 0 else "failed", _counts(test), t,
            Path(test.log))
@@ -252,7 +277,9 @@ def _zero_test_file(tree: Path) -> Path:
 def _upstream_regression_test(r: _Run, tree: Path) -> None:
     t = time.monotonic()
     test = checks.run_pytest(f"upstream {UPSTREAM_REGRESSION_TEST}",
-                             [str(_zero_test_file(tree)), "-k", UPSTREAM_REGRESSION_TEST], r.out / "after", cwd=tree,
+                             [str(_zero_test_file(tree)), "-k", UPSTREAM_REGRESSION_TEST],
+                             r.out / "after",
+                             cwd=tree,
                              env=_upstream_env(tree))
     r.verdict.tests.append(test)
     r.step(f"after: upstream {UPSTREAM_REGRESSION_TEST}", "ok" if test.exit_code == 0 else "failed", _counts(test), t,
@@ -274,14 +301,20 @@ def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str
     t = time.monotonic()
     cfg = r.cfg
     tier = cfg.upstream_tier
-    run = upstream_suite.run_suite(phase, tree, selection.paths, r.out / phase / "affected", tier=tier,
-                                   keep=upstream_suite.QUICK_TIER_CLASSES, timeout=upstream_suite.TIMEOUT[tier],
+    run = upstream_suite.run_suite(phase,
+                                   tree,
+                                   selection.paths,
+                                   r.out / phase / "affected",
+                                   tier=tier,
+                                   keep=upstream_suite.QUICK_TIER_CLASSES,
+                                   timeout=upstream_suite.TIMEOUT[tier],
                                    workers=cfg.upstream_workers)
     status = "error" if run.crashed else "ok"
-    r.step(f"{phase}: {AFFECTED_SUITE} [{cfg.upstream_tier}]", status,
-           f"{run.collected} tests ({_fmt(run.counts)}; {run.deselected} left to the full tier), "
-           f"{len(run.not_collectable)} files not collectable, pytest exit {run.exit_code}"
-           f"{', deadline hit' if run.timed_out else ''}", t, Path(run.log))
+    r.step(
+        f"{phase}: {AFFECTED_SUITE} [{cfg.upstream_tier}]", status,
+        f"{run.collected} tests ({_fmt(run.counts)}; {run.deselected} left to the full tier), "
+        f"{len(run.not_collectable)} files not collectable, pytest exit {run.exit_code}"
+        f"{', deadline hit' if run.timed_out else ''}", t, Path(run.log))
     return run
 
 

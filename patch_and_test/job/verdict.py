@@ -44,8 +44,8 @@ class Step(Record):
     """One step of the run, as the pipeline printed it (``Step(name, status, detail, duration_s, log)``)."""
 
     name: str
-    status: Literal["ok", "failed", "skipped", "error", "warning"] = Field(
-        description='"warning": a check that warns, never fails the job')
+    status: Literal["ok", "failed", "skipped", "error",
+                    "warning"] = Field(description='"warning": a check that warns, never fails the job')
     detail: str
     duration_s: float = 0.0
     log: str | None = None
@@ -74,8 +74,7 @@ class Verdict(JsonReport):
     before: list[ReproCheck]
     after: list[ReproCheck]
     tests: list[PytestCheck] = Field(description="run once, after the series (twin, upstream regression test)")
-    suites: list[SuiteComparison] = Field(
-        description="DeepSpeed's tests the series can reach, run before and after")
+    suites: list[SuiteComparison] = Field(description="DeepSpeed's tests the series can reach, run before and after")
     already_fixed: bool = False
     affected: Selection | None = Field(None, description="the DeepSpeed test files the series can reach, and why")
     inputs: dict[str, Any] = Field(default_factory=dict, description="content hashes (patch_and_test.core.inputs)")
@@ -84,7 +83,7 @@ class Verdict(JsonReport):
     client_warnings: list[dict[str, Any]] = Field(
         default_factory=list,
         description="installed clients (transformers, ...) whose sp gradients the downstream rule says are mis-scaled "
-                    "with the patched build (patch_and_test.downstream.clients): warnings, not failures of the fix")
+        "with the patched build (patch_and_test.downstream.clients): warnings, not failures of the fix")
     error: str | None = Field(None, description="a PipelineError's one-line message, when one ended the run")
     error_exit: Exit | None = Field(None, description="the PipelineError's exit code")
 
@@ -102,8 +101,11 @@ class Verdict(JsonReport):
 def decide(v: Verdict) -> tuple[Outcome, Exit]:
     if v.error is not None:
         code = Exit(v.error_exit if v.error_exit is not None else Exit.ERROR)
-        return {Exit.SKIPPED: "skipped", Exit.SERIES_DOES_NOT_APPLY: "series-does-not-apply",
-                Exit.ALREADY_FIXED: "already-fixed"}.get(code, "error"), code
+        return {
+            Exit.SKIPPED: "skipped",
+            Exit.SERIES_DOES_NOT_APPLY: "series-does-not-apply",
+            Exit.ALREADY_FIXED: "already-fixed"
+        }.get(code, "error"), code
     checks = [*v.before, *v.after]
     if any(c.exit_code == Exit.SKIPPED for c in checks):
         return "skipped", Exit.SKIPPED

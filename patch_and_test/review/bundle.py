@@ -83,8 +83,9 @@ def current_inputs(cell: Cell, audit: bool = True) -> dict[str, Any]:
     from patch_and_test.core.series import series_for_version
     from patch_and_test.core.source import load_lock
 
-    return inputs.run_inputs(series_for_version(cell.version).directory, load_lock()[cell.version].sha256,
-                             cell.backend, audit)
+    return inputs.run_inputs(
+        series_for_version(cell.version).directory,
+        load_lock()[cell.version].sha256, cell.backend, audit)
 
 
 def reusable(verdict_path: Path, expected: dict[str, Any]) -> bool:
@@ -110,8 +111,13 @@ def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool
             continue
         print(f"[bundle] running {cell.env}", flush=True)
         shutil.rmtree(results / cell.env, ignore_errors=True)
-        run(PipelineConfig(env_name=cell.env, results=results / cell.env, version=cell.version, backend=cell.backend,
-                           timeout=timeout, audit=audit))
+        run(
+            PipelineConfig(env_name=cell.env,
+                           results=results / cell.env,
+                           version=cell.version,
+                           backend=cell.backend,
+                           timeout=timeout,
+                           audit=audit))
         done[cell.env] = "ran"
     return done
 
@@ -122,7 +128,11 @@ def series_version() -> int:
     return max(s.version for s in load_manifest().series)
 
 
-def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: bool = True,
+def build(results: Path,
+          dist: Path,
+          cells: list[Cell],
+          timeout: float,
+          audit: bool = True,
           sign_as: tuple[str, str] | None = None) -> Path:
     started = time.monotonic()
     status = ensure_results(results, cells, timeout, audit)
@@ -141,7 +151,9 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
         shutil.copytree(COMMITTED_BENCHMARKS, bundle / "results" / "benchmarks")
     for name in EVIDENCE_DIRS:
         if (results / name).is_dir():
-            shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"),
+            shutil.copytree(results / name,
+                            bundle / "results" / name,
+                            ignore=shutil.ignore_patterns("*.tmp"),
                             dirs_exist_ok=True)
     downstream_table.gather(results / DOWNSTREAM, bundle / "results" / DOWNSTREAM)
     for src in (KEPT_AFFECTED, results / AFFECTED):
@@ -300,7 +312,9 @@ def markdown_problems(bundle: Path) -> list[str]:
             problems.append(f"PR.md: {nonblank_lines(text)} non-blank lines (at most {MAX_LINES})")
         if f"Fixes #{ISSUE}" not in text:
             problems.append(f"PR.md: no 'Fixes #{ISSUE}'")
-        problems += [f"PR.md: links {t} (a pull request's body cannot link into the bundle)" for t in local_links(text)]
+        problems += [
+            f"PR.md: links {t} (a pull request's body cannot link into the bundle)" for t in local_links(text)
+        ]
     evidence = bundle / "EVIDENCE.md"
     if evidence.exists():
         for target in local_links(evidence.read_text()):
@@ -366,18 +380,23 @@ def newest_bundle(dist: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.bundle", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="python -m patch_and_test.bundle",
+                           description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command")
     build_p = sub.add_parser("build", help="run or reuse the matrix and write the bundle (default)")
     build_p.add_argument("--results", type=Path, default=PACKAGE_ROOT / "results")
     build_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
     build_p.add_argument("--versions", nargs="*", default=None, help="restrict the matrix to these versions")
     build_p.add_argument("--backends", nargs="*", default=list(BACKENDS))
-    build_p.add_argument("--timeout", type=positive_seconds, default=600.0,
+    build_p.add_argument("--timeout",
+                         type=positive_seconds,
+                         default=600.0,
                          help="deadline per reproducer launch of a matrix cell that runs, s (default %(default)s)")
     build_p.add_argument("--no-audit", action="store_true", help="cells without the parity audit (quicker)")
-    build_p.add_argument("--sign-as", metavar="'NAME <EMAIL>'", default=None,
+    build_p.add_argument("--sign-as",
+                         metavar="'NAME <EMAIL>'",
+                         default=None,
                          help="sign the bundle's series off as this identity (the sender's); without it they carry "
                          "the package's placeholder and the bundle says they are not ready to send")
     verify_p = sub.add_parser("verify", help="re-check a bundle's hashes, its reports and every number in its PR.md")
@@ -392,8 +411,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"MISMATCH: {p}", file=sys.stderr)
             print(f"{bundle}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
             return int(Exit.OK if not problems else Exit.NOT_FIXED)
-        cells = [c for c in matrix()
-                 if (not args.versions or c.version in args.versions) and c.backend in args.backends]
+        cells = [
+            c for c in matrix() if (not args.versions or c.version in args.versions) and c.backend in args.backends
+        ]
         sign_as = signoff.parse_identity(args.sign_as) if args.sign_as else None
         bundle = build(args.results, args.dist, cells, args.timeout, audit=not args.no_audit, sign_as=sign_as)
         bad = {env: v.outcome for env, v in _verdicts(bundle).items() if v.outcome not in GOOD_OUTCOMES}

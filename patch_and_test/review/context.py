@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 Scalar = Optional[Union[str, int, float, bool]]
 Counts = dict[str, int]
 
-
 # -- the report files, one loader per kind ------------------------------------------------------
+
 
 def _json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
@@ -77,6 +77,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 # -- the context --------------------------------------------------------------------------------
+
 
 class PatchRef(Model):
     subject: str
@@ -336,19 +337,27 @@ class PrContext(Model):
 
 # -- the loader ---------------------------------------------------------------------------------
 
+
 def load_context(bundle: Path) -> PrContext:
     """Everything PR.md shows, read from the bundle's ``patches/``, ``results/`` and notice only."""
     verdicts = _load_verdicts(bundle)
     series = _series(bundle)
     affected = affected_results(bundle / "results" / "affected")
     notice = bundle / "downstream-notice.md"
-    return PrContext(
-        title=_title(bundle), testing=_testing(bundle, affected, verdicts), signoff=_signoff(bundle, series),
-        fix=_fix(series), series=series,
-        notice=notice.exists(), matrix=_matrix(bundle, verdicts),
-        tests=_tests(bundle, verdicts), affected=affected_context(affected) if affected else None,
-        alst=_alst(bundle, verdicts), audit=_audit(bundle, verdicts),
-        numerics=_numerics(bundle), environment=_environment(verdicts), evidence=_evidence(bundle))
+    return PrContext(title=_title(bundle),
+                     testing=_testing(bundle, affected, verdicts),
+                     signoff=_signoff(bundle, series),
+                     fix=_fix(series),
+                     series=series,
+                     notice=notice.exists(),
+                     matrix=_matrix(bundle, verdicts),
+                     tests=_tests(bundle, verdicts),
+                     affected=affected_context(affected) if affected else None,
+                     alst=_alst(bundle, verdicts),
+                     audit=_audit(bundle, verdicts),
+                     numerics=_numerics(bundle),
+                     environment=_environment(verdicts),
+                     evidence=_evidence(bundle))
 
 
 def _load_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
@@ -395,12 +404,19 @@ def test_counts(outcomes: dict[str, str]) -> Counts:
 
 def _series(bundle: Path) -> list[Series]:
     manifest = _read_toml(bundle / "patches" / "series.toml")
-    return [Series(name=s["name"], version=s["version"], min_version=s["min_version"],
-                   below_version=s["below_version"], base_ref=s["base_ref"], base_commit=s["base_commit"],
-                   patches=[PatchRef(subject=patch_subject(bundle / "patches" / s["name"] / p["file"]),
-                                     role=p["role"], files=patch_files(bundle / "patches" / s["name"] / p["file"]))
-                            for p in s["patches"]])
-            for s in manifest.get("series", [])]
+    return [
+        Series(name=s["name"],
+               version=s["version"],
+               min_version=s["min_version"],
+               below_version=s["below_version"],
+               base_ref=s["base_ref"],
+               base_commit=s["base_commit"],
+               patches=[
+                   PatchRef(subject=patch_subject(bundle / "patches" / s["name"] / p["file"]),
+                            role=p["role"],
+                            files=patch_files(bundle / "patches" / s["name"] / p["file"])) for p in s["patches"]
+               ]) for s in manifest.get("series", [])
+    ]
 
 
 def patch_subject(path: Path) -> str:
@@ -429,8 +445,8 @@ def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
     out = []
     for s in series:
         state = sign_state(bundle / "patches" / s.name)
-        out.append(SignOff(series=s.name, signers=list(state.signers), ready=state.ready,
-                           problems=list(state.problems)))
+        out.append(
+            SignOff(series=s.name, signers=list(state.signers), ready=state.ready, problems=list(state.problems)))
     return out
 
 
@@ -439,8 +455,7 @@ def _outcome_counts(results: list[dict[str, Any]], phase: str, needle: str) -> C
     return test_counts(found) if found else None
 
 
-def _testing(bundle: Path, affected: list[tuple[str, dict[str, Any]]],
-             verdicts: dict[str, dict[str, Any]]) -> Testing:
+def _testing(bundle: Path, affected: list[tuple[str, dict[str, Any]]], verdicts: dict[str, dict[str, Any]]) -> Testing:
     """From the newest-upstream tree's affected-tests run (its partial runs too) and the reduce-path benchmark."""
     from patch_and_test.upstream.job import PARTIALS
 
@@ -458,18 +473,19 @@ def _testing(bundle: Path, affected: list[tuple[str, dict[str, Any]]],
     without = partial.get(regression.name)
     alone = partial.get(alst.name)
     table = affected_context([(n, d) for n, d in affected if d is newest]) if newest is not None else None
-    return Testing(
-        tree=tree,
-        regression_without_fix=test_counts(without["outcomes"]) if without else None,
-        regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
-        alst_fix_alone=test_counts(alone["outcomes"]) if alone else None,
-        alst_failed_fix_alone=sorted(t.split("::")[-1] for t, o in (alone or {}).get("outcomes", {}).items()
-                                     if o in ("failed", "error")),
-        alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
-        affected=table.trees[0].suite if table and table.trees else None,
-        pre_existing_by_file=_per_file(table.reasons if table else []),
-        cost=_cost(bundle), environment=(newest or {}).get("environment") or {},
-        cells=(_matrix(bundle, verdicts) or Matrix(cells=[], rows=[], skipped=[])).cells)
+    return Testing(tree=tree,
+                   regression_without_fix=test_counts(without["outcomes"]) if without else None,
+                   regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
+                   alst_fix_alone=test_counts(alone["outcomes"]) if alone else None,
+                   alst_failed_fix_alone=sorted(
+                       t.split("::")[-1] for t, o in (alone or {}).get("outcomes", {}).items()
+                       if o in ("failed", "error")),
+                   alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
+                   affected=table.trees[0].suite if table and table.trees else None,
+                   pre_existing_by_file=_per_file(table.reasons if table else []),
+                   cost=_cost(bundle),
+                   environment=(newest or {}).get("environment") or {},
+                   cells=(_matrix(bundle, verdicts) or Matrix(cells=[], rows=[], skipped=[])).cells)
 
 
 def _per_file(reasons: list[Reason]) -> dict[str, int]:
@@ -487,7 +503,9 @@ def _cost(bundle: Path) -> Cost | None:
     data = load_reduce_path(path)
     if "after_over_before" not in data:
         return None
-    return Cost(ratio=data["after_over_before"], case=data["target"]["case"], calls=data.get("paired_calls", 0),
+    return Cost(ratio=data["after_over_before"],
+                case=data["target"]["case"],
+                calls=data.get("paired_calls", 0),
                 deepspeed=data["environment"]["deepspeed"])
 
 
@@ -496,15 +514,18 @@ def _fix(series: list[Series]) -> Fix | None:
     if master is None:
         return None
     backports = [s for s in series if s.name != "master"]
-    return Fix(master=master, backports=len(backports),
+    return Fix(master=master,
+               backports=len(backports),
                backports_from=min(s.min_version for s in backports) if backports else None)
 
 
 def affected_results(root: Path) -> list[tuple[str, dict[str, Any]]]:
     """(tree name, affected.json) under ``root``: the newest-upstream tree, master, then the newest tree first."""
     found = [(p.parent.name, load_affected(p)) for p in sorted(root.glob("*/affected.json"))]
-    return sorted(found, key=lambda f: (f[0] != "newest-upstream", f[0] != "master",
-                                        [-n for n in version_sort_key(f[1].get("version") or "")]))
+    return sorted(
+        found,
+        key=lambda f:
+        (f[0] != "newest-upstream", f[0] != "master", [-n for n in version_sort_key(f[1].get("version") or "")]))
 
 
 def affected_context(found: list[tuple[str, dict[str, Any]]]) -> AffectedTable:
@@ -514,23 +535,35 @@ def affected_context(found: list[tuple[str, dict[str, Any]]]) -> AffectedTable:
         s = data.get("suite") or {}
         suite = None
         if s:
-            suite = AffectedSuite(
-                tier=s["tier"], files=len(s["files"]), collected_before=s["collected_before"],
-                collected_after=s["collected_after"], before=s["before"], after=s["after"],
-                regressions=len(s["regressions"]), pre_existing=len(s["pre_existing"]), fixed=len(s["fixed"]),
-                new=sum(1 for r in s["results"] if r["category"] == "new"), flaky=len(s["flaky"]),
-                wall_s_before=s["wall_s_before"], wall_s_after=s["wall_s_after"])
+            suite = AffectedSuite(tier=s["tier"],
+                                  files=len(s["files"]),
+                                  collected_before=s["collected_before"],
+                                  collected_after=s["collected_after"],
+                                  before=s["before"],
+                                  after=s["after"],
+                                  regressions=len(s["regressions"]),
+                                  pre_existing=len(s["pre_existing"]),
+                                  fixed=len(s["fixed"]),
+                                  new=sum(1 for r in s["results"] if r["category"] == "new"),
+                                  flaky=len(s["flaky"]),
+                                  wall_s_before=s["wall_s_before"],
+                                  wall_s_after=s["wall_s_after"])
             found_reasons = [(r["category"], r["test"], r["reason"]) for r in s["results"]
                              if r["category"] in ("pre-existing", "regression", "flaky")]
             found_reasons += [("not collectable", path, why)
                               for path, why in sorted((s.get("not_collectable") or {}).items())]
             for key in found_reasons:
                 reasons.setdefault(key, set()).add(name)
-        trees.append(AffectedTree(name=name, outcome=data.get("outcome"), error=data.get("error"),
-                                  version=data.get("version"), base=data.get("base") or "", suite=suite))
+        trees.append(
+            AffectedTree(name=name,
+                         outcome=data.get("outcome"),
+                         error=data.get("error"),
+                         version=data.get("version"),
+                         base=data.get("base") or "",
+                         suite=suite))
     ordered = sorted(reasons.items(), key=lambda kv: f"{kv[0][0]}: `{kv[0][1]}`: {kv[0][2]}")
-    return AffectedTable(trees=trees, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names))
-                                               for (k, t, w), names in ordered])
+    return AffectedTable(
+        trees=trees, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names)) for (k, t, w), names in ordered])
 
 
 def _gradscale_ratios(bundle: Path, check: dict[str, Any]) -> dict[tuple[str, str, str], float]:
@@ -543,8 +576,10 @@ def _gradscale_ratios(bundle: Path, check: dict[str, Any]) -> dict[tuple[str, st
 
 
 GRAD_SCALE_SCRIPTS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
-_ORDER = ["zero1", "zero2", "zero3 rs=False cg=True bucket=500", "zero3 rs=False cg=False bucket=500",
-          "zero3 rs=True cg=True bucket=500", "zero3 rs=False cg=True bucket=16"]
+_ORDER = [
+    "zero1", "zero2", "zero3 rs=False cg=True bucket=500", "zero3 rs=False cg=False bucket=500",
+    "zero3 rs=True cg=True bucket=500", "zero3 rs=False cg=True bucket=16"
+]
 
 
 def _config_order(config: str) -> int:
@@ -561,27 +596,48 @@ def _matrix(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Matrix | None:
         after = {k: r for c in v["after"] for k, r in _gradscale_ratios(bundle, c).items()}
         for key in set(before) | set(after):
             table.setdefault(key, {})[env] = RatioPair(before=before.get(key), after=after.get(key))
-    rows = [MatrixRow(script=script, config=config, param=param, values=[row.get(env) for env, _ in ran])
-            for (script, config, param), row in sorted(table.items(),
-                                                       key=lambda kv: (kv[0][0], _config_order(kv[0][1]), kv[0][2]))]
-    cells = [MatrixCell(label=cell_label(v), verdict=rel(bundle, Path("results") / env / "verdict.json"),
-                        outcome=v["outcome"], exit_code=v["exit_code"], deepspeed_before=v.get("deepspeed_before"),
-                        deepspeed_after=v.get("deepspeed_after"), series=(v.get("series") or {}).get("name"))
-             for env, v in ran]
-    return Matrix(cells=cells, rows=rows, skipped=[SkippedCell(label=cell_label(v), outcome=v["outcome"],
-                                                               error=v.get("error")) for _, v in skipped])
+    rows = [
+        MatrixRow(script=script, config=config, param=param, values=[row.get(env) for env, _ in ran])
+        for (script, config,
+             param), row in sorted(table.items(), key=lambda kv: (kv[0][0], _config_order(kv[0][1]), kv[0][2]))
+    ]
+    cells = [
+        MatrixCell(label=cell_label(v),
+                   verdict=rel(bundle,
+                               Path("results") / env / "verdict.json"),
+                   outcome=v["outcome"],
+                   exit_code=v["exit_code"],
+                   deepspeed_before=v.get("deepspeed_before"),
+                   deepspeed_after=v.get("deepspeed_after"),
+                   series=(v.get("series") or {}).get("name")) for env, v in ran
+    ]
+    return Matrix(
+        cells=cells,
+        rows=rows,
+        skipped=[SkippedCell(label=cell_label(v), outcome=v["outcome"], error=v.get("error")) for _, v in skipped])
 
 
 def _tests(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Tests | None:
     cells = []
     for env, v in _by_version(verdicts):
-        tests = [TestRow(name=t["name"], counts=test_counts(t["outcomes"]), junit=rel(bundle, t["junit"]))
-                 for t in v.get("tests", [])]
-        suites = [SuiteRow(name=s["name"], tier=s.get("tier"), files=len(s.get("files", [])), before=s["before"],
-                           after=s["after"], regressions=len(s["regressions"]), pre_existing=len(s["pre_existing"]),
-                           flaky=len(s.get("flaky", [])), wall_s_before=s.get("wall_s_before"),
-                           wall_s_after=s.get("wall_s_after"), after_dir=rel(bundle, Path("results") / env / "after"))
-                  for s in v.get("suites", [])]
+        tests = [
+            TestRow(name=t["name"], counts=test_counts(t["outcomes"]), junit=rel(bundle, t["junit"]))
+            for t in v.get("tests", [])
+        ]
+        suites = [
+            SuiteRow(name=s["name"],
+                     tier=s.get("tier"),
+                     files=len(s.get("files", [])),
+                     before=s["before"],
+                     after=s["after"],
+                     regressions=len(s["regressions"]),
+                     pre_existing=len(s["pre_existing"]),
+                     flaky=len(s.get("flaky", [])),
+                     wall_s_before=s.get("wall_s_before"),
+                     wall_s_after=s.get("wall_s_after"),
+                     after_dir=rel(bundle,
+                                   Path("results") / env / "after")) for s in v.get("suites", [])
+        ]
         if tests or suites:
             cells.append(CellTests(label=cell_label(v), tests=tests, suites=suites))
     if not cells:
@@ -610,9 +666,13 @@ def _alst(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> list[AlstRow]:
         for r in report.rows:
             ratios.setdefault((r.recipe, r.stage), []).append(r.ratio)
         spans = [ratios.get((recipe, stage)) for recipe in ("allgather", "own_share") for stage in (2, 3)]
-        rows.append(AlstRow(cell=cell_label(v), phase=phase, report=rel(bundle, check["report"]),
-                            deepspeed=report.deepspeed_version, pattern=check["pattern"],
-                            spans=[Span(lo=min(s), hi=max(s)) if s else None for s in spans]))
+        rows.append(
+            AlstRow(cell=cell_label(v),
+                    phase=phase,
+                    report=rel(bundle, check["report"]),
+                    deepspeed=report.deepspeed_version,
+                    pattern=check["pattern"],
+                    spans=[Span(lo=min(s), hi=max(s)) if s else None for s in spans]))
     return rows
 
 
@@ -620,10 +680,15 @@ def _audit(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Audit | None:
     """The parity audit's counts per cell, before and after, and the known upstream discrepancies."""
     rows, known, writeups = [], {}, {}
     for v, phase, check, report in _checks(bundle, verdicts, "parity_audit", load_audit_report):
-        rows.append(AuditRow(cell=cell_label(v), phase=phase, report=rel(bundle, check["report"]),
-                             mode=report.get("mode", "?"), expect=check["expect"], holds=check["exit_code"] == 0,
-                             layouts=[f"{t['sp']}x{t['dp']}" for t in report.get("topologies", [])],
-                             counts=report["summary"]["counts"]))
+        rows.append(
+            AuditRow(cell=cell_label(v),
+                     phase=phase,
+                     report=rel(bundle, check["report"]),
+                     mode=report.get("mode", "?"),
+                     expect=check["expect"],
+                     holds=check["exit_code"] == 0,
+                     layouts=[f"{t['sp']}x{t['dp']}" for t in report.get("topologies", [])],
+                     counts=report["summary"]["counts"]))
         for kid, n in (report["summary"].get("known_points") or {}).items():
             if n:
                 known.setdefault(kid, set()).add(cell_label(v).split()[0])
@@ -634,8 +699,10 @@ def _audit(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Audit | None:
     for kid in sorted(known):
         # The write-up the audit's known list names for this entry (docs/upstream-candidates/ in the repo).
         doc = f"upstream-candidates/{Path(writeups.get(kid) or kid + '.md').name}"
-        hits.append(KnownHit(id=kid, doc=doc if (bundle / doc).exists() else None,
-                             versions=sorted(known[kid], key=version_sort_key)))
+        hits.append(
+            KnownHit(id=kid,
+                     doc=doc if (bundle / doc).exists() else None,
+                     versions=sorted(known[kid], key=version_sort_key)))
     return Audit(rows=rows, known=hits)
 
 
@@ -655,20 +722,32 @@ def _numerics(bundle: Path) -> Numerics | None:
     ulp_rows = []
     for world, sp, dtype in sorted({(k[0], k[1], k[2]) for k in ulp}):
         flags = bitwise.get((world, sp, dtype, "exact"), {})
-        ulp_rows.append(UlpRow(world=world, sp=sp, dtype=dtype,
-                               before=ulp.get((world, sp, dtype, "random", "avg_scatter[before]")),
-                               forms=[ulp.get((world, sp, dtype, "random", f"avg_scatter[{n}]")) for n in forms],
-                               contiguous=ulp.get((world, sp, dtype, "random", "contiguous")),
-                               equal=[flags.get(f"contiguous==avg_scatter[{n}]") for n in forms]))
+        ulp_rows.append(
+            UlpRow(world=world,
+                   sp=sp,
+                   dtype=dtype,
+                   before=ulp.get((world, sp, dtype, "random", "avg_scatter[before]")),
+                   forms=[ulp.get((world, sp, dtype, "random", f"avg_scatter[{n}]")) for n in forms],
+                   contiguous=ulp.get((world, sp, dtype, "random", "contiguous")),
+                   equal=[flags.get(f"contiguous==avg_scatter[{n}]") for n in forms]))
     target = data.get("target", {})
-    return Numerics(
-        report=rel(bundle, path), recommended=recommended, forms=forms, impls=impls,
-        target_max_ratio=target.get("max_ratio", "?"), target_case=target.get("case", "?"),
-        timing=[TimingRow(case=row["case"], params=row["params"], numel_each=row["numel_each"], dtype=row["dtype"],
-                          ratios=[row["wall_ratio_vs_before"][n]["median_paired"] for n in impls],
-                          extra=[row.get("analytic_extra_bytes_rank0", {}).get(n, "-") for n in forms])
-                for row in timing],
-        ulp=ulp_rows, conclusion=data.get("conclusion") or None)
+    return Numerics(report=rel(bundle, path),
+                    recommended=recommended,
+                    forms=forms,
+                    impls=impls,
+                    target_max_ratio=target.get("max_ratio", "?"),
+                    target_case=target.get("case", "?"),
+                    timing=[
+                        TimingRow(case=row["case"],
+                                  params=row["params"],
+                                  numel_each=row["numel_each"],
+                                  dtype=row["dtype"],
+                                  ratios=[row["wall_ratio_vs_before"][n]["median_paired"] for n in impls],
+                                  extra=[row.get("analytic_extra_bytes_rank0", {}).get(n, "-") for n in forms])
+                        for row in timing
+                    ],
+                    ulp=ulp_rows,
+                    conclusion=data.get("conclusion") or None)
 
 
 def _environment(verdicts: dict[str, dict[str, Any]]) -> list[EnvRow]:
@@ -677,8 +756,10 @@ def _environment(verdicts: dict[str, dict[str, Any]]) -> list[EnvRow]:
         e = v.get("environment") or {}
         key = (e.get("os"), e.get("python"), e.get("torch"), e.get("machine"), e.get("cpus"), e.get("gpus"))
         envs.setdefault(key, set()).add(v.get("backend"))
-    return [EnvRow(os=os_, python=py, torch=torch, machine=machine, cpus=cpus, gpus=gpus, backends=sorted(backends))
-            for (os_, py, torch, machine, cpus, gpus), backends in sorted(envs.items(), key=str)]
+    return [
+        EnvRow(os=os_, python=py, torch=torch, machine=machine, cpus=cpus, gpus=gpus, backends=sorted(backends))
+        for (os_, py, torch, machine, cpus, gpus), backends in sorted(envs.items(), key=str)
+    ]
 
 
 def _evidence(bundle: Path) -> list[str]:

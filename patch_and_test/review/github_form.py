@@ -114,7 +114,11 @@ def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
             raise errors.SeriesDoesNotApply(f"{patch.file} does not apply to {series.base_commit[:12]}: "
                                             f"{applied.stderr.strip().splitlines()[0]}")
         tree = git(repo, "write-tree", "--missing-ok", env=env).stdout.strip()
-        author = {"GIT_AUTHOR_NAME": info["Author"], "GIT_AUTHOR_EMAIL": info["Email"], "GIT_AUTHOR_DATE": info["Date"]}
+        author = {
+            "GIT_AUTHOR_NAME": info["Author"],
+            "GIT_AUTHOR_EMAIL": info["Email"],
+            "GIT_AUTHOR_DATE": info["Date"]
+        }
         full = f"{info['Subject']}\n\n{message}"
         head = git_out(repo, "commit-tree", tree, "-p", head, input=full, env={**env, **author}).strip()
     git(repo, "update-ref", f"refs/heads/{BRANCH}", head)
@@ -138,7 +142,8 @@ On DeepSpeed's master as it is today, `git am patches/master/000[1-9]-*.patch` (
 `squash-message.txt`.
 """
 WHERE = {
-    NEWEST_UPSTREAM: "\nThat base is not an upstream commit: it is DeepSpeed's newest release (its sdist)\n"
+    NEWEST_UPSTREAM:
+    "\nThat base is not an upstream commit: it is DeepSpeed's newest release (its sdist)\n"
     "committed on a commit of master, whose tests it keeps; `python -m patch_and_test --newest-upstream`\n"
     "(zero3-sp-gradfix) builds it with this id in a clone of DeepSpeed: fetch the bundle there.\n",
 }
@@ -157,10 +162,15 @@ def write(bundle: Path, series: Series, mirror: Path | None) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="zero3-sp-branch.") as tmp:
         repo, head = build_branch(mirror, series, Path(tmp))
         git(repo, "bundle", "create", str(out / BUNDLE_FILE), BRANCH, f"^{series.base_commit}")
-    (out / "README.md").write_text(README.format(bundle=BUNDLE_FILE, branch=BRANCH, version=series.version,
-                                                 base=series.base_commit, base_short=series.base_commit[:12],
-                                                 base_ref=series.base_ref, head=head,
-                                                 where=WHERE.get(series.base_ref, "\n")))
+    (out / "README.md").write_text(
+        README.format(bundle=BUNDLE_FILE,
+                      branch=BRANCH,
+                      version=series.version,
+                      base=series.base_commit,
+                      base_short=series.base_commit[:12],
+                      base_ref=series.base_ref,
+                      head=head,
+                      where=WHERE.get(series.base_ref, "\n")))
     return []
 
 
@@ -169,8 +179,11 @@ def verify(bundle: Path, series: Series, mirror: Path | None) -> tuple[list[str]
     out = bundle / "github"
     problems: list[str] = []
     pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
-    expected = {"pr-title.txt": title(series) + "\n", "squash-message.txt": squash_message(series, pr),
-                "pr-body.md": pr_body(pr)}
+    expected = {
+        "pr-title.txt": title(series) + "\n",
+        "squash-message.txt": squash_message(series, pr),
+        "pr-body.md": pr_body(pr)
+    }
     for name, text in expected.items():
         path = out / name
         if not path.exists():

@@ -24,8 +24,10 @@ ISSUE = 8692
 MAX_LINES = 25  # non-blank lines of PR.md: a squash commit's message, not a report
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
-__all__ = ["ISSUE", "MAX_LINES", "affected_results", "affected_table", "local_links", "nonblank_lines",
-           "render_evidence", "render_pr"]
+__all__ = [
+    "ISSUE", "MAX_LINES", "affected_results", "affected_table", "local_links", "nonblank_lines", "render_evidence",
+    "render_pr"
+]
 
 
 def render_pr(bundle: Path) -> str:

@@ -259,10 +259,10 @@ def trees_for(manifest: Manifest,
 
 def main(argv: list[str] | None = None) -> int:
     parser = errors.CommandParser(prog="python -m patch_and_test.lint",
-                                     description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1] + "\npinned: "
-                                     + " ".join(f"{t}=={v}" for t, v in TOOLS.items()) + "\n",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                  description=__doc__.split("\n\n")[0],
+                                  epilog=__doc__.split("\n\n", 1)[1] + "\npinned: " +
+                                  " ".join(f"{t}=={v}" for t, v in TOOLS.items()) + "\n",
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, help="a DeepSpeed git checkout (only read: a copy is patched)")
     parser.add_argument("--manifest", type=Path, help="patches/series.toml (default: the package's)")
     args = parser.parse_args(argv)
@@ -281,11 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     for report in reports:
         tree = report.tree
         where = {
-            "mirror": f"sparse checkout of the mirror at {tree.upstream_commit}",
-            "checkout": f"copy of the checkout at {tree.upstream_commit}",
-            "pypi-sdist": f"PyPI sdist of DeepSpeed {tree.version}",
-            source.NEWEST_UPSTREAM: f"the newest-upstream tree {tree.upstream_commit}"
-            + (f" ({tree.graft.release} sdist on master {tree.graft.history[:12]})" if tree.graft else ""),
+            "mirror":
+            f"sparse checkout of the mirror at {tree.upstream_commit}",
+            "checkout":
+            f"copy of the checkout at {tree.upstream_commit}",
+            "pypi-sdist":
+            f"PyPI sdist of DeepSpeed {tree.version}",
+            source.NEWEST_UPSTREAM:
+            f"the newest-upstream tree {tree.upstream_commit}" +
+            (f" ({tree.graft.release} sdist on master {tree.graft.history[:12]})" if tree.graft else ""),
         }[tree.origin]
         print(f"series {report.series}: {where} ({tree.path})")
         for item in report.not_linted:

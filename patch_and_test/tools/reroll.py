@@ -276,8 +276,19 @@ def reroll(repo: Path,
         # The cover letter is from the series' author, not from whoever runs this (a project identity).
         name, email = git_out(repo, "log", "-1", "--format=%an%n%ae", head).splitlines()
         as_author = {**os.environ, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
-        git_out(where, *FORMAT_CONFIG, "format-patch", "-q", "--cover-letter", f"--base={local_base}", "-v",
-                str(version), *extra, "-o", str(formatted), f"{local_base}..{head}", env=as_author)
+        git_out(where,
+                *FORMAT_CONFIG,
+                "format-patch",
+                "-q",
+                "--cover-letter",
+                f"--base={local_base}",
+                "-v",
+                str(version),
+                *extra,
+                "-o",
+                str(formatted),
+                f"{local_base}..{head}",
+                env=as_author)
         files = sorted(formatted.glob("*.patch"))
         prefix = f"v{version}-"
         _fill_cover(files[0], subject, body, local_base, upstream, cid)

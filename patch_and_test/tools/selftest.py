@@ -59,19 +59,25 @@ def pytest_command(extra: list[str], version: str, tier: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.selftest", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
+    parser = CommandParser(prog="python -m patch_and_test.selftest",
+                           description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version",
+                        default=os.environ.get("DEEPSPEED_VERSION") or None,
                         help="a supported DeepSpeed release (default: the newest; env DEEPSPEED_VERSION)")
-    parser.add_argument("--tier", choices=TIERS, default=os.environ.get("ZERO3_SP_TEST_TIER") or "fast",
+    parser.add_argument("--tier",
+                        choices=TIERS,
+                        default=os.environ.get("ZERO3_SP_TEST_TIER") or "fast",
                         help="fast (default), slow, or all (env ZERO3_SP_TEST_TIER)")
     args, pytest_args = parser.parse_known_args(argv)
     version = args.version or newest()
     code = install.main(["--pypi", version])
     if code != 0:
         return code
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
-           *pytest_command(pytest_args, version, args.tier)]
+    cmd = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
+        *pytest_command(pytest_args, version, args.tier)
+    ]
     print(f"$ {' '.join(cmd)}", flush=True)
     # pytest's own exit code, 5 (nothing collected) included: the caller treats anything but 0 as failure.
     return subprocess.run(cmd, env={**os.environ, "DEEPSPEED_VERSION": version}).returncode

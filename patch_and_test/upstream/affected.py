@@ -305,9 +305,8 @@ def select_for_series(series_dir: Path, tree: Path) -> Selection:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(
-        prog="python -m patch_and_test.affected",
-        description="The DeepSpeed test files a series can reach, with the reason for each.")
+    parser = CommandParser(prog="python -m patch_and_test.affected",
+                           description="The DeepSpeed test files a series can reach, with the reason for each.")
     parser.add_argument("series", type=Path, help="a series folder (patches/<name>)")
     parser.add_argument("tree", type=Path, help="a DeepSpeed tree as it is before the series")
     parser.add_argument("--json", type=Path, help="also write the selection as JSON")

@@ -94,12 +94,13 @@ class Partial:
 
 
 PARTIALS = (
-    Partial("regression test without the fix", ("test", ), ("tests/unit/v1/zero/test_zero.py",
-                                                             "tests/unit/runtime/zero/test_zero.py"),
+    Partial("regression test without the fix", ("test", ),
+            ("tests/unit/v1/zero/test_zero.py", "tests/unit/runtime/zero/test_zero.py"),
             "TestZero3SequenceParallelGradientScale"),
     # the companion's reason: the recipe that relied on the bug fails with the fix alone
     Partial("ALST test with the fix alone", ("fix", ), ("tests/unit/ulysses_alst/test_ulysses_sp_hf.py", ),
-            "TestUlyssesSPHF", needs="companion"),
+            "TestUlyssesSPHF",
+            needs="companion"),
 )
 
 
@@ -125,10 +126,13 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
         series_mod.apply_series(tree.path, subset)
         try:
             run = upstream_suite.run_suite(part.name, tree.path, files, results / "partial", **{
-                **kwargs, "keep": (part.test_class, )})
+                **kwargs, "keep": (part.test_class, )
+            })
             # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
-            runs.append(dataclasses.replace(run, log=os.path.relpath(run.log, results),
-                                            record=os.path.relpath(run.record, results)))
+            runs.append(
+                dataclasses.replace(run,
+                                    log=os.path.relpath(run.log, results),
+                                    record=os.path.relpath(run.record, results)))
             print(f"{part.name}: {runs[-1].counts}", flush=True)
         finally:
             series_mod.git(tree.path, "reset", "-q", "--hard", tree.base)
@@ -146,7 +150,9 @@ def run(src: Path | None,
     results.mkdir(parents=True, exist_ok=True)
     # Names, not this machine's paths: the base commit says which tree it was.
     name = src.resolve().name if src is not None else source_mod.NEWEST_UPSTREAM
-    verdict = AffectedVerdict(source=name, series=series_dir.name, only=list(only or []),
+    verdict = AffectedVerdict(source=name,
+                              series=series_dir.name,
+                              only=list(only or []),
                               environment=host_environment("gloo"))
     tree = None
     try:
@@ -162,7 +168,9 @@ def run(src: Path | None,
         verdict.selection = selection
         print(selection.describe(), flush=True)
         files = [f for f in selection.paths if not only or f in only]
-        kwargs = dict(tier=tier, keep=upstream_suite.QUICK_TIER_CLASSES, timeout=upstream_suite.TIMEOUT[tier],
+        kwargs = dict(tier=tier,
+                      keep=upstream_suite.QUICK_TIER_CLASSES,
+                      timeout=upstream_suite.TIMEOUT[tier],
                       workers=workers)
         before = upstream_suite.run_suite("before", tree.path, files, results / "before", **kwargs)
         print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
@@ -192,11 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     parser = CommandParser(prog="python -m patch_and_test.affected_job",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                           description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--src", type=Path, help="a clean DeepSpeed checkout (only read)")
-    where.add_argument("--newest-upstream", action="store_true",
+    where.add_argument("--newest-upstream",
+                       action="store_true",
                        help="the newest locked sdist's code on the mirror's master, with master's tests/ "
                        "(deepspeed-sdists.lock [newest-upstream]; needs the mirror, DEEPSPEED_MIRROR)")
     parser.add_argument("--series", type=Path, required=True, help="a folder of git format-patch files")
@@ -206,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                         action="append",
                         default=[],
                         help="run only this selected test file (tree-relative; repeatable), to check one file fast")
-    parser.add_argument("--workers", type=int, default=0,
+    parser.add_argument("--workers",
+                        type=int,
+                        default=0,
                         help="pytest-xdist workers (-n N; no --forked, see docs/affected-tests.md)")
     args = parser.parse_args(argv)
     verdict = run(args.src,

@@ -325,11 +325,15 @@ def run_suite(name: str,
         log.write_text("nothing to run\n")
         return SuiteRun(name, tier, files, 5, False, 0.0, {}, {}, {}, {}, 0, str(log), str(record), workers)
     _drop_bytecode(tree)
-    code, wall = run_logged(cmd, log, timeout=timeout, cwd=tree / "tests", env={
-        **os.environ,
-        **pytest_env(tree),
-        **hub_env()
-    })
+    code, wall = run_logged(cmd,
+                            log,
+                            timeout=timeout,
+                            cwd=tree / "tests",
+                            env={
+                                **os.environ,
+                                **pytest_env(tree),
+                                **hub_env()
+                            })
     outcomes, messages, broken, ranks, deselected = read_record(record)
     return SuiteRun(name, tier, files, code, wall >= timeout, wall, outcomes, messages, broken, ranks, deselected,
                     str(log), str(record), workers)

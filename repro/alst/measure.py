@@ -39,7 +39,6 @@ MASKED_PREFIX = 3  # labels[:3] = -100 ("prompt"); every shard still has >= 1 lo
 _SAMPLE_SEED = 8692
 ATTN = "sdpa"
 
-
 # ----------------------------------------------------------------------------- preflight
 
 
@@ -110,8 +109,11 @@ def register_ulysses(model_dir: Path, sp: int):
     """``UlyssesSPAttentionHF.register_with_transformers``; its keyword for the length changed in 0.18."""
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
 
-    kwargs = dict(model_name_or_path=str(model_dir), core_attn_implementation=ATTN, sequence_parallel_size=sp,
-                  micro_batch_size=1, seq_length_is_variable=True)
+    kwargs = dict(model_name_or_path=str(model_dir),
+                  core_attn_implementation=ATTN,
+                  sequence_parallel_size=sp,
+                  micro_batch_size=1,
+                  seq_length_is_variable=True)
     params = inspect.signature(UlyssesSPAttentionHF.register_with_transformers).parameters
     kwargs["seq_length" if "seq_length" in params else "max_length"] = SEQ_LEN
     return UlyssesSPAttentionHF.register_with_transformers(**kwargs)
@@ -171,8 +173,8 @@ def sp_backward_loss(recipe: str, loss_local, shift_labels, sp_group, sp_world_s
     good = (shift_labels != -100).view(-1).sum()
     if recipe == "allgather":
         # DeepSpeed's tutorial / TestUlyssesSPHF, as written there.
-        all_gather = (torch.distributed.nn.functional.all_gather if gather_impl == TORCH_ALL_GATHER else
-                      _equivalent_all_gather)
+        all_gather = (torch.distributed.nn.functional.all_gather
+                      if gather_impl == TORCH_ALL_GATHER else _equivalent_all_gather)
         losses_per_rank = all_gather(loss_local, group=sp_group)
         good_per_rank = all_gather(good, group=sp_group)
         total_loss = sum(losses_per_rank[r] * good_per_rank[r] for r in range(sp_world_size))
@@ -221,18 +223,22 @@ def sp_shard(engine, dp_index: int, notes: dict[str, str]):
     input_ids, position_ids, labels = sample(dp_index)
     dataset = torch.utils.data.TensorDataset(input_ids, position_ids, labels)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=1,
-        collate_fn=lambda b: dict(input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0),
-                                  labels=b[0][2].unsqueeze(0)))
-    adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp_world_size,
+        dataset,
+        batch_size=1,
+        collate_fn=lambda b: dict(
+            input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0), labels=b[0][2].unsqueeze(0)))
+    adapter = UlyssesSPDataLoaderAdapter(loader,
+                                         sp_rank=sp_rank,
+                                         sp_group=sp_group,
+                                         sp_world_size=sp_world_size,
                                          device=engine.device)
     # Every rank of an sp group holds the same sample, so the first micro-batch is it, sharded.
     batch = _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size, notes)
     return batch, sp_group, sp_world_size
 
 
-def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str,
-           notes: dict[str, str]):
+def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str, notes: dict[str,
+                                                                                                                str]):
     """One engine, one step: {param: full gradient}, the full-sequence loss, {param: reduce path}."""
     from repro.harness.engine import destroy_engine, full_gradients, watch_reduce_paths
 
@@ -243,10 +249,12 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         shift_labels = batch["shift_labels"].to(engine.device)
         outputs = engine(input_ids=batch["input_ids"].to(engine.device),
                          position_ids=batch["position_ids"].to(engine.device))
-        loss_local = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
+        loss_local = engine.module.loss_function(logits=outputs.logits,
+                                                 labels=None,
+                                                 shift_labels=shift_labels,
                                                  vocab_size=engine.module.config.vocab_size)
         to_backprop, full_loss = sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp_world_size,
-                                                 gather_impl)
+                                                  gather_impl)
         engine.backward(to_backprop)
         grads, reduce_paths = {}, {}
         for name, param, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {recipe}: "):
@@ -259,8 +267,8 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         gc.collect()
 
 
-def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_world_size: int,
-                 notes: dict[str, str]) -> dict:
+def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_world_size: int, notes: dict[str,
+                                                                                                         str]) -> dict:
     """The adapter's first micro-batch; on gloo, for DeepSpeed 0.17.x .. 0.19.6-dev, the same by hand.
 
     Those versions all_gather a 0-dim seqlen into 1-element tensors, which gloo rejects
@@ -320,24 +328,48 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     for stage in STAGES:
         for recipe in RECIPES:
             grads, full_loss, paths = run_sp(stage, recipe, model_dir, mpu, sp, dp_index, gather_impl, notes)
-            rows += [make_row(recipe, stage, name, grads[name], expected[name], sp, ctx.args.expect, paths[name])
-                     for name in PARAMS]
+            rows += [
+                make_row(recipe, stage, name, grads[name], expected[name], sp, ctx.args.expect, paths[name])
+                for name in PARAMS
+            ]
             losses.append(loss_entry(recipe, stage, full_loss, baseline_losses[dp_index]))
     # Rank 0 reports dp group 0's losses; every rank checked its own, and a mismatch anywhere fails.
     mine_ok = all(x["ok"] for x in losses)
     flag = torch.tensor([0 if mine_ok else 1])
     torch.distributed.all_reduce(flag)
     if int(flag) and mine_ok:
-        losses.append({"recipe": "*", "stage": 0, "sp_loss": None, "baseline_loss": None, "rel_diff": None,
-                       "ok": False, "note": "another dp group's loss mismatched"})
-    report = AlstReport(
-        script=SCRIPT, deepspeed_version=_version("deepspeed"), torch_version=torch.__version__,
-        transformers_version=transformers.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
-        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size, sp=sp, dp=dp,
-        expect=ctx.args.expect, rows=rows, losses=losses, python_version=platform.python_version(),
-        extra={"model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights", "model_dir": str(model_dir),
-               "attn_implementation": ATTN, "all_gather": gather_impl, "seq_len": SEQ_LEN,
-               "masked_prefix": MASKED_PREFIX,
-               "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
-               "dtype": "float32", **notes})
+        losses.append({
+            "recipe": "*",
+            "stage": 0,
+            "sp_loss": None,
+            "baseline_loss": None,
+            "rel_diff": None,
+            "ok": False,
+            "note": "another dp group's loss mismatched"
+        })
+    report = AlstReport(script=SCRIPT,
+                        deepspeed_version=_version("deepspeed"),
+                        torch_version=torch.__version__,
+                        transformers_version=transformers.__version__,
+                        backend=ctx.backend,
+                        device=ctx.device.split(":")[0],
+                        launcher="external" if ctx.external_launcher else "local",
+                        world_size=ctx.world_size,
+                        sp=sp,
+                        dp=dp,
+                        expect=ctx.args.expect,
+                        rows=rows,
+                        losses=losses,
+                        python_version=platform.python_version(),
+                        extra={
+                            "model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
+                            "model_dir": str(model_dir),
+                            "attn_implementation": ATTN,
+                            "all_gather": gather_impl,
+                            "seq_len": SEQ_LEN,
+                            "masked_prefix": MASKED_PREFIX,
+                            "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
+                            "dtype": "float32",
+                            **notes
+                        })
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)

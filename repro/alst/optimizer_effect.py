@@ -76,10 +76,17 @@ def run(optimizer: str, sp: int, steps: int, clip: float | None) -> dict:
     moved = _flat(models[1]) - start
     moved_scaled = _flat(models[sp]) - start
     return {
-        "optimizer": optimizer, "sp": sp, "steps": steps, "clip_max_norm": clip,
+        "optimizer": optimizer,
+        "sp": sp,
+        "steps": steps,
+        "clip_max_norm": clip,
         "grad_norm_ratio_first_step": norms[sp][0] / norms[1][0],
-        "steps_clipped": {"1x": clipped[1], f"{sp}x": clipped[sp]},
-        "update_norm_1x": float(moved.norm()), f"update_norm_{sp}x": float(moved_scaled.norm()),
+        "steps_clipped": {
+            "1x": clipped[1],
+            f"{sp}x": clipped[sp]
+        },
+        "update_norm_1x": float(moved.norm()),
+        f"update_norm_{sp}x": float(moved_scaled.norm()),
         "update_rel_diff": float((moved_scaled - moved).norm() / moved.norm()),
     }
 
@@ -95,10 +102,12 @@ def main(argv=None) -> int:
     except ImportError:
         print("SKIP: transformers is not installed")
         return exit_codes.SKIPPED
-    results = [run("adamw", args.sp, args.steps, None),
-               run("adamw", args.sp, args.steps, 1.0),
-               run("adamw", args.sp, args.steps, 2.0),
-               run("sgd", args.sp, args.steps, None)]
+    results = [
+        run("adamw", args.sp, args.steps, None),
+        run("adamw", args.sp, args.steps, 1.0),
+        run("adamw", args.sp, args.steps, 2.0),
+        run("sgd", args.sp, args.steps, None)
+    ]
     for r in results:
         print(f"{r['optimizer']:<5} clip={str(r['clip_max_norm']):<4} "
               f"grad norm x{r['grad_norm_ratio_first_step']:.3f}  "

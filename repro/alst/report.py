@@ -102,24 +102,40 @@ def pattern_of(rows: list[AlstRow]) -> str:
 
 def loss_entry(recipe: str, stage: int, sp_loss: float, baseline_loss: float) -> dict[str, Any]:
     rel = abs(sp_loss - baseline_loss) / max(abs(baseline_loss), 1e-30)
-    return {"recipe": recipe, "stage": stage, "sp_loss": sp_loss, "baseline_loss": baseline_loss,
-            "rel_diff": rel, "ok": loss_ok(rel)}
+    return {
+        "recipe": recipe,
+        "stage": stage,
+        "sp_loss": sp_loss,
+        "baseline_loss": baseline_loss,
+        "rel_diff": rel,
+        "ok": loss_ok(rel)
+    }
 
 
 def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, expect: str, path: str) -> AlstRow:
     """The row of one gradient: judged against --expect's scale, and against both known patterns."""
-    targets = {e: scales.expected_scale(scales.default_path(stage), sp, e, recipe=recipe)
-               for e in scales.EXPECTATIONS}
+    targets = {e: scales.expected_scale(scales.default_path(stage), sp, e, recipe=recipe) for e in scales.EXPECTATIONS}
     target = targets[expect]
     scalar = scales.fit(observed, expected)
     fits = {t: fit(observed, expected, t, scalar) for t in set(targets.values())}
     f = fits[target]
-    return AlstRow(recipe=recipe, stage=stage, param=param, numel=int(expected.numel()), path=path,
-                   observed_norm=f.scalar.observed_norm, expected_norm=f.scalar.expected_norm, ratio=f.scalar.ratio,
+    return AlstRow(recipe=recipe,
+                   stage=stage,
+                   param=param,
+                   numel=int(expected.numel()),
+                   path=path,
+                   observed_norm=f.scalar.observed_norm,
+                   expected_norm=f.scalar.expected_norm,
+                   ratio=f.scalar.ratio,
                    residual=f.scalar.residual,
-                   max_abs_err=f.max_abs_err, max_abs_expected=float(expected.detach().abs().max()),
-                   target=target, ok=f.ok, buggy_target=targets["buggy"], buggy_ok=fits[targets["buggy"]].ok,
-                   fixed_target=targets["fixed"], fixed_ok=fits[targets["fixed"]].ok)
+                   max_abs_err=f.max_abs_err,
+                   max_abs_expected=float(expected.detach().abs().max()),
+                   target=target,
+                   ok=f.ok,
+                   buggy_target=targets["buggy"],
+                   buggy_ok=fits[targets["buggy"]].ok,
+                   fixed_target=targets["fixed"],
+                   fixed_ok=fits[targets["fixed"]].ok)
 
 
 def render_table(report: AlstReport) -> str:

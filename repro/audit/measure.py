@@ -130,9 +130,12 @@ def _measure(engine, point: AuditPoint, specs, rank: int, device: str) -> PointO
         engine.backward(loss)
         if micro < point.gas - 1:
             engine.step()  # not a boundary: the engine only counts the micro-step
-    grads = [MeasuredGrad(spec.name, spec.numel, grad.detach().double().cpu().clone(),
-                          _path(point, param, z3_paths, calls), str(grad.dtype).replace("torch.", ""))
-             for spec, (_, param, grad) in zip(specs, full_gradients(engine, [f"weights.{s.name}" for s in specs]))]
+    grads = [
+        MeasuredGrad(spec.name, spec.numel,
+                     grad.detach().double().cpu().clone(), _path(point, param, z3_paths, calls),
+                     str(grad.dtype).replace("torch.", ""))
+        for spec, (_, param, grad) in zip(specs, full_gradients(engine, [f"weights.{s.name}" for s in specs]))
+    ]
     return PointOutcome("ran", optimizer=optimizer_name, grads=grads)
 
 

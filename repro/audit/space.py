@@ -121,20 +121,27 @@ class AuditPoint:
         """Stable, shell-friendly name, e.g. ``z3.rs0.cg1.overflow/sp2dp1/bf16/gas2/pdf=world/prescale``."""
         knobs = "" if self.stage == 0 else (f".rs{int(self.reduce_scatter)}.cg{int(self.contiguous_gradients)}"
                                             f".{self.bucket}")
-        return "/".join([f"z{self.stage}{knobs}", self.topo.label(), self.dtype, f"gas{self.gas}",
-                         f"pdf={self.predivide}", "prescale" if self.prescale else "postscale"])
+        return "/".join([
+            f"z{self.stage}{knobs}",
+            self.topo.label(), self.dtype, f"gas{self.gas}", f"pdf={self.predivide}",
+            "prescale" if self.prescale else "postscale"
+        ])
 
     def zero_section(self) -> dict:
         section: dict = {"stage": self.stage}
         if self.stage != 0:
-            section.update(reduce_scatter=self.reduce_scatter, contiguous_gradients=self.contiguous_gradients,
+            section.update(reduce_scatter=self.reduce_scatter,
+                           contiguous_gradients=self.contiguous_gradients,
                            reduce_bucket_size=self.reduce_bucket_size)
         return section
 
     def config_overrides(self) -> dict:
         """Top-level DeepSpeed config keys this point sets (besides zero_optimization)."""
-        out: dict = {"gradient_accumulation_steps": self.gas, "gradient_predivide_factor": self.predivide_factor,
-                     "prescale_gradients": self.prescale}
+        out: dict = {
+            "gradient_accumulation_steps": self.gas,
+            "gradient_predivide_factor": self.predivide_factor,
+            "prescale_gradients": self.prescale
+        }
         if self.dtype == "bf16":
             out["bf16"] = {"enabled": True}
         return out
@@ -142,7 +149,8 @@ class AuditPoint:
     def fields(self) -> dict:
         """What a known-discrepancy predicate may test (see repro.audit.expect)."""
         data = dataclasses.asdict(self)
-        data.update(world=self.world_size, predivide_factor=self.predivide_factor,
+        data.update(world=self.world_size,
+                    predivide_factor=self.predivide_factor,
                     reduce_bucket_size=self.reduce_bucket_size)
         return data
 
@@ -167,8 +175,9 @@ def full_space(topos: Sequence[Topo]) -> list[AuditPoint]:
     points = []
     for topo in topos:
         for stage in STAGES:
-            for (rs, cg, bucket), dtype, gas, (pdf, prescale) in itertools.product(
-                    stage_knobs(stage), DTYPES, GAS_VALUES, scale_knobs(topo.world_size)):
+            for (rs, cg, bucket), dtype, gas, (pdf, prescale) in itertools.product(stage_knobs(stage), DTYPES,
+                                                                                   GAS_VALUES,
+                                                                                   scale_knobs(topo.world_size)):
                 points.append(AuditPoint(stage, rs, cg, bucket, topo.sp, topo.dp, dtype, gas, pdf, prescale))
     return points
 
@@ -215,17 +224,21 @@ def quick_rule(p: AuditPoint) -> bool:
     return rejected_probe
 
 
-def select(mode: str, topos: Sequence[Topo], stages: Iterable[int] | None = None, dtypes: Iterable[str] | None = None,
-           gas: Iterable[int] | None = None, patterns: Iterable[str] | None = None) -> list[AuditPoint]:
+def select(mode: str,
+           topos: Sequence[Topo],
+           stages: Iterable[int] | None = None,
+           dtypes: Iterable[str] | None = None,
+           gas: Iterable[int] | None = None,
+           patterns: Iterable[str] | None = None) -> list[AuditPoint]:
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} not in {MODES}")
     points = quick_space(topos) if mode == "quick" else full_space(topos)
     stages, dtypes, gas = (set(x) if x else None for x in (stages, dtypes, gas))
     patterns = list(patterns or [])
-    return [p for p in points
-            if (stages is None or p.stage in stages) and (dtypes is None or p.dtype in dtypes)
-            and (gas is None or p.gas in gas) and (not patterns or any(fnmatch.fnmatchcase(p.id, pat)
-                                                                       for pat in patterns))]
+    return [
+        p for p in points if (stages is None or p.stage in stages) and (dtypes is None or p.dtype in dtypes) and (
+            gas is None or p.gas in gas) and (not patterns or any(fnmatch.fnmatchcase(p.id, pat) for pat in patterns))
+    ]
 
 
 def group_by_topology(points: Iterable[AuditPoint]) -> dict[Topo, list[AuditPoint]]:

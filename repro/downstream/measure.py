@@ -204,8 +204,12 @@ def find_transformers() -> Client | None:
     try:
         fn, fn_name, trainer_cls = transformers_sp_loss()
     except Exception as err:  # noqa: BLE001 - any import failure is the row's content
-        return Client("transformers", version, "transformers.integrations.deepspeed.deepspeed_sp_compute_loss",
-                      None, None, error=last_line(err))
+        return Client("transformers",
+                      version,
+                      "transformers.integrations.deepspeed.deepspeed_sp_compute_loss",
+                      None,
+                      None,
+                      error=last_line(err))
     if fn is None:
         return Client("transformers", version, "-", None, None, why_not=no_transformers_sp_loss(version))
 
@@ -233,11 +237,19 @@ def find_trl() -> Client | None:
     except Exception as err:  # noqa: BLE001
         return Client("trl", version, entry_name, None, None, error=last_line(err))
     if loss_fn is None:
-        return Client("trl", version, entry_name, None, None,
-                      why_not="its SFTTrainer hands the sp loss to transformers' Trainer.compute_loss, and "
-                      + no_transformers_sp_loss(dist_version("transformers")))
+        return Client("trl",
+                      version,
+                      entry_name,
+                      None,
+                      None,
+                      why_not="its SFTTrainer hands the sp loss to transformers' Trainer.compute_loss, and " +
+                      no_transformers_sp_loss(dist_version("transformers")))
     if not hasattr(sft, "add_fused_lm_head"):
-        return Client("trl", version, entry_name, None, None,
+        return Client("trl",
+                      version,
+                      entry_name,
+                      None,
+                      None,
                       why_not=f"not called: this reproducer drives SFTTrainer.compute_loss as trl 1.16 writes it "
                       f"(the model's forward given trl's fused LM head, add_fused_lm_head); trl {version}'s "
                       "sft_trainer has no add_fused_lm_head")
@@ -245,13 +257,21 @@ def find_trl() -> Client | None:
     def call(engine, batch, sp_group, sp, ds_config):
         # SFTTrainer.__init__ gives the model trl's fused LM head; compute_loss asks for it (fused_lm_head=True).
         sft.add_fused_lm_head(engine.module, outputs=("log_probs", "entropy", "is_top1"))
-        trainer = trainer_instance(sft.SFTTrainer, accelerator=sp_accelerator(sp_group, sp), model=engine,
-                                   aux_loss_enabled=False, _metrics={"train": defaultdict(list)},
-                                   _total_train_tokens=0, _tp_size=1)
+        trainer = trainer_instance(sft.SFTTrainer,
+                                   accelerator=sp_accelerator(sp_group, sp),
+                                   model=engine,
+                                   aux_loss_enabled=False,
+                                   _metrics={"train": defaultdict(list)},
+                                   _total_train_tokens=0,
+                                   _tp_size=1)
         with hf_deepspeed_config(ds_config):
             return entry(trainer, engine, dict(batch), False)
 
-    return Client("trl", version, entry_name, call, classify(client_source(loss_fn), client_source(entry)),
+    return Client("trl",
+                  version,
+                  entry_name,
+                  call,
+                  classify(client_source(loss_fn), client_source(entry)),
                   reaches=(loss_name, loss_fn.__code__))
 
 
@@ -267,19 +287,31 @@ def find_axolotl() -> Client | None:
     except Exception as err:  # noqa: BLE001
         return Client("axolotl", version, entry_name, None, None, error=last_line(err))
     if loss_fn is None:
-        return Client("axolotl", version, entry_name, None, None,
-                      why_not="its trainer hands the sp loss to transformers' Trainer.compute_loss, and "
-                      + no_transformers_sp_loss(dist_version("transformers")))
+        return Client("axolotl",
+                      version,
+                      entry_name,
+                      None,
+                      None,
+                      why_not="its trainer hands the sp loss to transformers' Trainer.compute_loss, and " +
+                      no_transformers_sp_loss(dist_version("transformers")))
 
     def call(engine, batch, sp_group, sp, ds_config):
         # What compute_loss reads on the sp path: no token counting, no packing, no ORPO, no multimodal ids.
         args = types.SimpleNamespace(include_tkps=False, sample_packing=False, orpo_alpha=None)
-        trainer = trainer_instance(base.AxolotlTrainer, accelerator=sp_accelerator(sp_group, sp), model=engine,
-                                   args=args, _inject_mm_token_type_ids=False, _model_type="llama")
+        trainer = trainer_instance(base.AxolotlTrainer,
+                                   accelerator=sp_accelerator(sp_group, sp),
+                                   model=engine,
+                                   args=args,
+                                   _inject_mm_token_type_ids=False,
+                                   _model_type="llama")
         with hf_deepspeed_config(ds_config):
             return entry(trainer, engine, dict(batch), False)
 
-    return Client("axolotl", version, entry_name, call, classify(client_source(loss_fn), client_source(entry)),
+    return Client("axolotl",
+                  version,
+                  entry_name,
+                  call,
+                  classify(client_source(loss_fn), client_source(entry)),
                   reaches=(loss_name, loss_fn.__code__))
 
 
@@ -296,7 +328,11 @@ def find_arctic_training() -> Client | None:
 
     def call(engine, batch, sp_group, sp, ds_config):
         trainer = types.SimpleNamespace(
-            device=engine.device, model=engine, model_unwrapped=engine.module, sp_group=sp_group, sp_world_size=sp,
+            device=engine.device,
+            model=engine,
+            model_unwrapped=engine.module,
+            sp_group=sp_group,
+            sp_world_size=sp,
             config=types.SimpleNamespace(sequence_parallel_size=sp, model=types.SimpleNamespace(type="causal")),
             # SFTTrainer.loss is wrapped by ArcticTraining's callback mixin: a trainer with no callbacks registered.
             _run_callbacks=lambda name, args, kwargs: (args, kwargs))
@@ -309,7 +345,11 @@ def find_arctic_training() -> Client | None:
     lm_head = ("not the sp recipe's scale: SFTTrainer.loss's tiled logits+loss (DeepSpeed's TiledFusedLogitsLoss) "
                "computes lm_head's gradient inside forward with an incoming gradient of 1.0 and never rescales it "
                "(backward scales only the hidden states' gradient), so it is the gradient of the loss-token sum")
-    return Client("arctic_training", version, fn_name, call, classify(client_source(fn)),
+    return Client("arctic_training",
+                  version,
+                  fn_name,
+                  call,
+                  classify(client_source(fn)),
                   exclude={"lm_head.weight": lm_head})
 
 
@@ -322,21 +362,31 @@ def find_accelerate() -> Client | None:
     except Exception as err:  # noqa: BLE001
         return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, error=last_line(err))
     if spec is None or not spec.origin:
-        return Client("accelerate", version, "-", None, None,
+        return Client("accelerate",
+                      version,
+                      "-",
+                      None,
+                      None,
                       why_not=f"accelerate {version} has no {ACCELERATE_SCRIPT} (no ALST recipe shipped) and no sp "
                       "loss code of its own")
     why = module_level_recipe(Path(spec.origin).read_text())
     if why:
         return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, why_not=why)
-    return Client("accelerate", version, ACCELERATE_SCRIPT, None, None,
+    return Client("accelerate",
+                  version,
+                  ACCELERATE_SCRIPT,
+                  None,
+                  None,
                   why_not="its loss code is in a function this reproducer does not know how to call yet")
 
 
 def module_level_recipe(source: str) -> str:
     """Why a script's all_gather recipe cannot be imported as a function ('' if it is inside one)."""
     tree = ast.parse(source)
-    in_functions = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    for n in ast.walk(f)}
+    in_functions = {
+        id(n)
+        for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)
+    }
     gathers = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "all_gather"]
     if gathers and all(id(n) not in in_functions for n in gathers):
         functions = sorted(f.name for f in tree.body if isinstance(f, ast.FunctionDef))
@@ -366,16 +416,25 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
         codes = dict([client.reaches]) if client.reaches else {}
         loss, reached = codes_called(functools.partial(client.call, engine, batch, sp_group, sp, config), codes)
         engine.backward(loss)
-        return {name: grad.detach().double().cpu().clone()
-                for name, _, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {client.name}: ")}, reached
+        return {
+            name: grad.detach().double().cpu().clone()
+            for name, _, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {client.name}: ")
+        }, reached
     finally:
         destroy_engine(engine)
         del engine
         gc.collect()
 
 
-def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, sp: int, assume_fixed: bool,
-                 deepspeed_version: str, marker: bool, reached: list[str] = ()) -> ClientRow:
+def measured_row(client: Client,
+                 stage: int,
+                 grads: dict,
+                 expected_grads: dict,
+                 sp: int,
+                 assume_fixed: bool,
+                 deepspeed_version: str,
+                 marker: bool,
+                 reached: list[str] = ()) -> ClientRow:
     """The row: the fit of all compared gradients at once against the rule's value.
 
     A wrapping entry that did not reach the loss function it was classified by cannot match the rule.
@@ -388,28 +447,45 @@ def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, 
     target = expected_ratio(client.kind, stage, sp, assume_fixed, deepspeed_version, marker)
     f = fit(observed, baseline, target)
     per_param = {p: scales.fit(grads[p], expected_grads[p]).ratio for p in PARAMS}
-    notes = [f"{p} left out of the fit (measured ratio {per_param[p]:.4g}): {why}" for p, why in client.exclude.items()]
+    notes = [
+        f"{p} left out of the fit (measured ratio {per_param[p]:.4g}): {why}" for p, why in client.exclude.items()
+    ]
     missed = client.reaches is not None and client.reaches[0] not in reached
     if missed:
         notes.append(f"the entry did not reach {client.reaches[0]}, whose recipe the rule was given")
-    return ClientRow(client=client.name, client_version=client.version, function=client.function, stage=stage,
-                     status="measured", kind=client.kind.kind, gate=client.kind.gate,
-                     gate_version=client.kind.gate_version, divides_by_sp=client.kind.divides_by_sp,
+    return ClientRow(client=client.name,
+                     client_version=client.version,
+                     function=client.function,
+                     stage=stage,
+                     status="measured",
+                     kind=client.kind.kind,
+                     gate=client.kind.gate,
+                     gate_version=client.kind.gate_version,
+                     divides_by_sp=client.kind.divides_by_sp,
                      reached=client.reaches[0] if client.reaches and not missed else None,
                      compensates=compensates(client.kind, deepspeed_version, marker) if stage == 3 else False,
-                     ratio=f.scalar.ratio, residual=f.scalar.residual, param_ratios=per_param, expected=target,
-                     matches_rule=f.ok and not missed, note="; ".join(notes))
+                     ratio=f.scalar.ratio,
+                     residual=f.scalar.residual,
+                     param_ratios=per_param,
+                     expected=target,
+                     matches_rule=f.ok and not missed,
+                     note="; ".join(notes))
 
 
 def unmeasured_rows(client: Client) -> list[ClientRow]:
     status, note = ("error", client.error) if client.error else ("not-applicable", client.why_not)
-    return [ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
-                      status=status, note=note)]
+    return [
+        ClientRow(client=client.name,
+                  client_version=client.version,
+                  function=client.function,
+                  stage=None,
+                  status=status,
+                  note=note)
+    ]
 
 
 def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: int, expected_grads: dict,
-                assume_fixed: bool, deepspeed_version: str, marker: bool,
-                notes: dict[str, str]) -> list[ClientRow]:
+                assume_fixed: bool, deepspeed_version: str, marker: bool, notes: dict[str, str]) -> list[ClientRow]:
     """Every client's rows; ``notes`` gets what the report's extra should say about how it ran."""
     rows: list[ClientRow] = []
     for client in clients:
@@ -418,8 +494,9 @@ def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: 
             continue
         for stage in STAGES:
             grads, reached = run_client(client, stage, model_dir, mpu, sp, dp_index, notes)
-            rows.append(measured_row(client, stage, grads, expected_grads, sp, assume_fixed, deepspeed_version,
-                                     marker, reached))
+            rows.append(
+                measured_row(client, stage, grads, expected_grads, sp, assume_fixed, deepspeed_version, marker,
+                             reached))
     return rows
 
 
@@ -450,21 +527,43 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     fixed, marker = deepspeed_state()
     ds_version = dist_version("deepspeed") or "none"
     notes: dict[str, str] = {}
-    rows = measure_all(clients, model_dir, mpu, sp, dp_index, expected, ctx.args.expect == "fixed", ds_version,
-                       marker, notes)
+    rows = measure_all(clients, model_dir, mpu, sp, dp_index, expected, ctx.args.expect == "fixed", ds_version, marker,
+                       notes)
     report = DownstreamReport(
-        script=SCRIPT, deepspeed_version=ds_version, deepspeed_fixed=fixed, marker=marker,
-        torch_version=torch.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
-        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size, sp=sp, dp=dp,
-        expect=ctx.args.expect, rows=rows, python_version=platform.python_version(),
-        extra={"model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights", "seq_len": alst_measure.SEQ_LEN,
-               "masked_prefix": alst_measure.MASKED_PREFIX, "params": list(PARAMS),
-               "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)", "dtype": "float32",
-               "callers": "transformers: accelerator and ParallelismConfig stand-ins (sp group, sp_backend, "
-                          "sp_size) + a real HfDeepSpeedConfig; arctic_training: a stand-in SFTTrainer (engine, "
-                          "module, device, sp group, config); trl, axolotl: their Trainer subclass made with "
-                          "object.__new__ holding the same accelerator stand-in, the engine and the attributes "
-                          "their compute_loss reads",
-               **notes})
+        script=SCRIPT,
+        deepspeed_version=ds_version,
+        deepspeed_fixed=fixed,
+        marker=marker,
+        torch_version=torch.__version__,
+        backend=ctx.backend,
+        device=ctx.device.split(":")[0],
+        launcher="external" if ctx.external_launcher else "local",
+        world_size=ctx.world_size,
+        sp=sp,
+        dp=dp,
+        expect=ctx.args.expect,
+        rows=rows,
+        python_version=platform.python_version(),
+        extra={
+            "model":
+            tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
+            "seq_len":
+            alst_measure.SEQ_LEN,
+            "masked_prefix":
+            alst_measure.MASKED_PREFIX,
+            "params":
+            list(PARAMS),
+            "zero_config":
+            "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
+            "dtype":
+            "float32",
+            "callers":
+            "transformers: accelerator and ParallelismConfig stand-ins (sp group, sp_backend, "
+            "sp_size) + a real HfDeepSpeedConfig; arctic_training: a stand-in SFTTrainer (engine, "
+            "module, device, sp group, config); trl, axolotl: their Trainer subclass made with "
+            "object.__new__ holding the same accelerator stand-in, the engine and the attributes "
+            "their compute_loss reads",
+            **notes
+        })
     code = report.exit_code
     return launch.RankResult(1 if code == 1 else 0, report.to_dict() if ctx.rank == 0 else None)

@@ -21,7 +21,6 @@ Needs transformers and a DeepSpeed with ``UlyssesSPAttentionHF`` (0.17.2 and lat
 
 from __future__ import annotations
 
-
 from repro.alst.run import preflight
 from repro.downstream.measure import program
 from repro.downstream.report import emit

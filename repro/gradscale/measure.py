@@ -29,21 +29,30 @@ class Measured:
     path: ReducePath
 
 
-def run_config(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device: str, mpu,
+def run_config(zero: ZeroConfig,
+               specs: tuple[ParamSpec, ...],
+               rank: int,
+               device: str,
+               mpu,
                config_overrides: dict[str, Any] | None = None) -> list[Measured]:
     import deepspeed
 
     model = ProbeModel(specs)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu,
+    engine, *_ = deepspeed.initialize(model=model,
+                                      optimizer=optimizer,
+                                      mpu=mpu,
                                       config=ds_config(zero, **(config_overrides or {})))
     try:
         paths = watch_reduce_paths(engine.optimizer) if zero.stage == 3 else None
         loss = engine(*rank_inputs(specs, rank, device=device))
         engine.backward(loss)
         grads = full_gradients(engine, [f"weights.{spec.name}" for spec in specs], f"{zero.label()}: ")
-        return [Measured(spec.name, spec.numel, grad.detach().float().cpu().clone(), path_of(param, paths, zero))
-                for spec, (_, param, grad) in zip(specs, grads)]
+        return [
+            Measured(spec.name, spec.numel,
+                     grad.detach().float().cpu().clone(), path_of(param, paths, zero))
+            for spec, (_, param, grad) in zip(specs, grads)
+        ]
     finally:
         destroy_engine(engine)
         del engine, optimizer, model

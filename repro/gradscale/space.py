@@ -18,9 +18,11 @@ class ZeroConfig:
     reduce_bucket_size: int | None = None
 
     def label(self) -> str:
-        knobs = [f"rs={self.reduce_scatter}" if self.reduce_scatter is not None else "",
-                 f"cg={self.contiguous_gradients}" if self.contiguous_gradients is not None else "",
-                 f"bucket={self.reduce_bucket_size}" if self.reduce_bucket_size is not None else ""]
+        knobs = [
+            f"rs={self.reduce_scatter}" if self.reduce_scatter is not None else "",
+            f"cg={self.contiguous_gradients}" if self.contiguous_gradients is not None else "",
+            f"bucket={self.reduce_bucket_size}" if self.reduce_bucket_size is not None else ""
+        ]
         return " ".join([f"zero{self.stage}"] + [k for k in knobs if k])
 
     def zero_section(self) -> dict[str, Any]:

@@ -58,15 +58,22 @@ class UsageError(Exception):
 
 
 def build_parser(description: str, prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description,
+    parser = argparse.ArgumentParser(prog=prog,
+                                     description=description,
                                      epilog=LAUNCH_HELP + "\n" + EXIT_CODES_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--world-size", type=int, default=2,
+    parser.add_argument("--world-size",
+                        type=int,
+                        default=2,
                         help="ranks to start for a local launch (default 2; under torchrun its world size wins)")
     parser.add_argument("--sp", type=int, default=2, help="sequence-parallel size; dp = world size / sp (default 2)")
-    parser.add_argument("--backend", choices=["gloo", "nccl", "auto"], default="auto",
+    parser.add_argument("--backend",
+                        choices=["gloo", "nccl", "auto"],
+                        default="auto",
                         help="nccl when there are enough GPUs for the ranks, else gloo on CPU (default auto)")
-    parser.add_argument("--expect", choices=["fixed", "buggy"], default="fixed",
+    parser.add_argument("--expect",
+                        choices=["fixed", "buggy"],
+                        default="fixed",
                         help="fixed: every gradient equals the oracle; buggy: exactly the unpatched pattern")
     parser.add_argument("--json", type=Path, default=None, help="write the results file here")
     parser.add_argument("--timeout", type=float, default=300.0, help="deadline for the whole launch, s (default 300)")
@@ -96,8 +103,14 @@ def validate(ns: argparse.Namespace) -> ReproArgs:
         _check_writable(ns.json)
     common = {"world_size", "sp", "backend", "expect", "json", "timeout", "keep_logs", "local_rank"}
     extra = {k: v for k, v in vars(ns).items() if k not in common}
-    return ReproArgs(world_size=world_size, sp=ns.sp, backend=_resolve_backend(ns.backend, world_size),
-                     expect=ns.expect, json=ns.json, timeout=ns.timeout, keep_logs=ns.keep_logs, extra=extra)
+    return ReproArgs(world_size=world_size,
+                     sp=ns.sp,
+                     backend=_resolve_backend(ns.backend, world_size),
+                     expect=ns.expect,
+                     json=ns.json,
+                     timeout=ns.timeout,
+                     keep_logs=ns.keep_logs,
+                     extra=extra)
 
 
 def _check_writable(path: Path) -> None:

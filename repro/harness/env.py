@@ -69,7 +69,14 @@ def host_environment(backend: str) -> dict:
         found = _safe_version(dist)
         return None if found == "none" else found
 
-    return {"os": platform.platform(), "python": platform.python_version(), "torch": version("torch"),
-            "transformers": version("transformers"), "backend": backend,
-            "device": "cuda" if backend == "nccl" else "cpu", "gpus": gpu_count(), "cpus": os.cpu_count(),
-            "machine": platform.machine()}
+    return {
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "transformers": version("transformers"),
+        "backend": backend,
+        "device": "cuda" if backend == "nccl" else "cpu",
+        "gpus": gpu_count(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine()
+    }

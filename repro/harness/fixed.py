@@ -49,5 +49,3 @@ def source_has_fix(source: str,
         if any(marker in ident for func in searched for ident in _identifiers(func) for marker in markers):
             return True
     return False
-
-

@@ -119,8 +119,9 @@ class LaunchReport(JsonReport):
         return f"(pattern seen: {self.pattern})"
 
     def summary(self) -> str:
-        line = (f"{self.script}: {self.versions()}, {self.backend}, world {self.world_size} (sp={self.sp}, "
-                f"dp={self.dp}), --expect {self.expect}: {'HOLDS' if self.holds else 'DOES NOT HOLD'} {self.outcome()}")
+        line = (
+            f"{self.script}: {self.versions()}, {self.backend}, world {self.world_size} (sp={self.sp}, "
+            f"dp={self.dp}), --expect {self.expect}: {'HOLDS' if self.holds else 'DOES NOT HOLD'} {self.outcome()}")
         return line if self.wall_time_s is None else f"{line}, {self.wall_time_s:.1f} s"
 
     @classmethod
@@ -133,7 +134,8 @@ class LaunchReport(JsonReport):
             report.write(json_path)
 
 
-def text_table(header: Sequence[str], lines: Sequence[Sequence[str]],
+def text_table(header: Sequence[str],
+               lines: Sequence[Sequence[str]],
                max_widths: Mapping[int, int] | None = None) -> list[str]:
     """Left-aligned columns under a header and a rule; column i padded to at most ``max_widths[i]``."""
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from repro.alst.space import RECIPES, STAGES
 
-__all__ = ["RECIPES", "STAGES", "STEPS", "DISTINCT_BATCHES", "LR", "EPS", "SEQ_LEN", "MASKED_PREFIX", "BATCH_SEED",
-           "batch"]
+__all__ = [
+    "RECIPES", "STAGES", "STEPS", "DISTINCT_BATCHES", "LR", "EPS", "SEQ_LEN", "MASKED_PREFIX", "BATCH_SEED", "batch"
+]
 
 STEPS = 30
 DISTINCT_BATCHES = 4  # the steps cycle through these, so the loss falls visibly (the model memorises them)

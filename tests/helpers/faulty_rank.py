@@ -37,6 +37,7 @@ def main() -> int:
         _write_pid(os.environ["RANK"])
 
     def run(args):
+
         def program(ctx: launch.RankContext) -> launch.RankResult:
             _write_pid(ctx.rank)
             fault = ctx.args.extra["fault"]

@@ -34,8 +34,10 @@ def _needs_a_client(deepspeed_version):
 
 
 def test_exactly_one_expectation_holds(tmp_path):
-    runs = {e: launch(SCRIPT, "--expect", e, "--backend", "gloo", "--timeout", TIMEOUT, tmp_path=tmp_path,
-                      timeout=3000) for e in ("buggy", "fixed")}
+    runs = {
+        e: launch(SCRIPT, "--expect", e, "--backend", "gloo", "--timeout", TIMEOUT, tmp_path=tmp_path, timeout=3000)
+        for e in ("buggy", "fixed")
+    }
     for run in runs.values():
         assert run.returncode in (0, 1), run.stdout + run.stderr
         measured = [r for r in run.report["rows"] if r["status"] == "measured"]

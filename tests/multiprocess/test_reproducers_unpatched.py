@@ -17,12 +17,18 @@ MIXED = REPRO / "zero3_sp_mixed_bucket.py"
 
 # sp=2: (config, param) -> ratio on unpatched DeepSpeed (the README's table under "The reproducers").
 UNPATCHED_SP2 = {
-    ("zero1", "small"): 1.0, ("zero1", "large"): 1.0,
-    ("zero2", "small"): 1.0, ("zero2", "large"): 1.0,
-    ("zero3 rs=False cg=True bucket=500", "small"): 1.0, ("zero3 rs=False cg=True bucket=500", "large"): 1.0,
-    ("zero3 rs=False cg=False bucket=500", "small"): 0.5, ("zero3 rs=False cg=False bucket=500", "large"): 0.5,
-    ("zero3 rs=True cg=True bucket=500", "small"): 0.5, ("zero3 rs=True cg=True bucket=500", "large"): 0.5,
-    ("zero3 rs=False cg=True bucket=16", "small"): 1.0, ("zero3 rs=False cg=True bucket=16", "large"): 0.5,
+    ("zero1", "small"): 1.0,
+    ("zero1", "large"): 1.0,
+    ("zero2", "small"): 1.0,
+    ("zero2", "large"): 1.0,
+    ("zero3 rs=False cg=True bucket=500", "small"): 1.0,
+    ("zero3 rs=False cg=True bucket=500", "large"): 1.0,
+    ("zero3 rs=False cg=False bucket=500", "small"): 0.5,
+    ("zero3 rs=False cg=False bucket=500", "large"): 0.5,
+    ("zero3 rs=True cg=True bucket=500", "small"): 0.5,
+    ("zero3 rs=True cg=True bucket=500", "large"): 0.5,
+    ("zero3 rs=False cg=True bucket=16", "small"): 1.0,
+    ("zero3 rs=False cg=True bucket=16", "large"): 0.5,
 }
 
 
@@ -69,9 +75,18 @@ def test_mixed_bucket_expect_fixed_fails():
     (MIXED, 4),
     pytest.param(GRAD_SCALE, 4, marks=pytest.mark.slow_tier),
     pytest.param(MIXED, 2, marks=pytest.mark.slow_tier),
-], ids=["2-grad_scale", "4-mixed_bucket", "4-grad_scale", "2-mixed_bucket"])
+],
+                         ids=["2-grad_scale", "4-mixed_bucket", "4-grad_scale", "2-mixed_bucket"])
 def test_four_ranks(tmp_path, script, sp):
-    buggy = launch(script, "--world-size", "4", "--sp", str(sp), "--expect", "buggy", "--backend", "gloo",
+    buggy = launch(script,
+                   "--world-size",
+                   "4",
+                   "--sp",
+                   str(sp),
+                   "--expect",
+                   "buggy",
+                   "--backend",
+                   "gloo",
                    tmp_path=tmp_path)
     assert buggy.returncode == 0, buggy.stdout + buggy.stderr
     assert (buggy.report["world_size"], buggy.report["sp"], buggy.report["dp"]) == (4, sp, 4 // sp)
@@ -91,11 +106,20 @@ def test_twin_of_the_upstream_test_fails_exactly_as_upstream_does(tmp_path):
     from .conftest import ROOT
 
     junit = tmp_path / "twin.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "--run-twin", "-p", "no:cacheprovider",
-                    f"--junitxml={junit}", "tests/multiprocess/test_zero3_sp_gradient_scale.py"],
-                   cwd=ROOT, capture_output=True, text=True, timeout=900)
+    subprocess.run([
+        sys.executable, "-m", "pytest", "-q", "--run-twin", "-p", "no:cacheprovider", f"--junitxml={junit}",
+        "tests/multiprocess/test_zero3_sp_gradient_scale.py"
+    ],
+                   cwd=ROOT,
+                   capture_output=True,
+                   text=True,
+                   timeout=900)
     outcome = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         outcome[case.get("name")] = "failed" if case.find("failure") is not None else "passed"
-    assert outcome == {"test[False-True-500]": "passed", "test[False-False-500]": "failed",
-                       "test[True-True-500]": "failed", "test[False-True-16]": "failed"}
+    assert outcome == {
+        "test[False-True-500]": "passed",
+        "test[False-False-500]": "failed",
+        "test[True-True-500]": "failed",
+        "test[False-True-16]": "failed"
+    }

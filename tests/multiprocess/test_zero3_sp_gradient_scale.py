@@ -40,9 +40,11 @@ def zero3_report(tmp_path_factory, deepspeed_version):
 class TestZero3SequenceParallelGradientScale:
 
     def test(self, zero3_report, reduce_scatter, contiguous_gradients, reduce_bucket_size):
-        rows = [r for r in zero3_report["rows"] if (r["reduce_scatter"], r["contiguous_gradients"],
-                                                   r["reduce_bucket_size"]) == (reduce_scatter, contiguous_gradients,
-                                                                                reduce_bucket_size)]
+        rows = [
+            r for r in zero3_report["rows"]
+            if (r["reduce_scatter"], r["contiguous_gradients"],
+                r["reduce_bucket_size"]) == (reduce_scatter, contiguous_gradients, reduce_bucket_size)
+        ]
         assert sorted(r["param"] for r in rows) == ["large", "small"]
         wrong = {r["param"]: f"{r['ratio']:.4f}x the oracle via {r['path']}" for r in rows if not r["fixed_ok"]}
         assert not wrong, f"DeepSpeed {zero3_report['deepspeed_version']}, sp=2: {wrong}"

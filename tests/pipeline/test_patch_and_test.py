@@ -30,8 +30,13 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.network, pytest.mark.multiproces
 
 def installed_stage3_has_fix() -> bool:
     code = "import deepspeed.runtime.zero.stage3 as m; print(m.__file__)"
-    path = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "DS_ACCELERATOR": "cpu"}).stdout.strip().splitlines()[-1]
+    path = subprocess.run([sys.executable, "-c", code],
+                          capture_output=True,
+                          text=True,
+                          check=True,
+                          env={
+                              **os.environ, "DS_ACCELERATOR": "cpu"
+                          }).stdout.strip().splitlines()[-1]
     return source_has_fix(Path(path).read_text())
 
 
@@ -43,7 +48,9 @@ def release():
         pytest.skip("no DeepSpeed installed (the tox tests envs install one)")
     yield version
     # Put the unpatched release back (its wheel is cached: seconds), whatever the test did.
-    subprocess.run([sys.executable, "-m", "patch_and_test.core.install", "--pypi", version], check=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "patch_and_test.core.install", "--pypi", version],
+                   check=True,
+                   cwd=ROOT,
                    capture_output=True)
     assert not installed_stage3_has_fix()
 
@@ -56,15 +63,26 @@ def job(release, tmp_path_factory):
     env_name = f"patch-and-test-ds{release}-gloo"
     results = root / "results" / env_name
     env = {k: v for k, v in os.environ.items() if k not in ("DEEPSPEED_SRC", "ZERO3_SP_BACKEND")}
-    proc = subprocess.run([sys.executable, "-m", "patch_and_test", "--version", release, "--no-audit", "--results",
-                           str(results), "--env-name", env_name], capture_output=True, text=True, cwd=ROOT,
-                          env={**env, "DEEPSPEED_VERSION": release}, timeout=3000)
+    proc = subprocess.run([
+        sys.executable, "-m", "patch_and_test", "--version", release, "--no-audit", "--results",
+        str(results), "--env-name", env_name
+    ],
+                          capture_output=True,
+                          text=True,
+                          cwd=ROOT,
+                          env={
+                              **env, "DEEPSPEED_VERSION": release
+                          },
+                          timeout=3000)
     return proc, root, results
 
 
 def bundle(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patch_and_test.review.bundle", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600)
+    return subprocess.run([sys.executable, "-m", "patch_and_test.review.bundle", *args],
+                          capture_output=True,
+                          text=True,
+                          cwd=ROOT,
+                          timeout=600)
 
 
 def test_patch_and_test_sees_the_bug_before_and_not_after(job):
@@ -101,8 +119,8 @@ def test_bundle_from_the_run_verifies_and_catches_tampering(job, release, tmp_pa
     original = pr.read_text()
     ratio = re.search(r"\b(0\.5000|1\.0000)\b", original)
     assert ratio, "PR.md shows no ratio"
-    pr.write_text(original[:ratio.start()] + ("0.5001" if ratio.group(1) == "0.5000" else "1.0001")
-                  + original[ratio.end():])
+    pr.write_text(original[:ratio.start()] + ("0.5001" if ratio.group(1) == "0.5000" else "1.0001") +
+                  original[ratio.end():])
     bad = bundle("verify", str(path))
     assert bad.returncode != 0 and "PR.md" in bad.stderr
     pr.write_text(original)

@@ -175,7 +175,8 @@ def test_cli_prints_the_selection(tmp_path, capsys):
 
 def test_newly_read_means_attributes_of_self_or_cls():
     assert affected._code_names("x = dist.get_world_size(group=self.dp_group) * cls.factor + other.attr") == {
-        "dp_group", "factor"}
+        "dp_group", "factor"
+    }
     assert affected._code_names("y = myself.value  # self.comment") == set()
 
 

@@ -22,10 +22,14 @@ TABLE = {
 
 # The ALST check's own table before it took the shared rule: (recipe, stage, expect) -> the power of sp.
 OLD_EXPONENT = {
-    ("allgather", 2, "buggy"): 1, ("allgather", 2, "fixed"): 1,
-    ("allgather", 3, "buggy"): 0, ("allgather", 3, "fixed"): 1,
-    ("own_share", 2, "buggy"): 0, ("own_share", 2, "fixed"): 0,
-    ("own_share", 3, "buggy"): -1, ("own_share", 3, "fixed"): 0,
+    ("allgather", 2, "buggy"): 1,
+    ("allgather", 2, "fixed"): 1,
+    ("allgather", 3, "buggy"): 0,
+    ("allgather", 3, "fixed"): 1,
+    ("own_share", 2, "buggy"): 0,
+    ("own_share", 2, "fixed"): 0,
+    ("own_share", 3, "buggy"): -1,
+    ("own_share", 3, "fixed"): 0,
 }
 
 
@@ -42,7 +46,7 @@ def test_the_rule_covers_every_checked_cell():
 @pytest.mark.parametrize("cell", sorted(OLD_EXPONENT))
 def test_the_rule_gives_the_old_table(cell, sp):
     recipe, stage, expect = cell
-    assert expected(recipe, stage, sp, expect) == float(sp) ** OLD_EXPONENT[cell]
+    assert expected(recipe, stage, sp, expect) == float(sp)**OLD_EXPONENT[cell]
 
 
 @pytest.mark.parametrize("sp", [1, 2, 4, 8])
@@ -70,8 +74,8 @@ def test_expected_rejects_unknowns(bad):
         expected(*bad)
 
 
-@pytest.mark.parametrize("value,label", [(1.0, "1"), (2.0, "2"), (0.5, "1/2"), (4.0, "4"), (0.25, "1/4"),
-                                         (1.5, "3/2"), (2.0000001, "2"), (1.01, "other")])
+@pytest.mark.parametrize("value,label", [(1.0, "1"), (2.0, "2"), (0.5, "1/2"), (4.0, "4"), (0.25, "1/4"), (1.5, "3/2"),
+                                         (2.0000001, "2"), (1.01, "other")])
 def test_row_label_is_the_shared_label(value, label):
     e = _grad()
     row = make_row("allgather", 2, "w", value * e, e, 2, "fixed", "p")
@@ -159,12 +163,24 @@ def test_loss_entry():
 
 def _report(sp=2, expect="fixed", ratios=None, losses_ok=True):
     ratios = ratios or {k: v[1](sp) for k, v in TABLE.items()}
-    rows = [make_row(recipe, stage, "w", ratio * _grad(), _grad(), sp, expect, "p")
-            for (recipe, stage), ratio in ratios.items()]
+    rows = [
+        make_row(recipe, stage, "w", ratio * _grad(), _grad(), sp, expect, "p")
+        for (recipe, stage), ratio in ratios.items()
+    ]
     losses = [loss_entry("allgather", 2, 10.0, 10.0 if losses_ok else 11.0)]
-    return AlstReport(script="alst_recipe", deepspeed_version="0.19.8", torch_version="2.13.0",
-                      transformers_version="4.57.6", backend="gloo", device="cpu", launcher="local", world_size=sp,
-                      sp=sp, dp=1, expect=expect, rows=rows, losses=losses)
+    return AlstReport(script="alst_recipe",
+                      deepspeed_version="0.19.8",
+                      torch_version="2.13.0",
+                      transformers_version="4.57.6",
+                      backend="gloo",
+                      device="cpu",
+                      launcher="local",
+                      world_size=sp,
+                      sp=sp,
+                      dp=1,
+                      expect=expect,
+                      rows=rows,
+                      losses=losses)
 
 
 def test_report_holds_and_exit_code():
@@ -181,8 +197,8 @@ def test_report_json_round_trip(tmp_path):
     report.write(path)
     data = json.loads(path.read_text())
     assert data["schema"] == SCHEMA and data["pattern"] == "fixed" and data["holds"] and data["exit_code"] == 0
-    assert set(data["tolerances"]) == {"ratio_rel_tol", "residual_tol", "element_rtol", "element_atol_rel",
-                                       "loss_rel_tol"}
+    assert set(
+        data["tolerances"]) == {"ratio_rel_tol", "residual_tol", "element_rtol", "element_atol_rel", "loss_rel_tol"}
     assert [r["label"] for r in data["rows"]] == ["2", "2", "1", "1"]
     again = AlstReport.load(path)
     assert again.rows == report.rows and again.losses == report.losses
@@ -220,7 +236,14 @@ def test_table_names_every_row_and_the_verdict():
 
 def test_table_shows_another_groups_loss_mismatch():
     report = _report()
-    report.losses.append({"recipe": "*", "stage": 0, "sp_loss": None, "baseline_loss": None, "rel_diff": None,
-                          "ok": False, "note": "another dp group's loss mismatched"})
+    report.losses.append({
+        "recipe": "*",
+        "stage": 0,
+        "sp_loss": None,
+        "baseline_loss": None,
+        "rel_diff": None,
+        "ok": False,
+        "note": "another dp group's loss mismatched"
+    })
     again = AlstReport.from_dict(json.loads(json.dumps(report.to_dict())))
     assert not again.holds and "another dp group's loss mismatched  MISMATCH" in render_table(again)

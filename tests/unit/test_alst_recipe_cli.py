@@ -15,7 +15,12 @@ SCRIPT = ROOT / "repro" / "alst_recipe.py"
 
 
 def _args(sp, world_size=None):
-    return ReproArgs(world_size=world_size or sp, sp=sp, backend="gloo", expect="fixed", json=None, timeout=60,
+    return ReproArgs(world_size=world_size or sp,
+                     sp=sp,
+                     backend="gloo",
+                     expect="fixed",
+                     json=None,
+                     timeout=60,
                      keep_logs=False)
 
 
@@ -72,8 +77,10 @@ def test_skip_reason_names_transformers(monkeypatch):
 
 
 def test_bad_sp_is_a_usage_error():
-    run = subprocess.run([sys.executable, str(SCRIPT), "--sp", "1", "--world-size", "2"], capture_output=True,
-                         text=True, timeout=60)
+    run = subprocess.run([sys.executable, str(SCRIPT), "--sp", "1", "--world-size", "2"],
+                         capture_output=True,
+                         text=True,
+                         timeout=60)
     assert run.returncode == 2 and "--sp must be >= 2" in run.stderr
 
 
@@ -110,6 +117,7 @@ def test_hub_cache_is_read_offline(tmp_path, monkeypatch):
 
 
 class _GlooShapeBug:
+
     def __iter__(self):
         return self
 
@@ -120,8 +128,9 @@ class _GlooShapeBug:
 def test_manual_sharding_matches_the_adapter_semantics():
     input_ids, position_ids, labels = alst_measure.sample(0)
     notes: dict[str, str] = {}
-    shards = [alst_measure._first_shard(_GlooShapeBug(), input_ids, position_ids, labels, r, 2, notes)
-              for r in range(2)]
+    shards = [
+        alst_measure._first_shard(_GlooShapeBug(), input_ids, position_ids, labels, r, 2, notes) for r in range(2)
+    ]
     import torch
 
     assert torch.equal(torch.cat([s["input_ids"] for s in shards], 1), input_ids)
@@ -132,7 +141,9 @@ def test_manual_sharding_matches_the_adapter_semantics():
 
 
 def test_other_adapter_errors_propagate():
+
     class Broken:
+
         def __iter__(self):
             return self
 
@@ -143,11 +154,11 @@ def test_other_adapter_errors_propagate():
         alst_measure._first_shard(Broken(), *alst_measure.sample(0), 0, 2, {})
 
 
-@pytest.mark.parametrize("argv", [[str(ROOT / "repro" / "alst_recipe.py"), "--help"],
-                                  [str(ROOT / "repro" / "downstream_clients.py"), "--help"],
-                                  [str(ROOT / "repro" / "alst_optimizer_effect.py"), "--help"],
-                                  [str(ROOT / "repro" / "tiny_llama.py"), "--help"],
-                                  ["-m", "repro.tiny_llama", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [[str(ROOT / "repro" / "alst_recipe.py"), "--help"], [str(ROOT / "repro" / "downstream_clients.py"), "--help"],
+     [str(ROOT / "repro" / "alst_optimizer_effect.py"), "--help"], [str(ROOT / "repro" / "tiny_llama.py"), "--help"],
+     ["-m", "repro.tiny_llama", "--help"]])
 def test_the_thin_scripts_still_run(argv):
     # The documented commands: each script is a thin wrapper of its package's main.
     run = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT)

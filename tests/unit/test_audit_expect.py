@@ -12,15 +12,29 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fields(**kw):
-    base = dict(stage=3, reduce_scatter=False, contiguous_gradients=False, bucket="fits", sp=2, dp=1, dtype="fp32",
-                gas=1, predivide="1", prescale=False)
+    base = dict(stage=3,
+                reduce_scatter=False,
+                contiguous_gradients=False,
+                bucket="fits",
+                sp=2,
+                dp=1,
+                dtype="fp32",
+                gas=1,
+                predivide="1",
+                prescale=False)
     base.update(kw)
     return AuditPoint(**base).fields()
 
 
 def _known(**kw):
-    base = dict(id="k", title="t", when={"stage": (3, )}, factor="1/predivide", writeup="w.md", code=("c", ),
-                upstream="u", measured_on=("0.19.8", ))
+    base = dict(id="k",
+                title="t",
+                when={"stage": (3, )},
+                factor="1/predivide",
+                writeup="w.md",
+                code=("c", ),
+                upstream="u",
+                measured_on=("0.19.8", ))
     base.update(kw)
     return KnownDiscrepancy(**base)
 
@@ -45,9 +59,10 @@ def test_tolerances_keep_the_scales_apart():
         assert t.rel >= 10 * t.unit_roundoff
 
 
-@pytest.mark.parametrize("ratio,residual,dtype,expected", [
-    (1.0, 0.0, "fp32", "1"), (0.5, 1e-8, "fp32", "1/2"), (0.125, 0.0, "fp32", "1/8"), (0.503, 0.0, "fp32", "other"),
-    (0.503, 0.0, "bf16", "1/2"), (0.26, 0.2, "bf16", "other"), (-1.0, 0.0, "fp32", "other")])
+@pytest.mark.parametrize("ratio,residual,dtype,expected", [(1.0, 0.0, "fp32", "1"), (0.5, 1e-8, "fp32", "1/2"),
+                                                           (0.125, 0.0, "fp32", "1/8"), (0.503, 0.0, "fp32", "other"),
+                                                           (0.503, 0.0, "bf16", "1/2"), (0.26, 0.2, "bf16", "other"),
+                                                           (-1.0, 0.0, "fp32", "other")])
 def test_ratio_label(ratio, residual, dtype, expected):
     # the audit labels an observed ratio with the one label of repro.harness.scales, at its dtype's tolerance
     assert label(ratio, residual, tol=TOLERANCES[dtype].rel) == expected
@@ -64,9 +79,9 @@ def test_eval_factor():
             eval_factor(bad, f)
 
 
-@pytest.mark.parametrize("version,spec,ok", [
-    ("0.19.8", "<0.19.8", False), ("0.19.4", "<0.19.8", True), ("0.14.5", ">=0.14.5,<0.19.8", True),
-    ("0.19.8", "==0.19.8", True), ("0.19.6.dev0", "<0.19.8", True), ("0.19.8+abc", ">0.19.7", True)])
+@pytest.mark.parametrize("version,spec,ok", [("0.19.8", "<0.19.8", False), ("0.19.4", "<0.19.8", True),
+                                             ("0.14.5", ">=0.14.5,<0.19.8", True), ("0.19.8", "==0.19.8", True),
+                                             ("0.19.6.dev0", "<0.19.8", True), ("0.19.8+abc", ">0.19.7", True)])
 def test_version_matches(version, spec, ok):
     assert version_matches(version, spec) is ok
 
@@ -159,8 +174,17 @@ def test_known_versions_limit_an_entry():
 
 
 def _row(**kw):
-    base = dict(known=(), target={"fixed": 1.0, "buggy": 1.0}, at_oracle=True, at_sp_bug=False,
-                ok={"fixed": True, "buggy": True})
+    base = dict(known=(),
+                target={
+                    "fixed": 1.0,
+                    "buggy": 1.0
+                },
+                at_oracle=True,
+                at_sp_bug=False,
+                ok={
+                    "fixed": True,
+                    "buggy": True
+                })
     base.update(kw)
     return Judgement(**base)
 

@@ -8,9 +8,19 @@ from repro.audit.report import (SCHEMA, AuditReport, MeasuredPoint, Point, Row, 
 from repro.audit.space import AuditPoint
 from tests.conftest import FIXTURES
 
-KNOWN = [KnownDiscrepancy(id="zero12-predivide", title="t", when={"stage": (1, ), "predivide": ("world", )},
-                          factor="1/sp", writeup="docs/x.md", code=("stage_1_and_2.py: the line", ), upstream="#1",
-                          measured_on=("0.19.8", ))]
+KNOWN = [
+    KnownDiscrepancy(id="zero12-predivide",
+                     title="t",
+                     when={
+                         "stage": (1, ),
+                         "predivide": ("world", )
+                     },
+                     factor="1/sp",
+                     writeup="docs/x.md",
+                     code=("stage_1_and_2.py: the line", ),
+                     upstream="#1",
+                     measured_on=("0.19.8", ))
+]
 
 
 def _point(point: AuditPoint, ratios, path, status="ran", message=""):
@@ -35,11 +45,26 @@ def _points(sp_ratio=0.5):
 
 
 def _report(points, expect="buggy", topo_code=0):
-    return AuditReport.build(known=KNOWN, known_file="k.toml", expect=expect, points=points, script="parity_audit",
-                             deepspeed_version="0.19.8", torch_version="2.13.0", backend="gloo", device="cpu",
-                             launcher="local", mode="quick",
-                             topologies=[dict(world_size=2, sp=2, dp=1, points=len(points), exit_code=topo_code,
-                                              wall_time_s=1.0, message="")])
+    return AuditReport.build(known=KNOWN,
+                             known_file="k.toml",
+                             expect=expect,
+                             points=points,
+                             script="parity_audit",
+                             deepspeed_version="0.19.8",
+                             torch_version="2.13.0",
+                             backend="gloo",
+                             device="cpu",
+                             launcher="local",
+                             mode="quick",
+                             topologies=[
+                                 dict(world_size=2,
+                                      sp=2,
+                                      dp=1,
+                                      points=len(points),
+                                      exit_code=topo_code,
+                                      wall_time_s=1.0,
+                                      message="")
+                             ])
 
 
 def test_buggy_holds_fixed_does_not():
@@ -57,9 +82,10 @@ def test_with_the_fix_fixed_holds():
 
 
 def test_summary_groups_disagreements_by_code_path_and_cause():
-    pts = _points() + [_point(P_MIXED, (1.0, 0.5), "__avg_scatter_grads"),
-                       _point(AuditPoint(2, False, False, "fits", 2, 1), (0.9, 0.9),
-                              "stage_1_and_2.buffered_reduce_fallback")]
+    pts = _points() + [
+        _point(P_MIXED, (1.0, 0.5), "__avg_scatter_grads"),
+        _point(AuditPoint(2, False, False, "fits", 2, 1), (0.9, 0.9), "stage_1_and_2.buffered_reduce_fallback")
+    ]
     s = _report(pts).to_dict()["summary"]
     groups = {(g["path"], g["cause"]): g for g in s["disagreements"]}
     assert set(groups) == {("__avg_scatter_grads", "sp-bug"),
@@ -67,8 +93,8 @@ def test_summary_groups_disagreements_by_code_path_and_cause():
                            ("stage_1_and_2.buffered_reduce_fallback", "unexplained")}
     sp = groups[("__avg_scatter_grads", "sp-bug")]
     assert sp["points"] == 2 and sp["rows"] == 3 and sp["ratios"] == {"1/2": 3} and "stage3.py" in sp["code"][0]
-    assert groups[("stage_1_and_2.gradient_reduction_w_predivide", "zero12-predivide")]["code"] == [
-        "stage_1_and_2.py: the line"]
+    assert groups[("stage_1_and_2.gradient_reduction_w_predivide",
+                   "zero12-predivide")]["code"] == ["stage_1_and_2.py: the line"]
     assert s["disagreements"][-1]["cause"] == "unexplained"  # surprises listed last
     assert s["rejected"] == [{"message": "AssertionError: not supported", "points": 1, "examples": [P_REJ.id]}]
     assert s["known_points"] == {"zero12-predivide": 1}
@@ -98,7 +124,8 @@ def test_table_and_summary_text():
     report = _report(_points(), "fixed")
     table = render_table(report)
     assert all(p.id in table for p in report.points) and "MISMATCH" in table and "rejected" in table
-    assert P_SP.id in render_table(report, only_failing=True) and P_OK.id not in render_table(report, only_failing=True)
+    assert P_SP.id in render_table(report, only_failing=True) and P_OK.id not in render_table(report,
+                                                                                              only_failing=True)
     text = render_summary(report)
     assert "DOES NOT HOLD" in text and "sp-bug" in text and "zero12-predivide" in text and "not supported" in text
 
@@ -121,10 +148,16 @@ def test_points_and_rows_are_typed_records():
 
 def test_judging_again_ignores_the_old_judgement():
     report = _report(_points())
-    again = AuditReport.build(known=KNOWN, known_file="k.toml", expect="fixed", points=report.to_dict()["points"],
-                              **{k: v for k, v in report.to_dict().items()
-                                 if k in ("script", "deepspeed_version", "torch_version", "backend", "device",
-                                          "launcher", "mode", "topologies")})
+    again = AuditReport.build(known=KNOWN,
+                              known_file="k.toml",
+                              expect="fixed",
+                              points=report.to_dict()["points"],
+                              **{
+                                  k: v
+                                  for k, v in report.to_dict().items()
+                                  if k in ("script", "deepspeed_version", "torch_version", "backend", "device",
+                                           "launcher", "mode", "topologies")
+                              })
     assert again.to_dict()["points"] == report.rejudge(KNOWN, "k.toml", "fixed").to_dict()["points"]
 
 

@@ -94,8 +94,10 @@ def test_the_ranks_run_the_entry_script_with_the_parsed_flags(monkeypatch):
 
     monkeypatch.setattr(run.launch, "run", fake_run)
     before = list(sys.argv)
-    code = run.main(["--world", "4", "--bac", "gloo", "--exp", "buggy", "--stag", "3", "--dty", "bf16", "--keep",
-                     "--no-k", "--timeout", "500"])
+    code = run.main([
+        "--world", "4", "--bac", "gloo", "--exp", "buggy", "--stag", "3", "--dty", "bf16", "--keep", "--no-k",
+        "--timeout", "500"
+    ])
     assert code == EXIT_SKIP and sys.argv == before
     assert [a.sp for _, a in seen] == [2, 4] and all(a.world_size == 4 and a.backend == "gloo" for _, a in seen)
     argv, _ = seen[0]
@@ -126,7 +128,10 @@ def test_selection_argv_round_trip():
 
 def test_the_script_runs_as_documented():
     """``python repro/parity_audit.py ...`` from any folder: the thin entry finds the package."""
-    done = subprocess.run([sys.executable, str(run.ENTRY_SCRIPT), "--world-size", "1", "--list"], cwd="/",
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(run.ENTRY_SCRIPT), "--world-size", "1", "--list"],
+                          cwd="/",
+                          capture_output=True,
+                          text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "# 4 points in 1 launches (quick)"

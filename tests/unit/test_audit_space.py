@@ -23,8 +23,8 @@ def test_full_space_size_and_uniqueness():
 
 
 def test_stage0_takes_no_knobs_and_others_need_them():
-    assert {(p.reduce_scatter, p.contiguous_gradients, p.bucket) for p in full_space(ALL) if p.stage == 0} == {
-        (None, None, None)}
+    assert {(p.reduce_scatter, p.contiguous_gradients, p.bucket)
+            for p in full_space(ALL) if p.stage == 0} == {(None, None, None)}
     with pytest.raises(ValueError):
         AuditPoint(0, True, None, None, 2, 1)
     with pytest.raises(ValueError):
@@ -41,12 +41,25 @@ def test_point_config():
     p = AuditPoint(3, False, True, "overflow", 2, 2, "bf16", 2, "world", False)
     assert p.world_size == 4 and p.predivide_factor == 4.0 and p.reduce_bucket_size == 16
     assert p.id == "z3.rs0.cg1.overflow/sp2dp2/bf16/gas2/pdf=world/postscale"
-    assert p.zero_section() == {"stage": 3, "reduce_scatter": False, "contiguous_gradients": True,
-                                "reduce_bucket_size": 16}
-    assert p.config_overrides() == {"gradient_accumulation_steps": 2, "gradient_predivide_factor": 4.0,
-                                    "prescale_gradients": False, "bf16": {"enabled": True}}
+    assert p.zero_section() == {
+        "stage": 3,
+        "reduce_scatter": False,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": 16
+    }
+    assert p.config_overrides() == {
+        "gradient_accumulation_steps": 2,
+        "gradient_predivide_factor": 4.0,
+        "prescale_gradients": False,
+        "bf16": {
+            "enabled": True
+        }
+    }
     assert AuditPoint(0, None, None, None, 1, 2, predivide="3", prescale=True).config_overrides() == {
-        "gradient_accumulation_steps": 1, "gradient_predivide_factor": 3.0, "prescale_gradients": True}
+        "gradient_accumulation_steps": 1,
+        "gradient_predivide_factor": 3.0,
+        "prescale_gradients": True
+    }
     assert AuditPoint.from_fields(p.fields()) == p
 
 
@@ -62,8 +75,9 @@ def test_quick_is_a_subset_covering_every_level():
         knobs = {(p.stage, p.reduce_scatter, p.contiguous_gradients, p.bucket) for p in quick if p.topo == topo}
         assert len(knobs) == 25
     # the scatter path under sp with a predivide factor (where two upstream bugs compose)
-    assert any(p.stage == 3 and not p.reduce_scatter and not p.contiguous_gradients and p.predivide == "world"
-               and p.sp > 1 for p in quick)
+    assert any(
+        p.stage == 3 and not p.reduce_scatter and not p.contiguous_gradients and p.predivide == "world" and p.sp > 1
+        for p in quick)
 
 
 def test_select_filters():
@@ -83,4 +97,3 @@ def test_group_by_topology_orders_launches_and_keeps_point_order():
         assert all(p.topo == topo for p in members)
         assert members == [p for p in reversed(pts) if p.topo == topo]
     assert collections.Counter(p.topo for p in pts) == {t: len(v) for t, v in groups.items()}
-

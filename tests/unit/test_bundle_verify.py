@@ -46,8 +46,9 @@ def _edit(b: Path, rel: str, change) -> None:
 
 def only_renders(problems: list[str]) -> bool:
     """PR.md and EVIDENCE.md cannot be rendered from a report that does not validate: each says so, once."""
-    return sorted(p.split(":")[0] for p in problems) == ["EVIDENCE.md", "PR.md"] and all(
-        "cannot be rendered from the results" in p for p in problems)
+    return sorted(p.split(":")[0]
+                  for p in problems) == ["EVIDENCE.md", "PR.md"] and all("cannot be rendered from the results" in p
+                                                                         for p in problems)
 
 
 def test_the_fixture_bundle_verifies(bundle):
@@ -91,8 +92,9 @@ def test_a_downstream_report_with_an_unknown_key_fails(bundle):
     rel = "results/downstream/downstream-tf5.25/patched/downstream_clients.json"
     _edit(bundle, rel, lambda d: d.update(comment="looks fine"))
     problems = bundle_mod.verify(bundle)
-    assert any(p.startswith(f"{rel}: not a valid zero3-sp-gradfix/downstream-clients-report/v1 report: ")
-               and "comment" in p for p in problems), problems
+    assert any(
+        p.startswith(f"{rel}: not a valid zero3-sp-gradfix/downstream-clients-report/v1 report: ") and "comment" in p
+        for p in problems), problems
 
 
 def test_a_reproducer_row_whose_ok_flag_was_edited_fails(bundle):
@@ -137,8 +139,8 @@ def test_a_kept_verdict_that_does_not_validate_is_not_reused(tmp_path):
 
 def test_a_pr_body_that_links_into_the_bundle_or_grows_past_25_lines_fails(bundle):
     pr = bundle / "PR.md"
-    pr.write_text(pr.read_text().replace("Fixes #8692", "Fixes #8692 ([evidence](EVIDENCE.md))")
-                  + "".join(f"line {i}\n" for i in range(30)))
+    pr.write_text(pr.read_text().replace("Fixes #8692", "Fixes #8692 ([evidence](EVIDENCE.md))") +
+                  "".join(f"line {i}\n" for i in range(30)))
     bundle_mod.write_manifest(bundle)
     problems = bundle_mod.verify(bundle)
     assert "PR.md: links EVIDENCE.md (a pull request's body cannot link into the bundle)" in problems

@@ -1,4 +1,5 @@
-"""patch-and-test's client warnings (patch_and_test.downstream.clients.warnings_for): the downstream rule, per stage."""
+"""patch-and-test's client warnings (patch_and_test.downstream.clients.warnings_for): the downstream rule, per
+stage."""
 
 from __future__ import annotations
 
@@ -25,18 +26,28 @@ def test_stock_525_on_a_patched_build_warns_for_zero3_only():
 def test_patched_525_with_the_marker_is_silent():
     assert warnings_for([TF525_PATCHED], "0.19.8", fixed=True, marker=True) == []
     # without the marker the patched client cannot tell either
-    assert stages(warnings_for([TF525_PATCHED], "0.19.8", fixed=True, marker=False)) == [
-        ("transformers", "5.25.0", 3, 2.0)]
+    assert stages(warnings_for([TF525_PATCHED], "0.19.8", fixed=True,
+                               marker=False)) == [("transformers", "5.25.0", 3, 2.0)]
 
 
 def test_allgather_clients_warn_for_both_stages_and_unjudged_ones_never():
-    assert stages(warnings_for([TF524, NONE], "0.19.8", fixed=True, marker=True)) == [
-        ("transformers", "5.24.0", 2, 2.0), ("transformers", "5.24.0", 3, 2.0)]
+    assert stages(warnings_for([TF524, NONE], "0.19.8",
+                               fixed=True, marker=True)) == [("transformers", "5.24.0", 2, 2.0),
+                                                             ("transformers", "5.24.0", 3, 2.0)]
 
 
 def test_the_verdict_records_and_shows_them():
-    v = Verdict(env="e", source={}, series=None, deepspeed_before=None, deepspeed_after=None, backend="gloo",
-                steps=[Step("after: downstream clients", "warning", "1")], before=[], after=[], tests=[], suites=[])
+    v = Verdict(env="e",
+                source={},
+                series=None,
+                deepspeed_before=None,
+                deepspeed_after=None,
+                backend="gloo",
+                steps=[Step("after: downstream clients", "warning", "1")],
+                before=[],
+                after=[],
+                tests=[],
+                suites=[])
     v.client_warnings = [{"message": "transformers 5.25.0 + x: gradients 2x"}]
     assert v.to_dict()["client_warnings"][0]["message"].startswith("transformers")
     assert summary_table(v).splitlines()[-1] == "WARNING: transformers 5.25.0 + x: gradients 2x"

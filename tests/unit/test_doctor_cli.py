@@ -24,8 +24,11 @@ from tests.conftest import ROOT
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patch_and_test.doctor", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "patch_and_test.doctor", *args],
+                          cwd=ROOT,
+                          capture_output=True,
+                          text=True,
+                          timeout=120)
 
 
 def write(path: Path, config: dict | str) -> Path:
@@ -36,8 +39,16 @@ def write(path: Path, config: dict | str) -> Path:
 @pytest.mark.parametrize("make, args, message", [
     (None, ["--sp", "2"], "no such DeepSpeed config"),
     ('{"zero_optimization": {"stage": 3,', ["--sp", "2"], "is not valid JSON"),
-    ({"zero_optimization": {"stage": 3}}, ["--sp", "0"], "--sp must be >= 1, got 0"),
-    ({"zero_optimization": {"stage": 3}}, [], "pass --sp"),
+    ({
+        "zero_optimization": {
+            "stage": 3
+        }
+    }, ["--sp", "0"], "--sp must be >= 1, got 0"),
+    ({
+        "zero_optimization": {
+            "stage": 3
+        }
+    }, [], "pass --sp"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, make, args, message):
     config = tmp_path / "ds_config.json"
@@ -73,8 +84,11 @@ def trees(tmp_path_factory) -> dict[str, Path]:
         (tree / "version.txt").write_text(version + "\n")
         out[name] = tree
     fix = series_for_version(version).fix_patches[0].path
-    applied = subprocess.run(["git", "apply", "--include=deepspeed/runtime/zero/stage3.py", str(fix)],
-                             cwd=out["patched"], capture_output=True, text=True)
+    applied = subprocess.run(["git", "apply", "--include=deepspeed/runtime/zero/stage3.py",
+                              str(fix)],
+                             cwd=out["patched"],
+                             capture_output=True,
+                             text=True)
     if applied.returncode != 0:
         pytest.skip(f"the installed DeepSpeed {version} is already patched or differs: {applied.stderr.strip()}")
     return out
@@ -84,13 +98,16 @@ ZERO3 = {"zero_optimization": {"stage": 3, "reduce_scatter": True}}
 ZERO2 = {"zero_optimization": {"stage": 2}}
 
 
-@pytest.mark.parametrize("tree, config, recipe, code, shown", [
-    ("unpatched", ZERO3, "none", 1, "__avg_scatter_grads your own loss (each rank's token-weighted share) 1/2 1"),
-    ("patched", ZERO3, "none", 0, "not affected"),
-    ("unpatched", ZERO2, "none", 0, "not affected"),
-    ("unpatched", ZERO2, "allgather", 1, "stage_1_and_2 your own loss (differentiable all_gather of the loss) 2 2"),
-    ("unpatched", ZERO3, "allgather", 0, "before you take the fix"),  # right today, 2x with the fix
-])
+@pytest.mark.parametrize(
+    "tree, config, recipe, code, shown",
+    [
+        ("unpatched", ZERO3, "none", 1, "__avg_scatter_grads your own loss (each rank's token-weighted share) 1/2 1"),
+        ("patched", ZERO3, "none", 0, "not affected"),
+        ("unpatched", ZERO2, "none", 0, "not affected"),
+        ("unpatched", ZERO2, "allgather", 1,
+         "stage_1_and_2 your own loss (differentiable all_gather of the loss) 2 2"),
+        ("unpatched", ZERO3, "allgather", 0, "before you take the fix"),  # right today, 2x with the fix
+    ])
 def test_exit_codes_on_real_deepspeed_code(tmp_path, trees, tree, config, recipe, code, shown):
     path = write(tmp_path / "ds_config.json", config)
     result = doctor("--ds-config", str(path), "--sp", "2", "--recipe", recipe, "--deepspeed", str(trees[tree]))
@@ -109,8 +126,12 @@ def test_the_unpatched_remedy_names_the_series_of_this_version(tmp_path, trees):
 
 
 def test_sizes_decide_a_split_bucket(tmp_path, trees):
-    path = write(tmp_path / "ds_config.json", {"zero_optimization": {"stage": 3, "reduce_scatter": False,
-                                                                      "reduce_bucket_size": 16}})
+    path = write(tmp_path / "ds_config.json",
+                 {"zero_optimization": {
+                     "stage": 3,
+                     "reduce_scatter": False,
+                     "reduce_bucket_size": 16
+                 }})
     common = ["--ds-config", str(path), "--sp", "2", "--recipe", "none", "--deepspeed", str(trees["unpatched"])]
     undecided = doctor(*common)
     assert undecided.returncode == 2 and "pass --model or --param-sizes" in undecided.stderr

@@ -34,8 +34,10 @@ from repro.training.report import TrainingReport
 from repro.training import expect as training_expect
 from tests.conftest import FIXTURES, ROOT
 
-CELLS = [FIXTURES / "bundle-cell" / "results" / "patch-and-test-ds0.19.8-gloo",
-         FIXTURES / "bundle" / "results" / "patch-and-test-ds0.14.5-gloo"]
+CELLS = [
+    FIXTURES / "bundle-cell" / "results" / "patch-and-test-ds0.19.8-gloo",
+    FIXTURES / "bundle" / "results" / "patch-and-test-ds0.14.5-gloo"
+]
 MASTER_V4 = ROOT / "docs" / "master-v4-reproducers"
 AUDIT_FIXTURE = FIXTURES / "parity-audit" / "old-code-sp2dp1-buggy.json"
 DOWNSTREAM = ROOT / "docs" / "downstream-results"
@@ -66,7 +68,8 @@ def _state(folder: Path, version: str) -> rule.DeepSpeedState:
 
 
 def _gradscale_cases() -> list[Case]:
-    reports = [(p, _state(p.parent, _load(p)["deepspeed_version"])) for cell in CELLS
+    reports = [(p, _state(p.parent,
+                          _load(p)["deepspeed_version"])) for cell in CELLS
                for p in sorted(cell.glob("*/zero3_sp_*.json"))]
     reports += [(p, rule.DeepSpeedState(_load(p)["deepspeed_version"], True, True))
                 for p in sorted(MASTER_V4.glob("zero3_sp_*.json"))]
@@ -74,16 +77,21 @@ def _gradscale_cases() -> list[Case]:
     for path, state in reports:
         report = _load(path)
         for row in report["rows"]:
-            zero = {k: row[k] for k in ("stage", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size")
-                    if row.get(k) is not None}
-            out.append(Case(f"{path.relative_to(ROOT)}: {row['config']} {row['param']}", {"zero_optimization": zero},
-                            report["sp"], state, rule.own_loss("none"), row["numel"], row["path"], row["ratio"],
-                            row["residual"], TOLERANCES["fp32"].rel))
+            zero = {
+                k: row[k]
+                for k in ("stage", "reduce_scatter", "contiguous_gradients", "reduce_bucket_size")
+                if row.get(k) is not None
+            }
+            out.append(
+                Case(f"{path.relative_to(ROOT)}: {row['config']} {row['param']}", {"zero_optimization": zero},
+                     report["sp"], state, rule.own_loss("none"), row["numel"], row["path"], row["ratio"],
+                     row["residual"], TOLERANCES["fp32"].rel))
     return out
 
 
 def _audit_reports() -> list[tuple[Path, rule.DeepSpeedState]]:
-    reports = [(p, _state(p.parent, _load(p)["deepspeed_version"])) for cell in CELLS
+    reports = [(p, _state(p.parent,
+                          _load(p)["deepspeed_version"])) for cell in CELLS
                for p in sorted(cell.glob("*/parity_audit.json"))]
     return reports + [(AUDIT_FIXTURE, rule.DeepSpeedState(_load(AUDIT_FIXTURE)["deepspeed_version"], False, False))]
 
@@ -100,9 +108,10 @@ def _audit_cases() -> tuple[list[Case], int]:
                 if row["known"]:
                     known += 1
                     continue
-                out.append(Case(f"{path.relative_to(ROOT)}: {point['id']} {row['param']}", config, p.sp, state,
-                                rule.own_loss("none"), row["numel"], str(audit_path(row["path"])), row["ratio"],
-                                row["residual"], TOLERANCES[p.dtype].rel))
+                out.append(
+                    Case(f"{path.relative_to(ROOT)}: {point['id']} {row['param']}", config, p.sp, state,
+                         rule.own_loss("none"), row["numel"], str(audit_path(row["path"])), row["ratio"],
+                         row["residual"], TOLERANCES[p.dtype].rel))
     return out, known
 
 
@@ -113,10 +122,12 @@ def _alst_cases() -> list[Case]:
             report = _load(path)
             state = _state(path.parent, report["deepspeed_version"])
             for row in report["rows"]:
-                out.append(Case(f"{path.relative_to(ROOT)}: {row['recipe']} zero{row['stage']} {row['param']}",
-                                {"zero_optimization": {"stage": row["stage"]}}, report["sp"], state,
-                                rule.own_loss(row["recipe"]), row["numel"], row["path"], row["ratio"],
-                                row["residual"], RATIO_REL_TOL))
+                out.append(
+                    Case(f"{path.relative_to(ROOT)}: {row['recipe']} zero{row['stage']} {row['param']}",
+                         {"zero_optimization": {
+                             "stage": row["stage"]
+                         }}, report["sp"], state, rule.own_loss(row["recipe"]), row["numel"], row["path"],
+                         row["ratio"], row["residual"], RATIO_REL_TOL))
     return out
 
 
@@ -128,13 +139,16 @@ def _downstream_cases() -> list[Case]:
         for row in report["rows"]:
             if row["status"] != "measured":
                 continue
-            source = rule.LossSource(f"{row['client']} {row['client_version']}",
-                                     ClientKind(row["kind"], row["gate"], row["gate_version"],
-                                                row.get("divides_by_sp", False)), row["client"])
+            source = rule.LossSource(
+                f"{row['client']} {row['client_version']}",
+                ClientKind(row["kind"], row["gate"], row["gate_version"], row.get("divides_by_sp", False)),
+                row["client"])
             # The row's ratio is one fit over its parameters; with DeepSpeed's defaults their size decides nothing.
-            out.append(Case(f"{path.relative_to(ROOT)}: {row['client']} zero{row['stage']}",
-                            {"zero_optimization": {"stage": row["stage"]}}, report["sp"], state, source, None, None,
-                            row["ratio"], row["residual"], RATIO_REL_TOL))
+            out.append(
+                Case(f"{path.relative_to(ROOT)}: {row['client']} zero{row['stage']}",
+                     {"zero_optimization": {
+                         "stage": row["stage"]
+                     }}, report["sp"], state, source, None, None, row["ratio"], row["residual"], RATIO_REL_TOL))
     return out
 
 
@@ -147,9 +161,11 @@ def _training_cases() -> list[Case]:
             # Step 0: the same weights; later steps add the optimizer's drift (training_expect.GRAD_NORM_REL_TOL).
             for step, tol in ((0, RATIO_REL_TOL), (len(run.steps) - 1, training_expect.GRAD_NORM_REL_TOL)):
                 ratio = run.steps[step].grad_norm / report.reference[step].grad_norm
-                out.append(Case(f"{path.relative_to(ROOT)}: {run.recipe} zero{run.stage} step {step}",
-                                {"zero_optimization": {"stage": run.stage}}, report.sp, state,
-                                rule.own_loss(run.recipe), None, None, ratio, 0.0, tol))
+                out.append(
+                    Case(f"{path.relative_to(ROOT)}: {run.recipe} zero{run.stage} step {step}",
+                         {"zero_optimization": {
+                             "stage": run.stage
+                         }}, report.sp, state, rule.own_loss(run.recipe), None, None, ratio, 0.0, tol))
     return out
 
 
@@ -172,8 +188,11 @@ def mismatches(cases: list[Case]) -> list[str]:
 
 def test_every_kept_measurement_is_predicted():
     cases, known = all_cases()
-    families = {name: len(f()) for name, f in (("gradscale", _gradscale_cases), ("alst", _alst_cases),
-                                               ("downstream", _downstream_cases), ("training", _training_cases))}
+    families = {
+        name: len(f())
+        for name, f in (("gradscale", _gradscale_cases), ("alst", _alst_cases), ("downstream", _downstream_cases),
+                        ("training", _training_cases))
+    }
     families["audit"] = len(_audit_cases()[0])
     # Every family's kept files were found and read (a moved folder must not turn this into a no-op).
     assert all(n > 0 for n in families.values()), families
@@ -200,15 +219,22 @@ def test_the_comparison_fails_when_the_path_rule_ignores_the_bucket(monkeypatch)
 
     monkeypatch.setattr(rule, "reduce_path", no_bucket)
     found = mismatches(cases)
-    assert any("path predicted __avg_scatter_contiguous_grads, observed __avg_scatter_grads" in m for m in found), found
+    assert any("path predicted __avg_scatter_contiguous_grads, observed __avg_scatter_grads" in m
+               for m in found), found
 
 
 @pytest.mark.parametrize("fixed, expected", [(False, 0.5), (True, 1.0)])
 def test_a_kept_mixed_bucket_row_by_hand(fixed, expected):
     # zero3 rs=False cg=True bucket=16: the 64-element weight overflows the bucket (the mixed case).
-    check = run_check({"zero_optimization": {"stage": 3, "reduce_scatter": False, "contiguous_gradients": True,
-                                             "reduce_bucket_size": 16}}, 2,
-                      rule.DeepSpeedState("0.19.8", fixed, fixed), [rule.own_loss("none")], [("w", 64), ("b", 4)])
+    check = run_check(
+        {
+            "zero_optimization": {
+                "stage": 3,
+                "reduce_scatter": False,
+                "contiguous_gradients": True,
+                "reduce_bucket_size": 16
+            }
+        }, 2, rule.DeepSpeedState("0.19.8", fixed, fixed), [rule.own_loss("none")], [("w", 64), ("b", 4)])
     assert check.prediction(64) == ("__avg_scatter_grads", expected)
     assert check.prediction(4) == ("__avg_scatter_contiguous_grads", 1.0)
     assert math.isclose(expected, 1.0) != check.verdict.affected

@@ -22,15 +22,17 @@ def zero(stage=3, rs=True, cg=True, bucket=500_000_000) -> rule.ZeroSettings:
     return rule.ZeroSettings(stage=stage, reduce_scatter=rs, contiguous_gradients=cg, reduce_bucket_size=bucket)
 
 
-@pytest.mark.parametrize("stage, rs, cg, numel, path", [
-    (0, True, True, 10, ReducePath.STAGE_0),
-    (1, True, True, 10, ReducePath.STAGE_1_2),
-    (2, False, False, 10**9, ReducePath.STAGE_1_2),
-    (3, True, True, 10, ReducePath.AVG_SCATTER),  # the default: reduce_scatter
-    (3, False, False, 10, ReducePath.AVG_SCATTER),  # no contiguous buffer
-    (3, False, True, 16, ReducePath.CONTIGUOUS),  # fits the 16-element bucket exactly
-    (3, False, True, 17, ReducePath.AVG_SCATTER),  # one element more: alone in its bucket
-])
+@pytest.mark.parametrize(
+    "stage, rs, cg, numel, path",
+    [
+        (0, True, True, 10, ReducePath.STAGE_0),
+        (1, True, True, 10, ReducePath.STAGE_1_2),
+        (2, False, False, 10**9, ReducePath.STAGE_1_2),
+        (3, True, True, 10, ReducePath.AVG_SCATTER),  # the default: reduce_scatter
+        (3, False, False, 10, ReducePath.AVG_SCATTER),  # no contiguous buffer
+        (3, False, True, 16, ReducePath.CONTIGUOUS),  # fits the 16-element bucket exactly
+        (3, False, True, 17, ReducePath.AVG_SCATTER),  # one element more: alone in its bucket
+    ])
 def test_the_path_rule(stage, rs, cg, numel, path):
     assert rule.reduce_path(zero(stage, rs, cg, 16), numel) is path
 
@@ -50,9 +52,12 @@ def test_classes_split_a_model_at_the_bucket():
 
 
 @pytest.mark.parametrize("ds, recipe, stage, expected", [
-    (UNPATCHED, "none", 3, 0.5), (PATCHED, "none", 3, 1.0),
-    (UNPATCHED, "allgather", 3, 1.0), (PATCHED, "allgather", 3, 2.0),
-    (UNPATCHED, "allgather", 2, 2.0), (UNPATCHED, "none", 2, 1.0),
+    (UNPATCHED, "none", 3, 0.5),
+    (PATCHED, "none", 3, 1.0),
+    (UNPATCHED, "allgather", 3, 1.0),
+    (PATCHED, "allgather", 3, 2.0),
+    (UNPATCHED, "allgather", 2, 2.0),
+    (UNPATCHED, "none", 2, 1.0),
 ])
 def test_factors_are_the_rule(ds, recipe, stage, expected):
     path = rule.reduce_path(zero(stage), 1)
@@ -105,8 +110,14 @@ def test_missing_keys_take_deepspeeds_defaults():
 
 
 def test_auto_is_filled_as_hf_fills_it():
-    config = {"zero_optimization": {"stage": 3, "reduce_scatter": False, "reduce_bucket_size": "auto",
-                                    "stage3_prefetch_bucket_size": "auto"}}
+    config = {
+        "zero_optimization": {
+            "stage": 3,
+            "reduce_scatter": False,
+            "reduce_bucket_size": "auto",
+            "stage3_prefetch_bucket_size": "auto"
+        }
+    }
     z = read.zero_settings(config, DEFAULTS, WHERE, 4096)
     assert z.reduce_bucket_size == 4096 * 4096 and "hidden_size^2" in z.where("reduce_bucket_size")
     assert read.zero_settings(config, DEFAULTS, WHERE, None).reduce_bucket_size is None
@@ -117,10 +128,26 @@ def test_auto_is_filled_as_hf_fills_it():
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"zero_optimization": {"stage": 5}}, "0, 1, 2 or 3"),
-    ({"zero_optimization": {"stage": 3, "reduce_scatter": "maybe"}}, "true or false"),
-    ({"zero_optimization": {"stage": 3, "reduce_bucket_size": 0}}, ">= 1"),
-    ({"zero_optimization": [3]}, "must be an object"),
+    ({
+        "zero_optimization": {
+            "stage": 5
+        }
+    }, "0, 1, 2 or 3"),
+    ({
+        "zero_optimization": {
+            "stage": 3,
+            "reduce_scatter": "maybe"
+        }
+    }, "true or false"),
+    ({
+        "zero_optimization": {
+            "stage": 3,
+            "reduce_bucket_size": 0
+        }
+    }, ">= 1"),
+    ({
+        "zero_optimization": [3]
+    }, "must be an object"),
 ])
 def test_bad_values_are_one_line_errors(config, message):
     with pytest.raises(BadInput, match=message):
@@ -128,8 +155,11 @@ def test_bad_values_are_one_line_errors(config, message):
 
 
 def test_deepspeed_spellings_are_accepted():
-    z = read.zero_settings({"zero_optimization": {"stage": "3", "reduce_scatter": "false", "reduce_bucket_size": 5e8}},
-                           DEFAULTS, WHERE, None)
+    z = read.zero_settings({"zero_optimization": {
+        "stage": "3",
+        "reduce_scatter": "false",
+        "reduce_bucket_size": 5e8
+    }}, DEFAULTS, WHERE, None)
     assert (z.stage, z.reduce_scatter, z.reduce_bucket_size) == (3, False, 500_000_000)
     assert read.zero_settings({"zero_optimization": True}, DEFAULTS, WHERE, None).stage == 1  # deprecated form
 
@@ -185,8 +215,13 @@ class DeepSpeedZeroConfig(DeepSpeedConfigModel):
 
 def test_the_defaults_reader_reads_deepspeeds_field_spellings():
     found = read.zero_config_defaults(CONFIG_SOURCE)
-    assert found == {"stage": 0, "contiguous_gradients": True, "reduce_scatter": False,
-                     "reduce_bucket_size": 500_000_000, "zero_hpz_partition_size": 1}  # not a literal: left out
+    assert found == {
+        "stage": 0,
+        "contiguous_gradients": True,
+        "reduce_scatter": False,
+        "reduce_bucket_size": 500_000_000,
+        "zero_hpz_partition_size": 1
+    }  # not a literal: left out
 
 
 def test_the_marker_is_read_from_code_not_comments():
@@ -235,8 +270,12 @@ def test_auto_is_filled_as_transformers_own_code_fills_it():
 
     try:
         from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
-        hf = HfTrainerDeepSpeedConfig({"zero_optimization": {"stage": 3, "reduce_scatter": False,
-                                                             "reduce_bucket_size": "auto"}})
+        hf = HfTrainerDeepSpeedConfig(
+            {"zero_optimization": {
+                "stage": 3,
+                "reduce_scatter": False,
+                "reduce_bucket_size": "auto"
+            }})
     except Exception as err:  # noqa: BLE001 - without transformers (or its accelerate) there is nothing to compare
         pytest.skip(f"transformers' DeepSpeed config cannot be built here: {err}")
     try:
@@ -245,7 +284,10 @@ def test_auto_is_filled_as_transformers_own_code_fills_it():
         filled = hf.config["zero_optimization"]["reduce_bucket_size"]
     finally:
         unset_hf_deepspeed_config()
-    ours = read.zero_settings({"zero_optimization": {"stage": 3, "reduce_scatter": False,
-                                                     "reduce_bucket_size": "auto"}}, DEFAULTS, WHERE,
-                              read.hidden_size_of(model.config))
+    ours = read.zero_settings(
+        {"zero_optimization": {
+            "stage": 3,
+            "reduce_scatter": False,
+            "reduce_bucket_size": "auto"
+        }}, DEFAULTS, WHERE, read.hidden_size_of(model.config))
     assert ours.reduce_bucket_size == filled == 48 * 48

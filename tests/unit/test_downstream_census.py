@@ -12,16 +12,19 @@ from tests.unit.test_downstream_expect import _report, _row
 
 
 def _stage(stage, before, after):
-    return StageFactors(stage=stage, unpatched=Factor(value=float(eval(before)), label=before, measured=False),
+    return StageFactors(stage=stage,
+                        unpatched=Factor(value=float(eval(before)), label=before, measured=False),
                         patched=Factor(value=float(eval(after)), label=after, measured=False))
 
 
-@pytest.mark.parametrize("z2, z3, want", [
-    (("2", "2"), ("1", "2"), "must change with it"),  # the all_gather recipe (transformers 5.24, ArcticTraining)
-    (("1", "1"), ("1", "2"), "must change with it"),  # transformers 5.25's version gate
-    (("1", "1"), ("1/2", "1"), "gains from the fix"),  # axolotl on transformers 5.20.1
-    (("1", "1"), ("1", "1"), "untouched"),  # the proposed transformers change
-])
+@pytest.mark.parametrize(
+    "z2, z3, want",
+    [
+        (("2", "2"), ("1", "2"), "must change with it"),  # the all_gather recipe (transformers 5.24, ArcticTraining)
+        (("1", "1"), ("1", "2"), "must change with it"),  # transformers 5.25's version gate
+        (("1", "1"), ("1/2", "1"), "gains from the fix"),  # axolotl on transformers 5.20.1
+        (("1", "1"), ("1", "1"), "untouched"),  # the proposed transformers change
+    ])
 def test_verdict_follows_from_the_factors(z2, z3, want):
     assert verdict([_stage(2, *z2), _stage(3, *z3)]) == want
 
@@ -35,8 +38,16 @@ def test_read_factors_are_the_rule_on_the_recipe():
 
 
 def _library(**kw):
-    base = dict(label="x", distribution="x", version="1.0", newest="1.0", requires_python=">=3.10", drives_sp=True,
-                how="h", evidence=[], loss="l", gate="-")
+    base = dict(label="x",
+                distribution="x",
+                version="1.0",
+                newest="1.0",
+                requires_python=">=3.10",
+                drives_sp=True,
+                how="h",
+                evidence=[],
+                loss="l",
+                gate="-")
     return Library(**{**base, **kw})
 
 
@@ -63,18 +74,25 @@ def _kept(tmp_path, rows_by_phase):
 
 def _tf525_rows(z3_patched=2.0, **kw):
     z2 = _row(stage=2, ratio=1.0, expected=1.0, **kw)
-    return {"unpatched": [z2, _row(stage=3, ratio=1.0, expected=1.0, **kw)],
-            "patched": [z2, _row(stage=3, ratio=z3_patched, expected=2.0, **kw)]}
+    return {
+        "unpatched": [z2, _row(stage=3, ratio=1.0, expected=1.0, **kw)],
+        "patched": [z2, _row(stage=3, ratio=z3_patched, expected=2.0, **kw)]
+    }
 
 
 def _measured_tf525(recipe=ReadRecipe(kind="own_share", gate="version", gate_version="0.20.2")):
-    return _library(label="transformers 5.25", recipe=recipe,
-                    measured={"env": "downstream-tf5.25", "client": "transformers", "client_version": "5.25.0"})
+    return _library(label="transformers 5.25",
+                    recipe=recipe,
+                    measured={
+                        "env": "downstream-tf5.25",
+                        "client": "transformers",
+                        "client_version": "5.25.0"
+                    })
 
 
 def test_measured_factors_come_from_the_kept_reports(tmp_path):
     _kept(tmp_path, _tf525_rows())
-    (row,) = rows(_census(_measured_tf525()), tmp_path)
+    (row, ) = rows(_census(_measured_tf525()), tmp_path)
     assert [(s.unpatched.value, s.patched.value) for s in row.stages] == [(1.0, 1.0), (1.0, 2.0)]
     assert all(s.patched.measured for s in row.stages) and row.verdict == "must change with it"
     assert row.source == "measured: `docs/downstream-results/downstream-tf5.25/`"
@@ -101,8 +119,10 @@ def test_the_recipe_read_by_hand_must_be_the_one_the_run_classified(tmp_path):
 def test_the_census_file_validates_and_covers_the_libraries():
     census = Census.load(CENSUS)
     labels = [lib.label for lib in census.libraries]
-    assert labels == ["accelerate", "transformers 5.24", "transformers 5.25", "trl", "arctic-training", "axolotl",
-                      "ms-swift", "xtuner", "openrlhf", "llamafactory", "verl"]
+    assert labels == [
+        "accelerate", "transformers 5.24", "transformers 5.25", "trl", "arctic-training", "axolotl", "ms-swift",
+        "xtuner", "openrlhf", "llamafactory", "verl"
+    ]
     assert all(lib.evidence for lib in census.libraries)
     assert [c.ref for c in census.off_pypi] == ["hamishivi/tmax#9"]
 
@@ -117,8 +137,9 @@ def test_kept_census_factors_and_verdicts():
     # What the kept runs say, through the census: the verdict of each library that drives DeepSpeed's sp.
     got = {r.library.label: r.verdict for r in rows(Census.load(CENSUS), KEPT_RESULTS)}
     assert got["axolotl"] == "gains from the fix"
-    assert {got[k] for k in ("accelerate", "transformers 5.24", "transformers 5.25", "trl", "arctic-training")} == {
-        "must change with it"}
+    assert {got[k]
+            for k in ("accelerate", "transformers 5.24", "transformers 5.25", "trl", "arctic-training")
+            } == {"must change with it"}
     assert {got[k] for k in ("ms-swift", "xtuner", "openrlhf", "llamafactory", "verl")} == {"untouched"}
 
 

@@ -32,33 +32,37 @@ def test_classify_reads_the_recipe_and_the_gate():
     assert classify(OWN_SHARE_SRC) == ClientKind("own_share", "none")
 
 
-@pytest.mark.parametrize("client, version, marker, want", [
-    (TF525, "0.19.8", False, True),
-    (TF525, "0.19.8", True, True),  # stock 5.25 does not read the marker
-    (TF525, "0.19.6+abc", True, True),
-    (TF525, "0.20.2.dev0", True, True),
-    (TF525, "0.20.2", False, False),
-    (TF525_PATCHED, "0.19.8", False, True),
-    (TF525_PATCHED, "0.19.8", True, False),
-    (TF525_PATCHED, "0.20.2", False, False),
-    (ALLGATHER, "0.19.8", False, False),
-])
+@pytest.mark.parametrize(
+    "client, version, marker, want",
+    [
+        (TF525, "0.19.8", False, True),
+        (TF525, "0.19.8", True, True),  # stock 5.25 does not read the marker
+        (TF525, "0.19.6+abc", True, True),
+        (TF525, "0.20.2.dev0", True, True),
+        (TF525, "0.20.2", False, False),
+        (TF525_PATCHED, "0.19.8", False, True),
+        (TF525_PATCHED, "0.19.8", True, False),
+        (TF525_PATCHED, "0.20.2", False, False),
+        (ALLGATHER, "0.19.8", False, False),
+    ])
 def test_compensates(client, version, marker, want):
     assert compensates(client, version, marker) is want
 
 
 # The acceptance table of the issue (sp=2), each cell from the one rule.
-@pytest.mark.parametrize("client, fixed, marker, z2, z3", [
-    (TF525, False, False, 1.0, 1.0),  # unpatched 0.19.8
-    (ALLGATHER, False, False, 2.0, 1.0),  # 5.24
-    (TF525, True, True, 1.0, 2.0),  # patched: 5.25 still multiplies
-    (ALLGATHER, True, True, 2.0, 2.0),
-    (TF525_PATCHED, False, False, 1.0, 1.0),  # the transformers patch, both ways
-    (TF525_PATCHED, True, True, 1.0, 1.0),
-    (TF525_PATCHED, True, False, 1.0, 2.0),  # a fixed build without the marker: the patch cannot tell
-    (ClientKind("own_share", "none"), False, False, 1.0, 0.5),
-    (ClientKind("own_share", "none"), True, True, 1.0, 1.0),
-])
+@pytest.mark.parametrize(
+    "client, fixed, marker, z2, z3",
+    [
+        (TF525, False, False, 1.0, 1.0),  # unpatched 0.19.8
+        (ALLGATHER, False, False, 2.0, 1.0),  # 5.24
+        (TF525, True, True, 1.0, 2.0),  # patched: 5.25 still multiplies
+        (ALLGATHER, True, True, 2.0, 2.0),
+        (TF525_PATCHED, False, False, 1.0, 1.0),  # the transformers patch, both ways
+        (TF525_PATCHED, True, True, 1.0, 1.0),
+        (TF525_PATCHED, True, False, 1.0, 2.0),  # a fixed build without the marker: the patch cannot tell
+        (ClientKind("own_share", "none"), False, False, 1.0, 0.5),
+        (ClientKind("own_share", "none"), True, True, 1.0, 1.0),
+    ])
 def test_expected_ratio_table(client, fixed, marker, z2, z3):
     assert expected_ratio(client, 2, 2, fixed, "0.19.8", marker) == z2
     assert expected_ratio(client, 3, 2, fixed, "0.19.8", marker) == z3
@@ -83,16 +87,35 @@ def test_mis_scaled():
 
 
 def _row(**kw):
-    base = dict(client="transformers", client_version="5.25.0", function="f", stage=3, status="measured",
-                kind="own_share", gate="version", gate_version="0.20.2", ratio=2.0, residual=1e-8, expected=2.0,
+    base = dict(client="transformers",
+                client_version="5.25.0",
+                function="f",
+                stage=3,
+                status="measured",
+                kind="own_share",
+                gate="version",
+                gate_version="0.20.2",
+                ratio=2.0,
+                residual=1e-8,
+                expected=2.0,
                 matches_rule=True)
     return ClientRow(**{**base, **kw})
 
 
 def _report(rows, expect="fixed"):
-    return DownstreamReport(script="downstream_clients", deepspeed_version="0.19.8", deepspeed_fixed=True, marker=True,
-                            torch_version="2.13.0", backend="gloo", device="cpu", launcher="local", world_size=2, sp=2,
-                            dp=1, expect=expect, rows=rows)
+    return DownstreamReport(script="downstream_clients",
+                            deepspeed_version="0.19.8",
+                            deepspeed_fixed=True,
+                            marker=True,
+                            torch_version="2.13.0",
+                            backend="gloo",
+                            device="cpu",
+                            launcher="local",
+                            world_size=2,
+                            sp=2,
+                            dp=1,
+                            expect=expect,
+                            rows=rows)
 
 
 def test_row_verdicts():
@@ -211,12 +234,14 @@ def test_classify_reads_a_division_by_sp_in_the_caller():
 
 
 # axolotl divides transformers' loss by sp: the true gradient on ZeRO-2, 1/sp on unpatched ZeRO-3, 1 with the fix.
-@pytest.mark.parametrize("client, fixed, marker, z2, z3", [
-    (AXOLOTL, False, False, 1.0, 0.5),
-    (AXOLOTL, True, True, 1.0, 1.0),
-    (ClientKind("own_share", "version", "0.20.2", True), False, False, 0.5, 0.5),  # axolotl on transformers 5.25
-    (ClientKind("own_share", "version", "0.20.2", True), True, True, 0.5, 1.0),
-])
+@pytest.mark.parametrize(
+    "client, fixed, marker, z2, z3",
+    [
+        (AXOLOTL, False, False, 1.0, 0.5),
+        (AXOLOTL, True, True, 1.0, 1.0),
+        (ClientKind("own_share", "version", "0.20.2", True), False, False, 0.5, 0.5),  # axolotl on transformers 5.25
+        (ClientKind("own_share", "version", "0.20.2", True), True, True, 0.5, 1.0),
+    ])
 def test_expected_ratio_of_a_client_that_divides_by_sp(client, fixed, marker, z2, z3):
     assert expected_ratio(client, 2, 2, fixed, "0.19.8", marker) == z2
     assert expected_ratio(client, 3, 2, fixed, "0.19.8", marker) == z3
@@ -250,7 +275,7 @@ def test_a_wrapping_entry_that_did_not_reach_its_loss_function_cannot_match():
 
     from repro.downstream.measure import PARAMS, measured_row
 
-    grads = {p: torch.full((3,), 2.0) for p in PARAMS}
+    grads = {p: torch.full((3, ), 2.0) for p in PARAMS}
     client = _wrapping_client(("tf.loss", _marker_helper.__code__))
     # unpatched ZeRO-3: the rule says 1/2 for axolotl; these gradients are half the baseline
     half = {p: g / 2 for p, g in grads.items()}

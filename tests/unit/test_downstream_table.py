@@ -26,9 +26,11 @@ def test_replace_block_and_block_of():
 
 
 def test_render_from_reports(tmp_path):
-    rep = _report([_row(stage=2, ratio=1.0, expected=1.0), _row(stage=3),
-                   _row(client="accelerate", client_version="1.16.0", status="not-applicable", note="why",
-                        stage=None)])
+    rep = _report([
+        _row(stage=2, ratio=1.0, expected=1.0),
+        _row(stage=3),
+        _row(client="accelerate", client_version="1.16.0", status="not-applicable", note="why", stage=None)
+    ])
     rep.write(tmp_path / "downstream-tf5.25" / "patched" / "downstream_clients.json")
     table = render(tmp_path, "R")
     assert ("| downstream-tf5.25 | transformers 5.25.0 | own share, x sp on ZeRO-3 if deepspeed < 0.20.2 "
@@ -45,12 +47,20 @@ def test_keep_copies_json_only_without_machine_paths(tmp_path):
     env = tmp_path / "src" / "downstream-tf5.25"
     _report([_row()]).write(env / "patched" / "downstream_clients.json")
     (env / "patched" / "downstream_clients.log").write_text("log")
-    run = {"checks": [{"report": str(env / "patched" / "downstream_clients.json"), "log": "patched/x.log"}],
-           "steps": [{"detail": "exit 0 (report /some/where/downstream-tf5.25/patched/downstream_clients.json)"}]}
+    run = {
+        "checks": [{
+            "report": str(env / "patched" / "downstream_clients.json"),
+            "log": "patched/x.log"
+        }],
+        "steps": [{
+            "detail": "exit 0 (report /some/where/downstream-tf5.25/patched/downstream_clients.json)"
+        }]
+    }
     (env / "run.json").write_text(json.dumps(run))
     written = keep(tmp_path / "src", tmp_path / "kept")
     assert sorted(p.relative_to(tmp_path / "kept").as_posix() for p in written) == [
-        "downstream-tf5.25/patched/downstream_clients.json", "downstream-tf5.25/run.json"]
+        "downstream-tf5.25/patched/downstream_clients.json", "downstream-tf5.25/run.json"
+    ]
     kept = json.loads((tmp_path / "kept" / "downstream-tf5.25" / "run.json").read_text())
     assert kept["checks"][0]["report"] == "patched/downstream_clients.json"
     assert kept["steps"][0]["detail"] == "exit 0 (report patched/downstream_clients.json)"
@@ -61,8 +71,8 @@ def test_verify_bundle_re_renders_the_notice_table(tmp_path):
     from patch_and_test.downstream.table import render_into
 
     b = tmp_path / "bundle"
-    _report([_row(stage=2, ratio=1.0, expected=1.0), _row(stage=3)]).write(
-        b / "results" / "downstream" / "downstream-tf5.25" / "patched" / "downstream_clients.json")
+    _report([_row(stage=2, ratio=1.0, expected=1.0), _row(stage=3)
+             ]).write(b / "results" / "downstream" / "downstream-tf5.25" / "patched" / "downstream_clients.json")
     notice = b / "downstream-notice.md"
     notice.write_text(render_into(f"# notice\n{BEGIN}\n{END}\n", b))
     assert "2.000 (rule 2.0)" in notice.read_text()
@@ -98,8 +108,8 @@ def test_readme_and_the_cover_letters_show_the_core_envs_only(tmp_path):
     from patch_and_test.downstream.table import CORE_ENVS, PACKAGE_ROOT, _envs_of, plain_table
 
     for env, client in (("downstream-tf5.25", "transformers"), ("downstream-trl", "trl")):
-        _report([_row(client=client, stage=2, ratio=1.0, expected=1.0), _row(client=client, stage=3)]).write(
-            tmp_path / env / "patched" / "downstream_clients.json")
+        _report([_row(client=client, stage=2, ratio=1.0, expected=1.0),
+                 _row(client=client, stage=3)]).write(tmp_path / env / "patched" / "downstream_clients.json")
     assert "trl 5.25.0" in render(tmp_path, "R") and "trl 5.25.0" not in render(tmp_path, "R", CORE_ENVS)
     assert "trl" not in plain_table(tmp_path) and "transformers 5.25.0" in plain_table(tmp_path)
     assert _envs_of(PACKAGE_ROOT / "README.md") == CORE_ENVS
@@ -112,7 +122,7 @@ def test_clients_install_past_their_requires_python(monkeypatch, kind, want):
     from patch_and_test.downstream import run as downstream
     from patch_and_test.core import install
 
-    monkeypatch.setattr(install.Installer, "find", classmethod(lambda cls: cls(kind, ("x",))))
+    monkeypatch.setattr(install.Installer, "find", classmethod(lambda cls: cls(kind, ("x", ))))
     cmd = downstream._installer_cmd("--no-deps", "axolotl==0.21.0", as_python="3.12")
     assert all(a in cmd for a in want) and cmd[-2:] == ["--no-deps", "axolotl==0.21.0"]
     assert not {"--python-version", "--ignore-requires-python"} & set(downstream._installer_cmd("--no-deps", "a"))

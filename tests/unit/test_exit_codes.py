@@ -22,8 +22,10 @@ def test_every_user_of_the_codes_reads_the_one_definition():
 def test_no_code_writes_77_as_a_bare_number():
     """Docstrings and help texts may say 77; code compares with and returns the named constant."""
     found = []
-    for path in [*ROOT.glob("repro/**/*.py"), *ROOT.glob("patch_and_test/**/*.py"), ROOT / "toxfile.py",
-                 ROOT / "noxfile.py", *ROOT.glob("benchmarks/*.py")]:
+    for path in [
+            *ROOT.glob("repro/**/*.py"), *ROOT.glob("patch_and_test/**/*.py"), ROOT / "toxfile.py",
+            ROOT / "noxfile.py", *ROOT.glob("benchmarks/*.py")
+    ]:
         if path.name == "exit_codes.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):

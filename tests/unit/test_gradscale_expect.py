@@ -5,15 +5,17 @@ from repro.gradscale.expect import matches
 from repro.harness.scales import ReducePath, expected_scale, fit, label
 
 
-@pytest.mark.parametrize("path,sp,expect,scale", [
-    (ReducePath.AVG_SCATTER, 2, "buggy", 0.5),
-    (ReducePath.AVG_SCATTER, 4, "buggy", 0.25),
-    (ReducePath.AVG_SCATTER, 1, "buggy", 1.0),  # no sp, no bug
-    (ReducePath.CONTIGUOUS, 2, "buggy", 1.0),
-    (ReducePath.STAGE_1_2, 4, "buggy", 1.0),
-    (ReducePath.AVG_SCATTER, 2, "fixed", 1.0),
-    (ReducePath.CONTIGUOUS, 2, "fixed", 1.0),
-])
+@pytest.mark.parametrize(
+    "path,sp,expect,scale",
+    [
+        (ReducePath.AVG_SCATTER, 2, "buggy", 0.5),
+        (ReducePath.AVG_SCATTER, 4, "buggy", 0.25),
+        (ReducePath.AVG_SCATTER, 1, "buggy", 1.0),  # no sp, no bug
+        (ReducePath.CONTIGUOUS, 2, "buggy", 1.0),
+        (ReducePath.STAGE_1_2, 4, "buggy", 1.0),
+        (ReducePath.AVG_SCATTER, 2, "fixed", 1.0),
+        (ReducePath.CONTIGUOUS, 2, "fixed", 1.0),
+    ])
 def test_expected_scale(path, sp, expect, scale):
     assert expected_scale(path, sp, expect) == scale
 
@@ -47,9 +49,9 @@ def test_matches_is_elementwise():
     assert not matches(torch.tensor([0.5, 1.01]), e, 0.5)
 
 
-@pytest.mark.parametrize("ratio,residual,name", [
-    (1.0, 0.0, "1"), (0.5, 0.0, "1/2"), (0.25, 0.0, "1/4"), (2.0, 0.0, "2"), (1.0, 0.1, "other"),
-    (0.0, 1.0, "other"), (-0.5, 0.0, "other")])
+@pytest.mark.parametrize("ratio,residual,name", [(1.0, 0.0, "1"), (0.5, 0.0, "1/2"), (0.25, 0.0, "1/4"),
+                                                 (2.0, 0.0, "2"), (1.0, 0.1, "other"), (0.0, 1.0, "other"),
+                                                 (-0.5, 0.0, "other")])
 def test_label(ratio, residual, name):
     assert label(ratio, residual) == name
 

@@ -24,8 +24,9 @@ def test_the_module_list_is_what_the_pipeline_imports():
                    "repro/audit/known_discrepancies.toml"):
         assert needed in names, needed
     # what only reads results, or never runs in a pipeline, does not invalidate them
-    for not_needed in ("patch_and_test/review/bundle.py", "patch_and_test/review/pr.py", "patch_and_test/tools/lint.py",
-                       "patch_and_test/tools/reroll.py", "repro/downstream_clients.py"):
+    for not_needed in ("patch_and_test/review/bundle.py", "patch_and_test/review/pr.py",
+                       "patch_and_test/tools/lint.py", "patch_and_test/tools/reroll.py",
+                       "repro/downstream_clients.py"):
         assert not_needed not in names, not_needed
 
 

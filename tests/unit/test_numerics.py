@@ -11,17 +11,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import _numerics as num  # noqa: E402
 
 
-@pytest.mark.parametrize("dtype, value, ulp", [
-    (torch.bfloat16, 1.0, 2.0**-7),
-    (torch.bfloat16, 1.99, 2.0**-7),
-    (torch.bfloat16, 2.0, 2.0**-6),
-    (torch.bfloat16, -3.0, 2.0**-6),
-    (torch.float16, 1.0, 2.0**-10),
-    (torch.float16, 2.0**-20, 2.0**-24),  # subnormal range: fixed spacing
-    (torch.float16, 0.0, 2.0**-24),
-    (torch.float32, 1.0, 2.0**-23),
-    (torch.float32, 0.0, 2.0**-149),
-])
+@pytest.mark.parametrize(
+    "dtype, value, ulp",
+    [
+        (torch.bfloat16, 1.0, 2.0**-7),
+        (torch.bfloat16, 1.99, 2.0**-7),
+        (torch.bfloat16, 2.0, 2.0**-6),
+        (torch.bfloat16, -3.0, 2.0**-6),
+        (torch.float16, 1.0, 2.0**-10),
+        (torch.float16, 2.0**-20, 2.0**-24),  # subnormal range: fixed spacing
+        (torch.float16, 0.0, 2.0**-24),
+        (torch.float32, 1.0, 2.0**-23),
+        (torch.float32, 0.0, 2.0**-149),
+    ])
 def test_ulp_of(dtype, value, ulp):
     assert num.ulp_of(torch.tensor([value], dtype=torch.float64), dtype).item() == ulp
 

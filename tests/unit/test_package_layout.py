@@ -84,8 +84,10 @@ def test_no_import_cycle_between_modules():
 
 
 def test_repro_imports_nothing_of_patch_and_test():
-    offenders = {_module(p): sorted(m for m in _imports(p) if m.startswith("patch_and_test"))
-                 for p in (ROOT / "repro").rglob("*.py")}
+    offenders = {
+        _module(p): sorted(m for m in _imports(p) if m.startswith("patch_and_test"))
+        for p in (ROOT / "repro").rglob("*.py")
+    }
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
@@ -98,9 +100,8 @@ def _private_uses(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(ours):
             found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-            modules.update(a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in MODULES
-                           or (ROOT / "repro" / node.module.split(".", 1)[-1].replace(".", "/") / f"{a.name}.py")
-                           .is_file())
+            modules.update(a.asname or a.name for a in node.names if f"{node.module}.{a.name}" in MODULES or (
+                ROOT / "repro" / node.module.split(".", 1)[-1].replace(".", "/") / f"{a.name}.py").is_file())
         elif isinstance(node, ast.Import):
             modules.update((a.asname or a.name) for a in node.names if a.name.startswith(ours))
     for node in ast.walk(tree):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import configparser
+
 import re
 from pathlib import Path
 
@@ -16,8 +18,10 @@ TEXT_SUFFIXES = {".py", ".ini", ".toml", ".txt", ".cfg", ".md", ".sh", ".yaml", 
 
 
 def _candidate_files() -> list[Path]:
-    return [path for path in tracked_files() if path.suffix in TEXT_SUFFIXES
-            and (rel := path.relative_to(ROOT).as_posix()) != "requirements/pins.txt" and not rel.startswith(NOT_PINS)]
+    return [
+        path for path in tracked_files() if path.suffix in TEXT_SUFFIXES and (
+            rel := path.relative_to(ROOT).as_posix()) != "requirements/pins.txt" and not rel.startswith(NOT_PINS)
+    ]
 
 
 def copies(text: str, name: str, version: str) -> list[str]:
@@ -48,9 +52,10 @@ def test_no_second_copy_of_a_pin():
 
 
 # The shapes the copies had before pins.txt (made-up versions: this file must not carry the real ones).
-@pytest.mark.parametrize("line", ["deps = ruff==9.8.7", "    torch{env:TORCH_SPEC:==9.8.7}",
-                                  'TOOLS = {"yapf": "9.8.7", "flake8": "1.2.3"}',
-                                  'session.install("codespell==9.8.7")', 'TORCH = "torch" + spec("==9.8.7")'])
+@pytest.mark.parametrize("line", [
+    "deps = ruff==9.8.7", "    torch{env:TORCH_SPEC:==9.8.7}", 'TOOLS = {"yapf": "9.8.7", "flake8": "1.2.3"}',
+    'session.install("codespell==9.8.7")', 'TORCH = "torch" + spec("==9.8.7")'
+])
 def test_copies_are_recognised(line):
     assert any(copies(line, name, "9.8.7") for name in ("ruff", "torch", "yapf", "codespell"))
 
@@ -72,7 +77,15 @@ def test_readers_take_the_pins_file():
 
     assert lint.TOOLS == {t: pins.version(t) for t in ("yapf", "flake8", "codespell")}
     tox = (ROOT / "tox.ini").read_text()
-    assert tox.count("-c requirements/pins.txt") == 2 and tox.count("{torch_requirement}") == 2
+    assert tox.count("{torch_requirement}") == 2
+    # every env that installs a pinned tool takes its version from the pins file
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read_string(tox)
+    tools = {"ruff", "yapf", "flake8", "codespell"}
+    for section in ini.sections():
+        deps = ini[section].get("deps", "").split()
+        if tools & set(deps):
+            assert "requirements/pins.txt" in deps and deps[deps.index("requirements/pins.txt") - 1] == "-c", section
     assert "pins.torch_requirement()" in (ROOT / "noxfile.py").read_text()
 
 
@@ -90,8 +103,10 @@ def test_every_requirement_pin_is_written_in_one_file():
     """``name==version`` of the envs' requirements and the clients: one file each (requirements/*.txt, the
     driver's CLIENT_ENVS); tox, nox and pyproject read them there."""
     where: dict[str, set[str]] = {}
-    files = [p for p in _candidate_files() if p.suffix in (".txt", ".ini", ".toml", ".py")
-             and not p.relative_to(ROOT).as_posix().startswith("tests/")]
+    files = [
+        p for p in _candidate_files()
+        if p.suffix in (".txt", ".ini", ".toml", ".py") and not p.relative_to(ROOT).as_posix().startswith("tests/")
+    ]
     for path in files:
         for pin in re.findall(r"(?<![\w.-])([A-Za-z][\w.-]*==\d[\w.]*)", path.read_text()):
             where.setdefault(pin.lower(), set()).add(path.relative_to(ROOT).as_posix())

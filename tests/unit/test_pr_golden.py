@@ -28,7 +28,6 @@ import pytest
 from tests.conftest import FIXTURES
 
 
-
 def _render_pr(name: str) -> str:
     from patch_and_test.review.pr import render_pr
 
@@ -65,8 +64,11 @@ def test_rendered_as_the_golden_file(golden):
         path.write_bytes(rendered)
     expected = path.read_bytes()
     if rendered != expected:
-        diff = "".join(difflib.unified_diff(expected.decode().splitlines(keepends=True),
-                                            rendered.decode().splitlines(keepends=True),
-                                            fromfile=f"{golden} (golden)", tofile="rendered now", n=2))
+        diff = "".join(
+            difflib.unified_diff(expected.decode().splitlines(keepends=True),
+                                 rendered.decode().splitlines(keepends=True),
+                                 fromfile=f"{golden} (golden)",
+                                 tofile="rendered now",
+                                 n=2))
         pytest.fail(f"{golden}: the rendering differs from the golden file "
                     f"(UPDATE_GOLDEN=1 rewrites it):\n{diff or '(only line endings or a final newline differ)'}")

@@ -27,8 +27,8 @@ def test_pr_is_a_squash_message_of_at_most_25_lines_that_links_nothing_in_the_bu
 
     b = _bundle(tmp_path)
     text = render_pr(b)
-    title = re.search(r"^Subject: \[PATCH [^\]]*\] (.*(?:\n .*)*)", next((b / "patches" / "master").glob("0001-*"))
-                      .read_text(), re.M)[1]
+    title = re.search(r"^Subject: \[PATCH [^\]]*\] (.*(?:\n .*)*)",
+                      next((b / "patches" / "master").glob("0001-*")).read_text(), re.M)[1]
     assert text.startswith(f"# {' '.join(title.split())}\n\n## Summary\n")
     assert nonblank_lines(text) <= MAX_LINES == 25, nonblank_lines(text)
     assert "\nFixes #8692\n" in text and "\n## Testing\n" in text and not local_links(text)

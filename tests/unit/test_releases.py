@@ -15,25 +15,48 @@ from patch_and_test.tools.releases import (LeftOut, ReleaseRow, ReleasesReport, 
 FIX = "0001-Scale-ZeRO-3-__avg_scatter_grads-by-sequence_para.patch"
 MARK = "0002-Mark-it.patch"
 TEST = "0003-Test-it.patch"
-SERIES = SeriesUsed(name="s", version=2, range=">=0.19.0,<0.20.0", patches=[
-    SeriesPatch(file=FIX, role="fix", needs=[], sha256="a" * 64),
-    SeriesPatch(file=MARK, role="marker", needs=[], sha256="b" * 64),  # a role with no folder: goes on an sdist
-    SeriesPatch(file=TEST, role="test", needs=["tests"], sha256="c" * 64)])
+SERIES = SeriesUsed(
+    name="s",
+    version=2,
+    range=">=0.19.0,<0.20.0",
+    patches=[
+        SeriesPatch(file=FIX, role="fix", needs=[], sha256="a" * 64),
+        SeriesPatch(file=MARK, role="marker", needs=[], sha256="b" * 64),  # a role with no folder: goes on an sdist
+        SeriesPatch(file=TEST, role="test", needs=["tests"], sha256="c" * 64)
+    ])
 
 
 def _row(version="0.19.7", **changes) -> ReleaseRow:
-    fields = dict(version=version, sdist=f"deepspeed-{version}.tar.gz", sha256="d" * 64, downloaded=True, locked=False,
-                  version_txt=version, mirror_tag=False, series="s", applied=[FIX, MARK],
-                  left_out=[LeftOut(file=TEST, reason="needs tests/")], fixed_before=False, fixed_after=True,
-                  error=None, seconds=1.0)
+    fields = dict(version=version,
+                  sdist=f"deepspeed-{version}.tar.gz",
+                  sha256="d" * 64,
+                  downloaded=True,
+                  locked=False,
+                  version_txt=version,
+                  mirror_tag=False,
+                  series="s",
+                  applied=[FIX, MARK],
+                  left_out=[LeftOut(file=TEST, reason="needs tests/")],
+                  fixed_before=False,
+                  fixed_after=True,
+                  error=None,
+                  seconds=1.0)
     return ReleaseRow(**{**fields, **changes})
 
 
 def _report(rows, listed=None, series=(SERIES, )) -> ReleasesReport:
-    return ReleasesReport(command="python -m patch_and_test.releases", listed_by="--version", version_from=None,
-                          version_to=None, listed=listed if listed is not None else [r.version for r in rows],
-                          mirror_newest_tag="v0.19.5", series=list(series), rows=rows, python_version="3.11.7",
-                          git_version="2.39.5", pip_version="23.2.1", started_at="2026-01-01T00:00:00+00:00",
+    return ReleasesReport(command="python -m patch_and_test.releases",
+                          listed_by="--version",
+                          version_from=None,
+                          version_to=None,
+                          listed=listed if listed is not None else [r.version for r in rows],
+                          mirror_newest_tag="v0.19.5",
+                          series=list(series),
+                          rows=rows,
+                          python_version="3.11.7",
+                          git_version="2.39.5",
+                          pip_version="23.2.1",
+                          started_at="2026-01-01T00:00:00+00:00",
                           wall_time_s=3.0)
 
 
@@ -81,8 +104,9 @@ def test_a_stored_verdict_its_rows_contradict_is_refused():
 
 
 def test_the_markdown_is_rendered_from_the_report():
-    report = _report([_row("0.19.5", mirror_tag=True, locked=True),
-                      _row("0.19.7", fixed_after=False, error="a | b", applied=[])])
+    report = _report(
+        [_row("0.19.5", mirror_tag=True, locked=True),
+         _row("0.19.7", fixed_after=False, error="a | b", applied=[])])
     text = render_markdown(report, "releases/releases.json")
     assert "rendered by python -m patch_and_test.releases from releases/releases.json" in text
     assert "**2 release(s), 1 hold, 1 FAIL.**" in text
@@ -132,13 +156,13 @@ def test_check_finds_a_stale_markdown_changed_patches_and_failing_rows(tmp_path,
     assert releases.stale(path, md, manifest) == []
     md.write_text(md.read_text().replace("holds", "held"))
     assert releases.stale(path, md, manifest) == [f"{md}: differs from what releases.json renders"]
-    changed = real.model_copy(update={"patches": [real.patches[0].model_copy(update={"sha256": "0" * 64}),
-                                                  *real.patches[1:]]})
+    changed = real.model_copy(
+        update={"patches": [real.patches[0].model_copy(update={"sha256": "0" * 64}), *real.patches[1:]]})
     path, md = _write(tmp_path, _report([row.model_copy(update={"fixed_after": False})], series=[changed]))
     assert releases.stale(path, md, manifest) == [
         f"series v0.19.8 v{real.version}: patches/ differ from what the table applied (rerun python -m "
-        "patch_and_test.releases)",
-        "0.19.8: tree_has_fix says unfixed after the series"]
+        "patch_and_test.releases)", "0.19.8: tree_has_fix says unfixed after the series"
+    ]
     path.write_text(json.dumps({**json.loads(path.read_text()), "holds": True}))
     assert "not a valid zero3-sp-gradfix/releases/v1 report" in releases.stale(path, md, manifest)[0]
     assert releases.main(["--check", "--json", str(path), "--markdown", str(md)]) == 1

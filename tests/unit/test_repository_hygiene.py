@@ -33,7 +33,7 @@ def test_no_reference_to_notes_outside_the_repository():
 
 def test_kept_results_name_no_folder_of_this_machine():
     kept = tracked_files("benchmarks/results/*.json", "benchmarks/results/**/*.json", "docs/*.json", "docs/**/*.json",
-                    "tests/fixtures/**")
+                         "tests/fixtures/**")
     assert any("benchmarks/results" in str(p) for p in kept) and any("tests/fixtures" in str(p) for p in kept)
     found = [f"{p.relative_to(ROOT)}: {m[0]}" for p in kept for m in MACHINE_PATH.finditer(p.read_text())]
     assert not found, found
@@ -41,9 +41,15 @@ def test_kept_results_name_no_folder_of_this_machine():
 
 def test_results_are_written_with_versions_not_paths(tmp_path):
     common = _common()
-    payload = {"verdict": common.ROOT / "results" / "benchmarks" / "run" / "verdict.json",
-               "python": sys.executable, "traceback": f'File "{sys.base_prefix}/lib/x.py", line 3',
-               "load": [1.5, 2.0], "numbers": {"wall_s": 12.25}}
+    payload = {
+        "verdict": common.ROOT / "results" / "benchmarks" / "run" / "verdict.json",
+        "python": sys.executable,
+        "traceback": f'File "{sys.base_prefix}/lib/x.py", line 3',
+        "load": [1.5, 2.0],
+        "numbers": {
+            "wall_s": 12.25
+        }
+    }
     written = common.write_result("x", payload, tmp_path / "x.json").read_text()
     assert not MACHINE_PATH.search(written.replace(str(tmp_path), "")), written
     assert '"results/benchmarks/run/verdict.json"' in written and '"wall_s": 12.25' in written

@@ -31,8 +31,12 @@ def _alive(pid: int) -> bool:
 
 def test_sigterm_to_the_job_kills_the_checks_session(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
-    job = subprocess.Popen([sys.executable, "-c", JOB, str(pid_file), str(tmp_path / "log")], cwd=ROOT,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    job = subprocess.Popen(
+        [sys.executable, "-c", JOB, str(pid_file), str(tmp_path / "log")],
+        cwd=ROOT,
+        env={
+            **os.environ, "PYTHONPATH": str(ROOT)
+        })
     deadline = time.monotonic() + 30
     while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.1)

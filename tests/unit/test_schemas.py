@@ -50,10 +50,12 @@ def test_write_then_check(tmp_path, loaded):
     (tmp_path / "gone.schema.json").write_text("{}\n")
     assert schemas.stale(tmp_path, verdict) == [
         f"{tmp_path / 'verdict.schema.json'}: differs from patch_and_test.job.verdict.Verdict",
-        f"{tmp_path / 'gone.schema.json'}: no model in patch_and_test.review.schemas.MODELS"]
+        f"{tmp_path / 'gone.schema.json'}: no model in patch_and_test.review.schemas.MODELS"
+    ]
     # A model listed but not importable: its file is left alone, neither checked nor removed.
     assert schemas.stale(tmp_path, verdict, {"gone": "x"}) == [
-        f"{tmp_path / 'verdict.schema.json'}: differs from patch_and_test.job.verdict.Verdict"]
+        f"{tmp_path / 'verdict.schema.json'}: differs from patch_and_test.job.verdict.Verdict"
+    ]
     schemas.write(tmp_path, verdict)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["verdict.schema.json"]
     assert schemas.stale(tmp_path, {**verdict, "x": models["verdict"]}) == [f"{tmp_path / 'x.schema.json'}: missing"]
@@ -68,9 +70,11 @@ def test_the_command_line_check_exits_1_listing_the_stale_files(tmp_path, capsys
 
 
 def test_a_model_that_does_not_import_is_skipped_with_the_reason():
-    models, skipped = schemas.load_models({"verdict": "patch_and_test.job.verdict.Verdict",
-                                           "nowhere": "repro.no_such_module.Report",
-                                           "not-a-model": "patch_and_test.job.verdict.Step"})
+    models, skipped = schemas.load_models({
+        "verdict": "patch_and_test.job.verdict.Verdict",
+        "nowhere": "repro.no_such_module.Report",
+        "not-a-model": "patch_and_test.job.verdict.Step"
+    })
     assert list(models) == ["verdict"]
     assert "ModuleNotFoundError" in skipped["nowhere"] and "not a report model" in skipped["not-a-model"]
 

@@ -21,7 +21,7 @@ def test_options_are_added_to_the_tier_and_paths_replace_it():
     from patch_and_test.tools.selftest import newest, pytest_command
 
     new = newest()
-    assert pytest_command(["--durations=20", "-x"], new, "fast") == ["tests", "-m", "not slow_tier", "--durations=20",
-                                                                     "-x"]
+    assert pytest_command(["--durations=20", "-x"], new,
+                          "fast") == ["tests", "-m", "not slow_tier", "--durations=20", "-x"]
     assert pytest_command(["tests/unit", "-x"], new, "fast") == ["tests/unit", "-x"]
     assert pytest_command(["-m", "mirror"], new, "fast") == ["-m", "mirror"]

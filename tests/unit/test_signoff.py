@@ -52,8 +52,10 @@ def test_resign_text_unfolds_a_folded_from_header():
     assert "Signed-off-by: Ada Lovelace <ada@example.org>\n" in out
 
 
-@pytest.mark.parametrize("text", ["Ada", "ada@example.org", "Ada <nomail>", "Your Name <you@example.invalid>",
-                                  "Ada Lovelace <ada@example.org> trailing"])
+@pytest.mark.parametrize("text", [
+    "Ada", "ada@example.org", "Ada <nomail>", "Your Name <you@example.invalid>",
+    "Ada Lovelace <ada@example.org> trailing"
+])
 def test_bad_identities_are_one_line_errors(text):
     with pytest.raises(errors.BadInput) as caught:
         signoff.parse_identity(text)

@@ -47,4 +47,3 @@ def test_the_torch_requirement_is_the_pin_unless_torch_spec_says_otherwise(monke
 def test_reason_falls_back_to_the_last_line():
     assert toxfile.skip_reason(outcome(77, err="no GPU here\n")) == "no GPU here"
     assert toxfile.skip_reason(outcome(77)) == "exit 77"
-

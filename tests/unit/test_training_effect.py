@@ -37,8 +37,16 @@ def pair_errors(unpatched: TrainingReport, patched: TrainingReport) -> dict:
 
 
 def test_the_fix_multiplies_zero3_by_sp_and_leaves_zero2_alone(reports):
-    assert {(s, r): expect.fix_factor(s, r, 2) for s in STAGES for r in RECIPES} == {
-        (2, "allgather"): 1.0, (2, "own_share"): 1.0, (3, "allgather"): 2.0, (3, "own_share"): 2.0}
+    assert {
+        (s, r): expect.fix_factor(s, r, 2)
+        for s in STAGES
+        for r in RECIPES
+    } == {
+        (2, "allgather"): 1.0,
+        (2, "own_share"): 1.0,
+        (3, "allgather"): 2.0,
+        (3, "own_share"): 2.0
+    }
     errors = pair_errors(reports["unpatched"], reports["patched"])
     assert all(err <= expect.GRAD_NORM_REL_TOL for err in errors.values()), errors
 

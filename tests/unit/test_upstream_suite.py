@@ -284,7 +284,8 @@ def test_bug_not_reproduced_still_comes_before_a_regression():
 
 def test_a_before_run_the_tier_emptied_is_not_a_crash():
     # v0.16.9's quick tier: every selected test starts ranks, and the regression test is new.
-    empty = us.SuiteRun("before", "quick", ["tests/unit/t.py"], 5, False, 12.0, {}, {}, {}, {}, 214, "b.log", "b.jsonl")
+    empty = us.SuiteRun("before", "quick", ["tests/unit/t.py"], 5, False, 12.0, {}, {}, {}, {}, 214, "b.log",
+                        "b.jsonl")
     after = run("after", {"t::new": "passed"})
     c = us.compare("s", empty, after)
     assert c.status == "ok" and categories(c) == {"t::new": "new"}

@@ -13,9 +13,11 @@ from tests.conftest import FIXTURES
 
 FIXTURE = FIXTURES / "bundle" / "results" / "patch-and-test-ds0.14.5-gloo"
 # The keys verdict.json had as a dataclass (dataclasses.asdict, then outcome and exit_code): kept.
-KEYS = {"env", "source", "series", "deepspeed_before", "deepspeed_after", "backend", "steps", "before", "after",
-        "tests", "suites", "already_fixed", "affected", "inputs", "environment", "wall_time_s", "client_warnings",
-        "error", "error_exit", "schema", "outcome", "exit_code"}
+KEYS = {
+    "env", "source", "series", "deepspeed_before", "deepspeed_after", "backend", "steps", "before", "after", "tests",
+    "suites", "already_fixed", "affected", "inputs", "environment", "wall_time_s", "client_warnings", "error",
+    "error_exit", "schema", "outcome", "exit_code"
+}
 
 
 def _check(phase: str, expect: str, exit_code: int = 0) -> ReproCheck:
@@ -24,10 +26,18 @@ def _check(phase: str, expect: str, exit_code: int = 0) -> ReproCheck:
 
 def _verdict(**changes) -> Verdict:
     twin = PytestCheck("twin", 0, {"t::a": "passed", "t::b": "passed"}, "twin.xml", "twin.log", 2.0)
-    fields = dict(env="patch-and-test-ds0.19.8-gloo", source={"version": "0.19.8"}, series={"name": "v0.19.8"},
-                  deepspeed_before="0.19.8", deepspeed_after="0.19.8+abc", backend="gloo",
-                  steps=[Step("source", "ok", "pypi sdist", 1.5), Step("install patched", "ok", "cached wheel")],
-                  before=[_check("before", "buggy")], after=[_check("after", "fixed")], tests=[twin], suites=[],
+    fields = dict(env="patch-and-test-ds0.19.8-gloo",
+                  source={"version": "0.19.8"},
+                  series={"name": "v0.19.8"},
+                  deepspeed_before="0.19.8",
+                  deepspeed_after="0.19.8+abc",
+                  backend="gloo",
+                  steps=[Step("source", "ok", "pypi sdist", 1.5),
+                         Step("install patched", "ok", "cached wheel")],
+                  before=[_check("before", "buggy")],
+                  after=[_check("after", "fixed")],
+                  tests=[twin],
+                  suites=[],
                   inputs={"code": "c0de"})
     return Verdict(**{**fields, **changes})
 
@@ -38,8 +48,13 @@ def test_written_with_the_same_keys_and_read_back_equal(tmp_path):
     data = json.loads((tmp_path / "verdict.json").read_text())
     assert set(data) == KEYS
     assert data["schema"] == SCHEMA and data["outcome"] == "fixed" and data["exit_code"] == 0
-    assert data["steps"][0] == {"name": "source", "status": "ok", "detail": "pypi sdist", "duration_s": 1.5,
-                                "log": None}
+    assert data["steps"][0] == {
+        "name": "source",
+        "status": "ok",
+        "detail": "pypi sdist",
+        "duration_s": 1.5,
+        "log": None
+    }
     back = Verdict.load(tmp_path / "verdict.json")
     assert back == v and back.to_dict() == data
     assert isinstance(back.before[0], ReproCheck) and back.before[0].holds
@@ -65,7 +80,10 @@ def test_the_pipeline_fills_it_in_place():
 
 
 def test_step_takes_its_fields_in_order_or_by_name():
-    assert Step("a", "warning", "d", 2.0, "x.log") == Step(name="a", status="warning", detail="d", duration_s=2.0,
+    assert Step("a", "warning", "d", 2.0, "x.log") == Step(name="a",
+                                                           status="warning",
+                                                           detail="d",
+                                                           duration_s=2.0,
                                                            log="x.log")
     with pytest.raises(TypeError):
         Step("a", "ok", "d", name="b")
@@ -82,8 +100,10 @@ def test_step_takes_its_fields_in_order_or_by_name():
 def test_a_stored_outcome_its_checks_contradict_is_rejected(field, value, outcome):
     data = _verdict().to_dict()
     edited = {**data, field: _verdict(**{field: value}).to_dict()[field]}
-    assert decide(Verdict.model_validate({k: v for k, v in edited.items() if k not in ("outcome", "exit_code")})
-                  )[0] == outcome
+    assert decide(Verdict.model_validate({
+        k: v
+        for k, v in edited.items() if k not in ("outcome", "exit_code")
+    }))[0] == outcome
     with pytest.raises(ValueError, match="stored outcome='fixed'"):
         Verdict.from_dict(edited)
 
@@ -93,14 +113,16 @@ def test_a_stored_exit_code_alone_edited_is_rejected():
         Verdict.from_dict({**_verdict().to_dict(), "exit_code": 1})
 
 
-@pytest.mark.parametrize("edit", [
-    lambda d: d.update(note="x"),  # an unknown key
-    lambda d: d["before"][0].update(ok=True),  # in a check
-    lambda d: d["steps"][0].update(status="fine"),
-    lambda d: d["tests"][0].update(exit_code="zero"),
-    lambda d: d.update(error_exit=42),  # not an exit code
-    lambda d: d.pop("env"),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d.update(note="x"),  # an unknown key
+        lambda d: d["before"][0].update(ok=True),  # in a check
+        lambda d: d["steps"][0].update(status="fine"),
+        lambda d: d["tests"][0].update(exit_code="zero"),
+        lambda d: d.update(error_exit=42),  # not an exit code
+        lambda d: d.pop("env"),
+    ])
 def test_a_file_that_does_not_validate_is_rejected(edit):
     data = json.loads(json.dumps(_verdict().to_dict()))
     edit(data)
