@@ -221,7 +221,6 @@ def _series_remedy(version: str) -> list[str]:
         return [f"remedy: no series here for DeepSpeed {version}: {err}"]
     folder = series.directory.relative_to(PACKAGE_ROOT) if series.directory.is_relative_to(PACKAGE_ROOT) \
         else series.directory
-    fix = series.fix_patches[0].file if series.fix_patches else "0001-*.patch"
     release = ".".join(map(str, parse_version(version)))
     checked = (f"DEEPSPEED_VERSION={release} tox -e patch-and-test"
                if release in load_lock() else "DEEPSPEED_SRC=/path/to/your/DeepSpeed tox -e patch-and-test")
@@ -229,6 +228,7 @@ def _series_remedy(version: str) -> list[str]:
         f"remedy: DeepSpeed {version} needs the series {series.name} (v{series.version}, {folder}/, for "
         f"{series.range_text}):",
         f"  built and checked from this repository: {checked} (the patched DeepSpeed stays in .tox/patch-and-test)",
-        f"  by hand: in a DeepSpeed checkout `git am {folder}/000[1-9]-*.patch`; on the PyPI sdist "
-        f"`git am --exclude='tests/*' {folder}/{fix}`, then `DS_BUILD_OPS=0 pip install --no-build-isolation .`"
+        f"  by hand: in a DeepSpeed checkout `git am {folder}/000[1-9]-*.patch`; on the PyPI sdist (a git repository "
+        f"of it) `git am --exclude='tests/*' --exclude='docs/*' {folder}/000[1-9]-*.patch` (the fix and the marker; "
+        f"the test patches become empty commits), then `DS_BUILD_OPS=0 pip install --no-build-isolation .`"
     ]
