@@ -7,7 +7,7 @@ Clones this repository's HEAD into a fresh folder, points every package cache at
 same clone with the caches the first run filled. Per run: the wall time, each tox env's setup
 (env creation, dependency install) and command time (DeepSpeed's install from its sdist, then
 pytest), and pytest's summary line. The torch wheel comes from ``PIP_FIND_LINKS`` where one is
-given (the CPU build of README, "CPU-only torch"), as on CI.
+given (the CPU build of README, "Two commands"), as on CI.
 
     python benchmarks/test_command.py [--targets 900 600]
 

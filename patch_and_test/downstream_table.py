@@ -1,4 +1,4 @@
-"""``python -m patch_and_test.downstream_table``: the downstream table in README.md and docs/.
+"""``python -m patch_and_test.downstream_table``: the downstream table in docs/.
 
 The code: ``patch_and_test.downstream.table``.
 """

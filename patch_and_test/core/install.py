@@ -152,7 +152,8 @@ def _torch_version() -> str:
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
-        raise InstallFailed("torch is not installed in this environment: install it first (README: CPU torch)")
+        raise InstallFailed("torch is not installed in this environment: install it first (its CPU build: README, "
+                            "'Two commands')")
 
 
 def _run(cmd: list[str], out, env=None, cwd=None) -> None:

@@ -29,10 +29,10 @@ END = "<!-- downstream-table:end -->"
 PHASES = ("unpatched", "patched")
 REPORT = "downstream_clients.json"
 KEPT_RESULTS = PACKAGE_ROOT / "docs" / "downstream-results"  # the runs the committed docs show
-# The clients of the backport cover letters' table (plain_table) and of README's: HF Trainer (transformers),
+# The clients of the backport cover letters' table (plain_table): HF Trainer (transformers),
 # accelerate, ArcticTraining. The docs show every env (trl and axolotl too: docs/downstream-notice.md, Census).
 CORE_ENVS = ("downstream-arctic", "downstream-tf5.24", "downstream-tf5.25", "downstream-tf5.25-patched")
-DOCUMENTS = {"docs/downstream-notice.md": None, "docs/backport-clients.md": None, "README.md": CORE_ENVS}
+DOCUMENTS = {"docs/downstream-notice.md": None, "docs/backport-clients.md": None}
 
 
 def reports(root: Path, envs: tuple[str, ...] | None = None) -> list[tuple[str, str, DownstreamReport]]:

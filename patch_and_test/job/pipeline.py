@@ -1,6 +1,6 @@
 """patch-and-test: source -> apply series -> install unpatched -> before -> install patched -> after -> verdict.
 
-The README's "get source -> apply series -> run reproducers -> verdict", step by step (the names are
+CONTRIBUTING.md's "get source -> apply series -> run reproducers -> verdict", step by step (the names are
 the verdict's steps): get the source; apply the series to our own copy of it (a series that does
 not apply ends the run before anything is built); install the unpatched build (the base commit)
 and see the bug ("before": the reproducers, the parity audit, the ALST recipe where the release

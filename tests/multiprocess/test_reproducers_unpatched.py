@@ -15,7 +15,7 @@ pytestmark = pytest.mark.multiprocess  # starts real DeepSpeed ranks
 GRAD_SCALE = REPRO / "zero3_sp_grad_scale.py"
 MIXED = REPRO / "zero3_sp_mixed_bucket.py"
 
-# sp=2: (config, param) -> ratio on unpatched DeepSpeed (the README's table under "The reproducers").
+# sp=2: (config, param) -> ratio on unpatched DeepSpeed (described in CONTRIBUTING.md, "The reproducers").
 UNPATCHED_SP2 = {
     ("zero1", "small"): 1.0,
     ("zero1", "large"): 1.0,
@@ -98,7 +98,8 @@ def test_four_ranks(tmp_path, script, sp):
 
 
 def test_twin_of_the_upstream_test_fails_exactly_as_upstream_does(tmp_path):
-    """The twin must be able to fail: on unpatched DeepSpeed 3 failed, 1 passed, like upstream's (README, "Tests")."""
+    """The twin must be able to fail: on unpatched DeepSpeed 3 failed, 1 passed, like upstream's (CONTRIBUTING.md,
+    "Tests")."""
     import subprocess
     import sys
     import xml.etree.ElementTree as ET

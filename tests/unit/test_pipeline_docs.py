@@ -1,4 +1,4 @@
-"""The pipeline's docstrings tell its steps in the order the code runs them (README: "Layout: the pipeline")."""
+"""The pipeline's docstrings tell its steps in the order the code runs them (CONTRIBUTING.md: "Layout")."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def test_pipeline_docstring_names_the_steps_in_order():
     assert [step for step in chain if step in STEPS] == STEPS, chain
 
 
-def test_package_docstring_is_the_readmes_chain():
-    readme = (ROOT / "README.md").read_text()
-    line = re.search(r"^get source\s+->.*$", readme, re.M)
+def test_package_docstring_is_the_contributing_guides_chain():
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    line = re.search(r"^get source\s+->.*$", text, re.M)
     assert line and _chain(patch_and_test.__doc__.splitlines()[0]) == _chain(line[0])
 
 

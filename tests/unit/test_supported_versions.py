@@ -32,11 +32,13 @@ def test_tox_envs_cover_exactly_the_locked_versions():
     assert [a for a, b in pinned if a == b] == LOCKED and len(pinned) == len(LOCKED)
 
 
-def test_readme_names_the_locked_versions():
-    readme = (ROOT / "README.md").read_text()
-    line = re.search(r"^Versions come from `deepspeed-sdists.lock`: (.*)\.$", readme, re.M)
+def test_contributing_names_the_locked_versions():
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    line = re.search(r"^Versions come from `deepspeed-sdists.lock`: (.*)\.$", text, re.M)
     assert line and line[1].split(", ") == LOCKED
-    assert f"tests-ds{LOCKED[-1]}, tests-ds{LOCKED[0]}" in readme
+    assert f"tests-ds{LOCKED[-1]}, tests-ds{LOCKED[0]}" in text
+    # and README's "Two commands" names the newest, the default
+    assert f"tox -e patch-and-test     # DeepSpeed {LOCKED[-1]} from PyPI" in (ROOT / "README.md").read_text()
 
 
 def test_noxfile_and_conftest_read_the_lock():
