@@ -62,6 +62,8 @@ def test_the_kept_doctor_run_is_what_the_doctor_says_now():
         text=True,
         timeout=300)
     assert done.returncode == 1, done.stderr
-    now = [line for line in done.stdout.splitlines() if not line.startswith("client ")]
+    # a build from the sdist says 0.19.8+unknown where pip's install from PyPI says 0.19.8
+    now = [line.replace(deepspeed.__version__, "0.19.8") for line in done.stdout.splitlines()]
+    now = [line for line in now if not line.startswith("client ")]
     kept = [line for line in (SAMPLES / "doctor.txt").read_text().splitlines() if not line.startswith("client ")]
     assert now == kept
