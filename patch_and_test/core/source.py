@@ -544,10 +544,12 @@ def build_graft(release: str,
                     input="".join(f"{mode} {sha}\t{path}\0" for mode, sha, path in entries))
             # The mirror lacks a few image blobs of history's tree: they are named, not needed.
             tree = git_out(staging / "repo", "write-tree", "--missing-ok", env=index_env).strip()
+            # Frozen, byte for byte: the commit id that patches/master names as its base depends on it (the
+            # module was patch_and_test.source when that id was published).
             message = (f"DeepSpeed {release} (PyPI sdist) on master {history[:12]}\n\n"
                        f"{', '.join(GRAFTED_PATHS)}: from {archive.name} (sha256 {lock[release].sha256}).\n"
                        f"Everything else, tests/ and docs/ included: master {history}.\n"
-                       "Made by zero3-sp-gradfix (patch_and_test.core.source.build_graft); not an upstream commit.\n")
+                       "Made by zero3-sp-gradfix (patch_and_test.source.build_graft); not an upstream commit.\n")
             commit = git_out(staging / "repo", "commit-tree", tree, "-p", history, "-m", message,
                              env=_fixed_env()).strip()
             git_out(staging / "repo", "update-ref", tag, commit)
