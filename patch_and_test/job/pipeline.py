@@ -105,7 +105,7 @@ def run(cfg: PipelineConfig) -> Verdict:
         if r.tree is not None:
             r.tree.release()  # the working copy is free for the next job
     r.verdict.wall_time_s = round(time.monotonic() - started, 3)
-    verdict = Verdict.model_validate(dict(r.verdict))
+    verdict = Verdict.from_draft(r.verdict)
     verdict.write(cfg.results / "verdict.json")
     if verdict.before or verdict.after or verdict.tests:
         print(summary_table(verdict), flush=True)

@@ -91,6 +91,11 @@ class Verdict(JsonReport):
     error_exit: Exit | None = Field(None, description="the PipelineError's exit code")
     _decision: tuple[Outcome, Exit] = PrivateAttr()
 
+    @classmethod
+    def from_draft(cls, draft: Verdict) -> Verdict:
+        """The pipeline's draft (``Verdict.model_construct``, filled in step by step) validated: decided."""
+        return cls.model_validate({k: getattr(draft, k) for k in cls.model_fields if k != "schema_name"})
+
     @model_validator(mode="after")
     def _decided(self) -> Verdict:
         self._decision = decide(self)

@@ -4,9 +4,9 @@ Every number and name the templates (``patch_and_test/templates/``) show is a fi
 templates hold the prose and the formatting. The report files are read by one function per
 report kind (``load_verdict``, ``load_gradscale_report``, ``load_alst_report``,
 ``load_audit_report``, ``load_affected``, ``load_reduce_path``; the downstream reports through
-``downstream_table.reports``): the verdicts and the four families' reports are validated by their
-models (``patch_and_test.review.schemas.MODELS``); ``affected.json`` and the reduce-path benchmark are
-read as plain JSON.
+``downstream_table.reports``): the verdicts (the pipeline's and the affected-tests job's) and the four
+families' reports are loaded once into their own models (``patch_and_test.review.schemas.MODELS``) and
+read by attribute; the reduce-path benchmark is still read as plain JSON.
 """
 
 from __future__ import annotations
@@ -18,10 +18,15 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from patch_and_test.review.schemas import import_model
 from patch_and_test.core.series import version_sort_key
+from patch_and_test.core.checks import outcome_counts
 from patch_and_test.core.templating import Model
 
 if TYPE_CHECKING:
+    from patch_and_test.core.checks import ReproCheck
+    from patch_and_test.job.verdict import Verdict
+    from patch_and_test.upstream.job import AffectedVerdict
     from repro.alst.report import AlstReport
+    from repro.audit.report import AuditReport
     from repro.gradscale.report import Report
 
 Scalar = Optional[Union[str, int, float, bool]]
@@ -40,9 +45,9 @@ def _validated(path: Path, model: str) -> tuple[Any, dict[str, Any]]:
     return import_model(model).from_dict(data), data
 
 
-def load_verdict(path: Path) -> dict[str, Any]:
-    """``results/<env>/verdict.json`` (``zero3-sp-gradfix/verdict/v1``), validated; its data."""
-    return _validated(path, "patch_and_test.job.verdict.Verdict")[1]
+def load_verdict(path: Path) -> Verdict:
+    """``results/<env>/verdict.json`` (``zero3-sp-gradfix/verdict/v1``), validated."""
+    return _validated(path, "patch_and_test.job.verdict.Verdict")[0]
 
 
 def load_gradscale_report(path: Path) -> Report:
@@ -55,14 +60,16 @@ def load_alst_report(path: Path) -> AlstReport:
     return _validated(path, "repro.alst.report.AlstReport")[0]
 
 
-def load_audit_report(path: Path) -> dict[str, Any]:
-    """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``), validated; its data."""
-    return _validated(path, "repro.audit.report.AuditReport")[1]
+def load_audit_report(path: Path) -> AuditReport:
+    """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``), validated."""
+    return _validated(path, "repro.audit.report.AuditReport")[0]
 
 
-def load_affected(path: Path) -> dict[str, Any]:
-    """``results/affected/<tree>/affected.json`` (``python -m patch_and_test.affected_job``)."""
-    return _json(path)
+def load_affected(path: Path) -> AffectedVerdict:
+    """``results/affected/<tree>/affected.json`` (``python -m patch_and_test.affected_job``), validated."""
+    from patch_and_test.upstream.job import AffectedVerdict
+
+    return AffectedVerdict.load(path)
 
 
 def load_reduce_path(path: Path) -> dict[str, Any]:
@@ -360,18 +367,18 @@ def load_context(bundle: Path) -> PrContext:
                      evidence=_evidence(bundle))
 
 
-def _load_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
+def _load_verdicts(bundle: Path) -> dict[str, Verdict]:
     return {path.parent.name: load_verdict(path) for path in sorted((bundle / "results").glob("*/verdict.json"))}
 
 
-def _cells(verdicts: dict[str, dict[str, Any]]) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict]]]:
+def _cells(verdicts: dict[str, Verdict]) -> tuple[list[tuple[str, Verdict]], list[tuple[str, Verdict]]]:
     """(env, verdict) of the pipeline's cells that ran (unpatched or patched) and of those that did not."""
     cells = [(env, v) for env, v in _by_version(verdicts) if env.startswith("patch-and-test-ds")]
-    return ([(env, v) for env, v in cells if v.get("before") or v.get("after")],
-            [(env, v) for env, v in cells if not (v.get("before") or v.get("after"))])
+    return ([(env, v) for env, v in cells if v.before or v.after], [(env, v) for env, v in cells
+                                                                    if not (v.before or v.after)])
 
 
-def _by_version(verdicts: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def _by_version(verdicts: dict[str, Verdict]) -> list[tuple[str, Verdict]]:
     return sorted(verdicts.items(), key=lambda kv: version_key(kv[1]))
 
 
@@ -388,18 +395,13 @@ def rel(bundle: Path, path: str | Path) -> str:
         return p.as_posix()
 
 
-def version_key(verdict: dict[str, Any]) -> tuple:
-    version = (verdict.get("source") or {}).get("version") or verdict.get("env", "")
-    return version_sort_key(version), verdict.get("backend", "")
+def version_key(verdict: Verdict) -> tuple:
+    return version_sort_key(verdict.source.version if verdict.source else verdict.env), verdict.backend
 
 
-def cell_label(verdict: dict[str, Any]) -> str:
-    m = re.search(r"ds([\d.]+)-(\w+)$", verdict.get("env", ""))
-    return f"{m.group(1)} {m.group(2)}" if m else verdict.get("env", "?")
-
-
-def test_counts(outcomes: dict[str, str]) -> Counts:
-    return {k: sum(1 for o in outcomes.values() if o == k) for k in ("passed", "failed", "error", "skipped")}
+def cell_label(verdict: Verdict) -> str:
+    m = re.search(r"ds([\d.]+)-(\w+)$", verdict.env)
+    return f"{m.group(1)} {m.group(2)}" if m else verdict.env
 
 
 def _series(bundle: Path) -> list[Series]:
@@ -450,41 +452,40 @@ def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
     return out
 
 
-def _outcome_counts(results: list[dict[str, Any]], phase: str, needle: str) -> Counts | None:
-    found = {r["test"]: r[phase] for r in results if needle in r["test"] and r.get(phase)}
-    return test_counts(found) if found else None
+def _outcome_counts(results: list, phase: str, needle: str) -> Counts | None:
+    found = {r.test: getattr(r, phase) for r in results if needle in r.test and getattr(r, phase)}
+    return outcome_counts(found) if found else None
 
 
-def _testing(bundle: Path, affected: list[tuple[str, dict[str, Any]]], verdicts: dict[str, dict[str, Any]]) -> Testing:
+def _testing(bundle: Path, affected: list[tuple[str, AffectedVerdict]], verdicts: dict[str, Verdict]) -> Testing:
     """From the newest-upstream tree's affected-tests run (its partial runs too) and the reduce-path benchmark."""
     from patch_and_test.upstream.job import PARTIALS
 
-    newest = next((data for _, data in affected if data.get("graft")), None)
-    tree = suite = None
-    partial: dict[str, dict[str, Any]] = {}
-    results: list[dict[str, Any]] = []
+    newest = next((data for _, data in affected if data.graft), None)
+    tree = None
+    partial = {}
+    results = []
     if newest is not None:
-        g = newest["graft"]
-        tree = Graft(release=g["release"], history=g["history"], history_date=g["history_date"])
-        partial = {run["name"]: run for run in newest.get("partial", [])}
-        suite = newest.get("suite") or {}
-        results = suite.get("results", [])
+        g = newest.graft
+        tree = Graft(release=g.release, history=g.history, history_date=g.history_date)
+        partial = {run.name: run for run in newest.partial}
+        results = newest.suite.results if newest.suite else []
     regression, alst = PARTIALS[0], PARTIALS[1]
     without = partial.get(regression.name)
     alone = partial.get(alst.name)
     table = affected_context([(n, d) for n, d in affected if d is newest]) if newest is not None else None
     return Testing(tree=tree,
-                   regression_without_fix=test_counts(without["outcomes"]) if without else None,
+                   regression_without_fix=without.counts if without else None,
                    regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
-                   alst_fix_alone=test_counts(alone["outcomes"]) if alone else None,
+                   alst_fix_alone=alone.counts if alone else None,
                    alst_failed_fix_alone=sorted(
-                       t.split("::")[-1] for t, o in (alone or {}).get("outcomes", {}).items()
+                       t.split("::")[-1] for t, o in (alone.outcomes if alone else {}).items()
                        if o in ("failed", "error")),
                    alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
                    affected=table.trees[0].suite if table and table.trees else None,
                    pre_existing_by_file=_per_file(table.reasons if table else []),
                    cost=_cost(bundle),
-                   environment=(newest or {}).get("environment") or {},
+                   environment=newest.environment.model_dump() if newest and newest.environment else {},
                    cells=(_matrix(bundle, verdicts) or Matrix(cells=[], rows=[], skipped=[])).cells)
 
 
@@ -519,60 +520,58 @@ def _fix(series: list[Series]) -> Fix | None:
                backports_from=min(s.min_version for s in backports) if backports else None)
 
 
-def affected_results(root: Path) -> list[tuple[str, dict[str, Any]]]:
+def affected_results(root: Path) -> list[tuple[str, AffectedVerdict]]:
     """(tree name, affected.json) under ``root``: the newest-upstream tree, master, then the newest tree first."""
     found = [(p.parent.name, load_affected(p)) for p in sorted(root.glob("*/affected.json"))]
-    return sorted(
-        found,
-        key=lambda f:
-        (f[0] != "newest-upstream", f[0] != "master", [-n for n in version_sort_key(f[1].get("version") or "")]))
+    return sorted(found,
+                  key=lambda f:
+                  (f[0] != "newest-upstream", f[0] != "master", [-n for n in version_sort_key(f[1].version or "")]))
 
 
-def affected_context(found: list[tuple[str, dict[str, Any]]]) -> AffectedTable:
+def affected_context(found: list[tuple[str, AffectedVerdict]]) -> AffectedTable:
     """Per tree: the selection's tests before and after the series, and the pre-existing failures' reasons."""
     trees, reasons = [], {}
     for name, data in found:
-        s = data.get("suite") or {}
+        s = data.suite
         suite = None
         if s:
-            suite = AffectedSuite(tier=s["tier"],
-                                  files=len(s["files"]),
-                                  collected_before=s["collected_before"],
-                                  collected_after=s["collected_after"],
-                                  before=s["before"],
-                                  after=s["after"],
-                                  regressions=len(s["regressions"]),
-                                  pre_existing=len(s["pre_existing"]),
-                                  fixed=len(s["fixed"]),
-                                  new=sum(1 for r in s["results"] if r["category"] == "new"),
-                                  flaky=len(s["flaky"]),
-                                  wall_s_before=s["wall_s_before"],
-                                  wall_s_after=s["wall_s_after"])
-            found_reasons = [(r["category"], r["test"], r["reason"]) for r in s["results"]
-                             if r["category"] in ("pre-existing", "regression", "flaky")]
-            found_reasons += [("not collectable", path, why)
-                              for path, why in sorted((s.get("not_collectable") or {}).items())]
+            suite = AffectedSuite(tier=s.tier,
+                                  files=len(s.files),
+                                  collected_before=s.collected_before,
+                                  collected_after=s.collected_after,
+                                  before=s.before,
+                                  after=s.after,
+                                  regressions=len(s.regressions),
+                                  pre_existing=len(s.pre_existing),
+                                  fixed=len(s.fixed),
+                                  new=sum(1 for r in s.results if r.category == "new"),
+                                  flaky=len(s.flaky),
+                                  wall_s_before=s.wall_s_before,
+                                  wall_s_after=s.wall_s_after)
+            found_reasons = [(r.category, r.test, r.reason) for r in s.results
+                             if r.category in ("pre-existing", "regression", "flaky")]
+            found_reasons += [("not collectable", path, why) for path, why in sorted(s.not_collectable.items())]
             for key in found_reasons:
                 reasons.setdefault(key, set()).add(name)
         trees.append(
             AffectedTree(name=name,
-                         outcome=data.get("outcome"),
-                         error=data.get("error"),
-                         version=data.get("version"),
-                         base=data.get("base") or "",
+                         outcome=data.outcome,
+                         error=data.error,
+                         version=data.version,
+                         base=data.base or "",
                          suite=suite))
     ordered = sorted(reasons.items(), key=lambda kv: f"{kv[0][0]}: `{kv[0][1]}`: {kv[0][2]}")
     return AffectedTable(
         trees=trees, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names)) for (k, t, w), names in ordered])
 
 
-def _gradscale_ratios(bundle: Path, check: dict[str, Any]) -> dict[tuple[str, str, str], float]:
-    if not check.get("report") or check.get("script") not in GRAD_SCALE_SCRIPTS:
+def _gradscale_ratios(bundle: Path, check: ReproCheck) -> dict[tuple[str, str, str], float]:
+    if not check.report or check.script not in GRAD_SCALE_SCRIPTS:
         return {}
-    path = bundle / rel(bundle, check["report"])
+    path = bundle / rel(bundle, check.report)
     if not path.exists():
         return {}
-    return {(check["script"], r.config, r.param): r.ratio for r in load_gradscale_report(path).rows}
+    return {(check.script, r.config, r.param): r.ratio for r in load_gradscale_report(path).rows}
 
 
 GRAD_SCALE_SCRIPTS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
@@ -586,14 +585,14 @@ def _config_order(config: str) -> int:
     return _ORDER.index(config) if config in _ORDER else len(_ORDER)
 
 
-def _matrix(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Matrix | None:
+def _matrix(bundle: Path, verdicts: dict[str, Verdict]) -> Matrix | None:
     ran, skipped = _cells(verdicts)
     if not ran and not skipped:
         return None
     table: dict[tuple[str, str, str], dict[str, RatioPair]] = {}
     for env, v in ran:
-        before = {k: r for c in v["before"] for k, r in _gradscale_ratios(bundle, c).items()}
-        after = {k: r for c in v["after"] for k, r in _gradscale_ratios(bundle, c).items()}
+        before = {k: r for c in v.before for k, r in _gradscale_ratios(bundle, c).items()}
+        after = {k: r for c in v.after for k, r in _gradscale_ratios(bundle, c).items()}
         for key in set(before) | set(after):
             table.setdefault(key, {})[env] = RatioPair(before=before.get(key), after=after.get(key))
     rows = [
@@ -605,60 +604,56 @@ def _matrix(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Matrix | None:
         MatrixCell(label=cell_label(v),
                    verdict=rel(bundle,
                                Path("results") / env / "verdict.json"),
-                   outcome=v["outcome"],
-                   exit_code=v["exit_code"],
-                   deepspeed_before=v.get("deepspeed_before"),
-                   deepspeed_after=v.get("deepspeed_after"),
-                   series=(v.get("series") or {}).get("name")) for env, v in ran
+                   outcome=v.outcome,
+                   exit_code=v.exit_code,
+                   deepspeed_before=v.deepspeed_before,
+                   deepspeed_after=v.deepspeed_after,
+                   series=v.series.name if v.series else None) for env, v in ran
     ]
-    return Matrix(
-        cells=cells,
-        rows=rows,
-        skipped=[SkippedCell(label=cell_label(v), outcome=v["outcome"], error=v.get("error")) for _, v in skipped])
+    return Matrix(cells=cells,
+                  rows=rows,
+                  skipped=[SkippedCell(label=cell_label(v), outcome=v.outcome, error=v.error) for _, v in skipped])
 
 
-def _tests(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Tests | None:
+def _tests(bundle: Path, verdicts: dict[str, Verdict]) -> Tests | None:
     cells = []
     for env, v in _by_version(verdicts):
-        tests = [
-            TestRow(name=t["name"], counts=test_counts(t["outcomes"]), junit=rel(bundle, t["junit"]))
-            for t in v.get("tests", [])
-        ]
+        tests = [TestRow(name=t.name, counts=t.counts, junit=rel(bundle, t.junit)) for t in v.tests]
         suites = [
-            SuiteRow(name=s["name"],
-                     tier=s.get("tier"),
-                     files=len(s.get("files", [])),
-                     before=s["before"],
-                     after=s["after"],
-                     regressions=len(s["regressions"]),
-                     pre_existing=len(s["pre_existing"]),
-                     flaky=len(s.get("flaky", [])),
-                     wall_s_before=s.get("wall_s_before"),
-                     wall_s_after=s.get("wall_s_after"),
+            SuiteRow(name=s.name,
+                     tier=s.tier,
+                     files=len(s.files),
+                     before=s.before,
+                     after=s.after,
+                     regressions=len(s.regressions),
+                     pre_existing=len(s.pre_existing),
+                     flaky=len(s.flaky),
+                     wall_s_before=s.wall_s_before,
+                     wall_s_after=s.wall_s_after,
                      after_dir=rel(bundle,
-                                   Path("results") / env / "after")) for s in v.get("suites", [])
+                                   Path("results") / env / "after")) for s in v.suites
         ]
         if tests or suites:
             cells.append(CellTests(label=cell_label(v), tests=tests, suites=suites))
     if not cells:
         return None
-    pre = sorted({t for v in verdicts.values() for s in v.get("suites", []) for t in s["pre_existing"]})
+    pre = sorted({t for v in verdicts.values() for s in v.suites for t in s.pre_existing})
     return Tests(cells=cells, pre_existing=pre)
 
 
-def _checks(bundle: Path, verdicts: dict[str, dict[str, Any]], script: str, load):
+def _checks(bundle: Path, verdicts: dict[str, Verdict], script: str, load):
     """(verdict, phase, check, report) of every check of ``script`` whose report the bundle carries."""
     for _env, v in _by_version(verdicts):
         for phase in ("before", "after"):
-            for check in v.get(phase, []):
-                if check.get("script") != script or not check.get("report"):
+            for check in getattr(v, phase):
+                if check.script != script or not check.report:
                     continue
-                path = bundle / rel(bundle, check["report"])
+                path = bundle / rel(bundle, check.report)
                 if path.exists():
                     yield v, phase, check, load(path)
 
 
-def _alst(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> list[AlstRow]:
+def _alst(bundle: Path, verdicts: dict[str, Verdict]) -> list[AlstRow]:
     """The ALST recipe reproducer, before and after, in every cell that ran it."""
     rows = []
     for v, phase, check, report in _checks(bundle, verdicts, "alst_recipe", load_alst_report):
@@ -669,30 +664,30 @@ def _alst(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> list[AlstRow]:
         rows.append(
             AlstRow(cell=cell_label(v),
                     phase=phase,
-                    report=rel(bundle, check["report"]),
+                    report=rel(bundle, check.report),
                     deepspeed=report.deepspeed_version,
-                    pattern=check["pattern"],
+                    pattern=check.pattern,
                     spans=[Span(lo=min(s), hi=max(s)) if s else None for s in spans]))
     return rows
 
 
-def _audit(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Audit | None:
+def _audit(bundle: Path, verdicts: dict[str, Verdict]) -> Audit | None:
     """The parity audit's counts per cell, before and after, and the known upstream discrepancies."""
     rows, known, writeups = [], {}, {}
     for v, phase, check, report in _checks(bundle, verdicts, "parity_audit", load_audit_report):
         rows.append(
             AuditRow(cell=cell_label(v),
                      phase=phase,
-                     report=rel(bundle, check["report"]),
-                     mode=report.get("mode", "?"),
-                     expect=check["expect"],
-                     holds=check["exit_code"] == 0,
-                     layouts=[f"{t['sp']}x{t['dp']}" for t in report.get("topologies", [])],
-                     counts=report["summary"]["counts"]))
-        for kid, n in (report["summary"].get("known_points") or {}).items():
+                     report=rel(bundle, check.report),
+                     mode=report.mode,
+                     expect=check.expect,
+                     holds=check.holds,
+                     layouts=[f"{t.sp}x{t.dp}" for t in report.topologies],
+                     counts=report.summary.counts.model_dump()))
+        for kid, n in report.summary.known_points.items():
             if n:
                 known.setdefault(kid, set()).add(cell_label(v).split()[0])
-        writeups.update({k["id"]: k.get("writeup", "") for k in report.get("known", [])})
+        writeups.update({k.id: k.writeup for k in report.known})
     if not rows:
         return None
     hits = []
@@ -750,12 +745,12 @@ def _numerics(bundle: Path) -> Numerics | None:
                     conclusion=data.get("conclusion") or None)
 
 
-def _environment(verdicts: dict[str, dict[str, Any]]) -> list[EnvRow]:
+def _environment(verdicts: dict[str, Verdict]) -> list[EnvRow]:
     envs: dict[tuple, set] = {}
     for v in verdicts.values():
-        e = v.get("environment") or {}
-        key = (e.get("os"), e.get("python"), e.get("torch"), e.get("machine"), e.get("cpus"), e.get("gpus"))
-        envs.setdefault(key, set()).add(v.get("backend"))
+        e = v.environment
+        key = (e.os, e.python, e.torch, e.machine, e.cpus, e.gpus) if e else (None, ) * 6
+        envs.setdefault(key, set()).add(v.backend)
     return [
         EnvRow(os=os_, python=py, torch=torch, machine=machine, cpus=cpus, gpus=gpus, backends=sorted(backends))
         for (os_, py, torch, machine, cpus, gpus), backends in sorted(envs.items(), key=str)
