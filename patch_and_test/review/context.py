@@ -21,10 +21,17 @@ from patch_and_test.core.series import version_sort_key
 from patch_and_test.core.checks import outcome_counts
 from patch_and_test.core.templating import Model
 
+from patch_and_test.core.source import Graft
+from repro.harness.env import HostEnvironment
+from patch_and_test.job.verdict import Verdict
+from patch_and_test.upstream.job import PARTIALS, AffectedVerdict
+from patch_and_test.upstream.suite import SuiteComparison
+
+from patch_and_test.core.checks import PytestCheck
+
 if TYPE_CHECKING:
     from patch_and_test.core.checks import ReproCheck
     from patch_and_test.job.verdict import Verdict
-    from patch_and_test.upstream.job import AffectedVerdict
     from repro.alst.report import AlstReport
     from repro.audit.report import AuditReport
     from repro.gradscale.report import Report
@@ -67,8 +74,6 @@ def load_audit_report(path: Path) -> AuditReport:
 
 def load_affected(path: Path) -> AffectedVerdict:
     """``results/affected/<tree>/affected.json`` (``python -m patch_and_test.affected_job``), validated."""
-    from patch_and_test.upstream.job import AffectedVerdict
-
     return AffectedVerdict.load(path)
 
 
@@ -121,82 +126,29 @@ class MatrixRow(Model):
     values: list[Optional[RatioPair]]
 
 
-class MatrixCell(Model):
+class Cell(Model):
+    """One cell of the pipeline's matrix: its label, its verdict file in the bundle, and the verdict."""
     label: str
-    verdict: str
-    outcome: str
-    exit_code: Scalar
-    deepspeed_before: Scalar
-    deepspeed_after: Scalar
-    series: Scalar
-
-
-class SkippedCell(Model):
-    label: str
-    outcome: str
-    error: Optional[str]
+    path: str
+    verdict: Verdict
 
 
 class Matrix(Model):
-    cells: list[MatrixCell]
+    cells: list[Cell]
     rows: list[MatrixRow]
-    skipped: list[SkippedCell]
-
-
-class TestRow(Model):
-    name: str
-    counts: Counts
-    junit: str
-
-
-class SuiteRow(Model):
-    name: str
-    tier: Optional[str]
-    files: int
-    before: Counts
-    after: Counts
-    regressions: int
-    pre_existing: int
-    flaky: int
-    wall_s_before: Optional[float]
-    wall_s_after: Optional[float]
-    after_dir: str
+    skipped: list[Cell]
 
 
 class CellTests(Model):
     label: str
-    tests: list[TestRow]
-    suites: list[SuiteRow]
+    tests: list[tuple[PytestCheck, str]]  # each test run, and its JUnit file in the bundle
+    suites: list[SuiteComparison]
+    after_dir: str
 
 
 class Tests(Model):
     cells: list[CellTests]
     pre_existing: list[str]
-
-
-class AffectedSuite(Model):
-    tier: str
-    files: int
-    collected_before: int
-    collected_after: int
-    before: Counts
-    after: Counts
-    regressions: int
-    pre_existing: int
-    fixed: int
-    new: int
-    flaky: int
-    wall_s_before: float
-    wall_s_after: float
-
-
-class AffectedTree(Model):
-    name: str
-    outcome: Scalar
-    error: Scalar
-    version: Optional[str]
-    base: str
-    suite: Optional[AffectedSuite]
 
 
 class Reason(Model):
@@ -208,7 +160,7 @@ class Reason(Model):
 
 
 class AffectedTable(Model):
-    trees: list[AffectedTree]
+    trees: list[tuple[str, AffectedVerdict]]  # (tree name, its affected.json)
     reasons: list[Reason]
 
 
@@ -279,23 +231,6 @@ class Numerics(Model):
     conclusion: Optional[str]
 
 
-class EnvRow(Model):
-    os: Scalar
-    python: Scalar
-    torch: Scalar
-    machine: Scalar
-    cpus: Scalar
-    gpus: Scalar
-    backends: list[Scalar]
-
-
-class Graft(Model):
-    """The newest-upstream tree a run was made on: a release's code on a master commit with its tests."""
-    release: str
-    history: str
-    history_date: str
-
-
 class Cost(Model):
     ratio: float  # after/before, the worst dtype of the target case
     case: str
@@ -305,17 +240,17 @@ class Cost(Model):
 
 class Testing(Model):
     """PR.md's Testing section: DeepSpeed's own tests on the newest tree, and the reduce path's cost."""
-    tree: Optional[Graft]
+    tree: Optional[Graft]  # the newest-upstream tree's
     regression_without_fix: Optional[Counts]
     regression_with_fix: Optional[Counts]
     alst_fix_alone: Optional[Counts]
     alst_failed_fix_alone: list[str]
     alst_with_series: Optional[Counts]
-    affected: Optional[AffectedSuite]
+    affected: Optional[SuiteComparison]
     pre_existing_by_file: dict[str, int]  # tests failing before and after the series, per test file
     cost: Optional[Cost]
-    environment: dict[str, Scalar]
-    cells: list[MatrixCell]  # the package's reproducers on released DeepSpeed, unpatched -> patched
+    environment: Optional[HostEnvironment]
+    cells: list[Cell]  # the package's reproducers on released DeepSpeed, unpatched -> patched
 
 
 class SignOff(Model):
@@ -338,7 +273,7 @@ class PrContext(Model):
     alst: list[AlstRow]
     audit: Optional[Audit]
     numerics: Optional[Numerics]
-    environment: list[EnvRow]
+    environment: list[tuple[HostEnvironment, list[str]]]  # each host the cells ran on, and its backends
     evidence: list[str]
 
 
@@ -459,15 +394,12 @@ def _outcome_counts(results: list, phase: str, needle: str) -> Counts | None:
 
 def _testing(bundle: Path, affected: list[tuple[str, AffectedVerdict]], verdicts: dict[str, Verdict]) -> Testing:
     """From the newest-upstream tree's affected-tests run (its partial runs too) and the reduce-path benchmark."""
-    from patch_and_test.upstream.job import PARTIALS
-
     newest = next((data for _, data in affected if data.graft), None)
     tree = None
     partial = {}
     results = []
     if newest is not None:
-        g = newest.graft
-        tree = Graft(release=g.release, history=g.history, history_date=g.history_date)
+        tree = newest.graft
         partial = {run.name: run for run in newest.partial}
         results = newest.suite.results if newest.suite else []
     regression, alst = PARTIALS[0], PARTIALS[1]
@@ -482,10 +414,10 @@ def _testing(bundle: Path, affected: list[tuple[str, AffectedVerdict]], verdicts
                        t.split("::")[-1] for t, o in (alone.outcomes if alone else {}).items()
                        if o in ("failed", "error")),
                    alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
-                   affected=table.trees[0].suite if table and table.trees else None,
+                   affected=table.trees[0][1].suite if table and table.trees else None,
                    pre_existing_by_file=_per_file(table.reasons if table else []),
                    cost=_cost(bundle),
-                   environment=newest.environment.model_dump() if newest and newest.environment else {},
+                   environment=newest.environment if newest else None,
                    cells=(_matrix(bundle, verdicts) or Matrix(cells=[], rows=[], skipped=[])).cells)
 
 
@@ -530,39 +462,18 @@ def affected_results(root: Path) -> list[tuple[str, AffectedVerdict]]:
 
 def affected_context(found: list[tuple[str, AffectedVerdict]]) -> AffectedTable:
     """Per tree: the selection's tests before and after the series, and the pre-existing failures' reasons."""
-    trees, reasons = [], {}
+    reasons = {}
     for name, data in found:
         s = data.suite
-        suite = None
         if s:
-            suite = AffectedSuite(tier=s.tier,
-                                  files=len(s.files),
-                                  collected_before=s.collected_before,
-                                  collected_after=s.collected_after,
-                                  before=s.before,
-                                  after=s.after,
-                                  regressions=len(s.regressions),
-                                  pre_existing=len(s.pre_existing),
-                                  fixed=len(s.fixed),
-                                  new=sum(1 for r in s.results if r.category == "new"),
-                                  flaky=len(s.flaky),
-                                  wall_s_before=s.wall_s_before,
-                                  wall_s_after=s.wall_s_after)
             found_reasons = [(r.category, r.test, r.reason) for r in s.results
                              if r.category in ("pre-existing", "regression", "flaky")]
             found_reasons += [("not collectable", path, why) for path, why in sorted(s.not_collectable.items())]
             for key in found_reasons:
                 reasons.setdefault(key, set()).add(name)
-        trees.append(
-            AffectedTree(name=name,
-                         outcome=data.outcome,
-                         error=data.error,
-                         version=data.version,
-                         base=data.base or "",
-                         suite=suite))
     ordered = sorted(reasons.items(), key=lambda kv: f"{kv[0][0]}: `{kv[0][1]}`: {kv[0][2]}")
     return AffectedTable(
-        trees=trees, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names)) for (k, t, w), names in ordered])
+        trees=found, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names)) for (k, t, w), names in ordered])
 
 
 def _gradscale_ratios(bundle: Path, check: ReproCheck) -> dict[tuple[str, str, str], float]:
@@ -600,41 +511,22 @@ def _matrix(bundle: Path, verdicts: dict[str, Verdict]) -> Matrix | None:
         for (script, config,
              param), row in sorted(table.items(), key=lambda kv: (kv[0][0], _config_order(kv[0][1]), kv[0][2]))
     ]
-    cells = [
-        MatrixCell(label=cell_label(v),
-                   verdict=rel(bundle,
-                               Path("results") / env / "verdict.json"),
-                   outcome=v.outcome,
-                   exit_code=v.exit_code,
-                   deepspeed_before=v.deepspeed_before,
-                   deepspeed_after=v.deepspeed_after,
-                   series=v.series.name if v.series else None) for env, v in ran
-    ]
-    return Matrix(cells=cells,
-                  rows=rows,
-                  skipped=[SkippedCell(label=cell_label(v), outcome=v.outcome, error=v.error) for _, v in skipped])
+
+    def cells(found: list[tuple[str, Verdict]]) -> list[Cell]:
+        return [Cell(label=cell_label(v), path=f"results/{env}/verdict.json", verdict=v) for env, v in found]
+
+    return Matrix(cells=cells(ran), rows=rows, skipped=cells(skipped))
 
 
 def _tests(bundle: Path, verdicts: dict[str, Verdict]) -> Tests | None:
     cells = []
     for env, v in _by_version(verdicts):
-        tests = [TestRow(name=t.name, counts=t.counts, junit=rel(bundle, t.junit)) for t in v.tests]
-        suites = [
-            SuiteRow(name=s.name,
-                     tier=s.tier,
-                     files=len(s.files),
-                     before=s.before,
-                     after=s.after,
-                     regressions=len(s.regressions),
-                     pre_existing=len(s.pre_existing),
-                     flaky=len(s.flaky),
-                     wall_s_before=s.wall_s_before,
-                     wall_s_after=s.wall_s_after,
-                     after_dir=rel(bundle,
-                                   Path("results") / env / "after")) for s in v.suites
-        ]
-        if tests or suites:
-            cells.append(CellTests(label=cell_label(v), tests=tests, suites=suites))
+        if v.tests or v.suites:
+            cells.append(
+                CellTests(label=cell_label(v),
+                          tests=[(t, rel(bundle, t.junit)) for t in v.tests],
+                          suites=v.suites,
+                          after_dir=f"results/{env}/after"))
     if not cells:
         return None
     pre = sorted({t for v in verdicts.values() for s in v.suites for t in s.pre_existing})
@@ -745,16 +637,13 @@ def _numerics(bundle: Path) -> Numerics | None:
                     conclusion=data.get("conclusion") or None)
 
 
-def _environment(verdicts: dict[str, Verdict]) -> list[EnvRow]:
-    envs: dict[tuple, set] = {}
+def _environment(verdicts: dict[str, Verdict]) -> list[tuple[HostEnvironment, list[str]]]:
+    """The hosts the cells ran on (the versions and counts PR.md shows), each with the backends it ran."""
+    envs: dict[tuple, tuple[HostEnvironment, set[str]]] = {}
     for v in verdicts.values():
-        e = v.environment
-        key = (e.os, e.python, e.torch, e.machine, e.cpus, e.gpus) if e else (None, ) * 6
-        envs.setdefault(key, set()).add(v.backend)
-    return [
-        EnvRow(os=os_, python=py, torch=torch, machine=machine, cpus=cpus, gpus=gpus, backends=sorted(backends))
-        for (os_, py, torch, machine, cpus, gpus), backends in sorted(envs.items(), key=str)
-    ]
+        if (e := v.environment) is not None:
+            envs.setdefault((e.os, e.python, e.torch, e.machine, e.cpus, e.gpus), (e, set()))[1].add(v.backend)
+    return [(e, sorted(backends)) for _, (e, backends) in sorted(envs.items(), key=lambda kv: str(kv[0]))]
 
 
 def _evidence(bundle: Path) -> list[str]:

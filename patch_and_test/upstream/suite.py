@@ -111,6 +111,11 @@ class SuiteComparison(Record):
     wall_s_after: float = 0.0
     deselected_by_tier: int = 0
 
+    @property
+    def new(self) -> list[str]:
+        """The tests only the after run has (the series adds them), passed."""
+        return [r.test for r in self.results if r.category == "new"]
+
     def describe(self) -> list[str]:
         lines = [
             f"{self.name} [{self.tier}]: {self.status}: {len(self.files)} files, {self.collected_before} tests "
