@@ -95,15 +95,8 @@ class SourceTree:
             self.claim.close()
 
     def record(self) -> SourceRecord:
-        return SourceRecord(origin=self.origin,
-                            path=str(self.path),
-                            version=self.version,
-                            upstream_commit=self.upstream_commit,
-                            base=self.base,
-                            branch=self.branch,
-                            has_tests=self.has_tests,
-                            dropped_paths=self.dropped_paths,
-                            graft=self.graft)
+        fields = {name: getattr(self, name) for name in SourceRecord.model_fields}
+        return SourceRecord(**{**fields, "path": str(self.path)})
 
 
 def cache_dir() -> Path:
