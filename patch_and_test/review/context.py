@@ -42,34 +42,29 @@ Counts = dict[str, int]
 # -- the report files, one loader per kind ------------------------------------------------------
 
 
-def _json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
-
-
-def _validated(path: Path, model: str) -> tuple[Any, dict[str, Any]]:
-    """The report at ``path`` validated by ``model`` (a dotted name of ``schemas.MODELS``), and its data: one read."""
-    data = _json(path)
-    return import_model(model).from_dict(data), data
+def _validated(path: Path, model: str) -> Any:
+    """The report at ``path`` loaded into ``model`` (a dotted name of ``schemas.MODELS``), validated."""
+    return import_model(model).load(path)
 
 
 def load_verdict(path: Path) -> Verdict:
     """``results/<env>/verdict.json`` (``zero3-sp-gradfix/verdict/v1``), validated."""
-    return _validated(path, "patch_and_test.job.verdict.Verdict")[0]
+    return _validated(path, "patch_and_test.job.verdict.Verdict")
 
 
 def load_gradscale_report(path: Path) -> Report:
     """A grad-scale reproducer's report (``zero3-sp-gradfix/repro-report/v1``), validated."""
-    return _validated(path, "repro.gradscale.report.Report")[0]
+    return _validated(path, "repro.gradscale.report.Report")
 
 
 def load_alst_report(path: Path) -> AlstReport:
     """The ALST recipe's report (``zero3-sp-gradfix/alst-recipe-report/v1``), validated."""
-    return _validated(path, "repro.alst.report.AlstReport")[0]
+    return _validated(path, "repro.alst.report.AlstReport")
 
 
 def load_audit_report(path: Path) -> AuditReport:
     """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``), validated."""
-    return _validated(path, "repro.audit.report.AuditReport")[0]
+    return _validated(path, "repro.audit.report.AuditReport")
 
 
 def load_affected(path: Path) -> AffectedVerdict:
@@ -79,7 +74,7 @@ def load_affected(path: Path) -> AffectedVerdict:
 
 def load_reduce_path(path: Path) -> dict[str, Any]:
     """``results/benchmarks/reduce_path.json`` (``benchmarks/reduce_path.py``)."""
-    return _json(path)
+    return json.loads(path.read_text())
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -323,32 +323,29 @@ def run_suite(name: str,
         f"--zero3-sp-tier={tier}", *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors", "-rfE",
         *(["-n", str(workers)] if workers else []), *targets
     ]
-    ran = dict(name=name, tier=tier, files=files, log=str(log), record=str(record), workers=workers)
-    if not targets:
+    if not targets:  # pytest's "no tests collected", without starting it; the record stays absent (empty)
         log.write_text("nothing to run\n")
-        return SuiteRun(**ran,
-                        exit_code=5,
-                        timed_out=False,
-                        wall_s=0.0,
-                        outcomes={},
-                        messages={},
-                        not_collectable={},
-                        ranks={},
-                        deselected=0)
-    _drop_bytecode(tree)
-    code, wall = run_logged(cmd,
-                            log,
-                            timeout=timeout,
-                            cwd=tree / "tests",
-                            env={
-                                **os.environ,
-                                **pytest_env(tree),
-                                **hub_env()
-                            })
+        code, wall = 5, 0.0
+    else:
+        _drop_bytecode(tree)
+        code, wall = run_logged(cmd,
+                                log,
+                                timeout=timeout,
+                                cwd=tree / "tests",
+                                env={
+                                    **os.environ,
+                                    **pytest_env(tree),
+                                    **hub_env()
+                                })
     outcomes, messages, broken, ranks, deselected = read_record(record)
-    return SuiteRun(**ran,
+    return SuiteRun(name=name,
+                    tier=tier,
+                    files=files,
+                    log=str(log),
+                    record=str(record),
+                    workers=workers,
                     exit_code=code,
-                    timed_out=wall >= timeout,
+                    timed_out=wall > 0 and wall >= timeout,
                     wall_s=wall,
                     outcomes=outcomes,
                     messages=messages,
