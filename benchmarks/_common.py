@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
 import re
@@ -87,9 +86,9 @@ def portable(value: Any, prefixes: list[tuple[str, str]] | None = None) -> Any:
 
 def write_result(name: str, payload: dict, out: Path | None) -> Path:
     path = out or RESULTS / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(portable(payload), indent=2) + "\n")
-    return path
+    from repro.harness.files import write_json  # the scripts put the checkout on sys.path first
+
+    return write_json(path, portable(payload))
 
 
 def finish(name: str, payload: dict, out: Path | None, summary: str) -> int:

@@ -55,6 +55,7 @@ for _p in (str(ROOT), str(HERE)):
 
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
 from patch_and_test.core.series import series_for_version  # noqa: E402
+from repro.harness.files import write_json  # noqa: E402
 
 # "divisor" is the recommended fix: the fix patch of the series that serves the installed release (on 0.19.8 the
 # pull request's own patch 1, which the v0.19.8 backport carries unchanged). Other forms come with --patch.
@@ -106,8 +107,7 @@ def launch_main(argv: list[str]) -> int:
                           wall_s=round(wall, 2),
                           load_average_at_end=os.getloadavg())
             if args.json:
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")
+                write_json(args.json, report, indent=1)
 
         return launch.run(args, program, sink)
 
@@ -213,7 +213,7 @@ def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls
     report["shm_buffers_removed"] = remove_shm_buffers(report.get("master_addr"), report.get("master_port"))
     report["load_average_at_start"] = load
     report["driver_wall_s"] = round(time.monotonic() - start, 2)
-    out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    write_json(out, report, indent=1)
     return report
 
 

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -18,7 +17,10 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
 from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core.errors import Exit
+from repro.harness.report import Record
 
 REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
 AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
@@ -64,8 +66,25 @@ def alst_unavailable(deepspeed_version: str) -> str | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
-class ReproCheck:
+OUTCOMES = ("passed", "failed", "error", "skipped")  # a test's outcome, as JUnit and the suites' records give it
+
+
+def outcome_counts(outcomes: dict[str, str]) -> dict[str, int]:
+    """How many tests had each outcome (every outcome named, zeros included), in ``OUTCOMES`` order."""
+    return {k: sum(1 for o in outcomes.values() if o == k) for k in OUTCOMES}
+
+
+def ended_early(error_exit: Exit | None) -> tuple[str, Exit]:
+    """The outcome of a job a PipelineError ended (its exit code; none given: an error): both jobs' verdicts."""
+    code = Exit(error_exit if error_exit is not None else Exit.ERROR)
+    return {
+        Exit.SKIPPED: "skipped",
+        Exit.SERIES_DOES_NOT_APPLY: "series-does-not-apply",
+        Exit.ALREADY_FIXED: "already-fixed"
+    }.get(code, "error"), code
+
+
+class ReproCheck(Record):
     name: str  # e.g. "before/zero3_sp_grad_scale"
     script: str
     expect: str
@@ -80,8 +99,7 @@ class ReproCheck:
         return self.exit_code == 0
 
 
-@dataclasses.dataclass(frozen=True)
-class PytestCheck:
+class PytestCheck(Record):
     name: str
     exit_code: int
     outcomes: dict[str, str]  # test id -> "passed" | "failed" | "error" | "skipped"
@@ -94,7 +112,7 @@ class PytestCheck:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {k: self.count(k) for k in ("passed", "failed", "error", "skipped")}
+        return outcome_counts(self.outcomes)
 
 
 def run_reproducer(script: str, expect: str, out_dir: Path, phase: str, *, backend: str, timeout: float) -> ReproCheck:
@@ -110,8 +128,14 @@ def run_reproducer(script: str, expect: str, out_dir: Path, phase: str, *, backe
     ]
     code, duration = run_logged(cmd, log, timeout=timeout + 60, cwd=PACKAGE_ROOT)
     pattern = _pattern(json.loads(report.read_text())) if report.exists() else None
-    return ReproCheck(f"{phase}/{script}", script, expect, code, pattern,
-                      str(report) if report.exists() else None, str(log), duration)
+    return ReproCheck(name=f"{phase}/{script}",
+                      script=script,
+                      expect=expect,
+                      exit_code=code,
+                      pattern=pattern,
+                      report=str(report) if report.exists() else None,
+                      log=str(log),
+                      duration_s=duration)
 
 
 def _pattern(report: dict) -> str | None:
@@ -138,7 +162,12 @@ def run_pytest(name: str,
     junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--junitxml={junit}", *args]
     code, duration = run_logged(cmd, log, timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
-    return PytestCheck(name, code, junit_outcomes(junit), str(junit), str(log), duration)
+    return PytestCheck(name=name,
+                       exit_code=code,
+                       outcomes=junit_outcomes(junit),
+                       junit=str(junit),
+                       log=str(log),
+                       duration_s=duration)
 
 
 def junit_outcomes(junit: Path) -> dict[str, str]:

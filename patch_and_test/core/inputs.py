@@ -12,8 +12,9 @@ import hashlib
 import importlib.metadata
 import platform
 from pathlib import Path
-from typing import Any
+
 from patch_and_test import PACKAGE_ROOT
+from repro.harness.report import Record
 
 # Where the pipeline starts, and the programs it runs as scripts (checks.REPRODUCERS, checks.AUDIT, checks.ALST,
 # the twin).
@@ -96,18 +97,27 @@ def series_digest(series_dir: Path) -> str:
     return tree_digest([p for p in series_dir.iterdir() if p.is_file()], series_dir)
 
 
-def run_inputs(series_dir: Path, source: str, backend: str, audit: bool) -> dict[str, Any]:
+class RunInputs(Record):
     """What a pipeline run's results depend on; a bundle reuses a cell only when this is equal."""
+
+    code: str  # code_digest
+    series: str  # series_digest
+    source: str | None  # the sdist's sha256 or the upstream commit
+    backend: str
+    audit: bool
+    python: str
+    torch: str | None
+
+
+def run_inputs(series_dir: Path, source: str | None, backend: str, audit: bool) -> RunInputs:
     try:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = None
-    return {
-        "code": code_digest(),
-        "series": series_digest(series_dir),
-        "source": source,
-        "backend": backend,
-        "audit": audit,
-        "python": platform.python_version(),
-        "torch": torch_version
-    }
+    return RunInputs(code=code_digest(),
+                     series=series_digest(series_dir),
+                     source=source,
+                     backend=backend,
+                     audit=audit,
+                     python=platform.python_version(),
+                     torch=torch_version)

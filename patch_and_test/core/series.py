@@ -21,6 +21,7 @@ from patch_and_test.core.gitrun import git  # noqa: F401 (re-exported: callers i
 from repro.downstream.space import MARKER_NAME  # noqa: F401 (re-exported for the pipeline)
 from repro.harness.fixed import source_has_fix
 from repro.harness.files import TOMLDecodeError, load_toml
+from repro.harness.report import Record
 
 DEFAULT_MANIFEST = PACKAGE_ROOT / "patches" / "series.toml"
 STAGE3 = "deepspeed/runtime/zero/stage3.py"
@@ -122,6 +123,17 @@ class Series:
     @property
     def companion_patches(self) -> tuple[Patch, ...]:
         return tuple(p for p in self.patches if p.role == "companion")
+
+    def record(self, applied: ApplyResult | None = None) -> ChosenSeries:
+        """The series as a run's verdict records it; with ``applied``, what applied to the tree and what not."""
+        done = {} if applied is None else dict(
+            applied=applied.applied, skipped=applied.skipped, base=applied.base, head=applied.head)
+        return ChosenSeries(name=self.name,
+                            version=self.version,
+                            base_commit=self.base_commit,
+                            base_ref=self.base_ref,
+                            range=self.range_text,
+                            **done)
 
 
 @dataclass(frozen=True)
@@ -276,8 +288,7 @@ def ensure_clean(root: Path) -> None:
         raise errors.DirtyCheckout(f"{root} has uncommitted changes ({shown}); commit or stash them first")
 
 
-@dataclass(frozen=True)
-class SkippedPatch:
+class SkippedPatch(Record):
     file: str
     reason: str
 
@@ -298,6 +309,20 @@ class ApplyResult:
         for skip in self.skipped:
             text += f"\nskipped {skip.file}: {skip.reason}"
         return text
+
+
+class ChosenSeries(Record):
+    """The series chosen for a run's tree; once applied (not on a tree that had the fix), what applied and what not."""
+
+    name: str
+    version: int
+    base_commit: str
+    base_ref: str
+    range: str
+    applied: tuple[str, ...] | None = None
+    skipped: tuple[SkippedPatch, ...] | None = None
+    base: str | None = None  # HEAD before the series
+    head: str | None = None  # HEAD after it
 
 
 def _identity_env(root: Path) -> dict:
@@ -350,11 +375,11 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
         if missing:
             needs = " and ".join(f"{d}/" for d in patch.needs_dirs)
             skipped.append(
-                SkippedPatch(
-                    patch.file, f"needs {needs}, which this tree does not have "
-                    f"(no {' or '.join(missing)}; a PyPI sdist has none)"))
+                SkippedPatch(file=patch.file,
+                             reason=f"needs {needs}, which this tree does not have "
+                             f"(no {' or '.join(missing)}; a PyPI sdist has none)"))
         elif patch.needs_tests and skip_tests:
-            skipped.append(SkippedPatch(patch.file, f"{patch.role} patches were not asked for"))
+            skipped.append(SkippedPatch(file=patch.file, reason=f"{patch.role} patches were not asked for"))
         else:
             to_apply.append(patch)
 

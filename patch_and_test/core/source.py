@@ -49,6 +49,7 @@ from patch_and_test.core.gitrun import git_out
 from patch_and_test.core.inputs import sha256_file
 from repro.harness.env import cache_root
 from repro.harness.files import load_toml
+from repro.harness.report import Record
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import (STAGE3, Series, ensure_clean, format_version, git, parse_version,
                                         series_for_version, work_tree_root)
@@ -92,6 +93,10 @@ class SourceTree:
     def release(self) -> None:
         if self.claim is not None:
             self.claim.close()
+
+    def record(self) -> SourceRecord:
+        fields = {name: getattr(self, name) for name in SourceRecord.model_fields}
+        return SourceRecord(**{**fields, "path": str(self.path)})
 
 
 def cache_dir() -> Path:
@@ -455,8 +460,7 @@ def from_checkout(path: Path | str, series_name: str | None = None, cache: Path 
 # --- the newest release grafted onto the mirror's history ------------------------------------------
 
 
-@dataclass(frozen=True)
-class Graft:
+class Graft(Record):
     """A newest-upstream commit: the sdist of ``release`` over ``history`` (both recorded in the verdict)."""
 
     commit: str
@@ -464,6 +468,20 @@ class Graft:
     sdist_sha256: str
     history: str  # the mirror's master commit: parent of the graft, source of tests/ and docs/
     history_date: str
+
+
+class SourceRecord(Record):
+    """Where a run's DeepSpeed tree came from, as its verdict records it (``SourceTree`` less the lock)."""
+
+    origin: str
+    path: str
+    version: str
+    upstream_commit: str | None
+    base: str
+    branch: str
+    has_tests: bool
+    dropped_paths: tuple[str, ...]
+    graft: Graft | None = None  # absent in verdicts written before newest-upstream trees
 
 
 def grafted_entries(history: list[tuple[str, str, str]],
@@ -558,7 +576,11 @@ def build_graft(release: str,
             shutil.rmtree(staging, ignore_errors=True)
     commit = git_out(repo, "rev-parse", f"{tag}^{{commit}}").strip()
     date = git_out(repo, "log", "-1", "--format=%cs", history).strip()
-    return repo, Graft(commit, release, lock[release].sha256, history, date)
+    return repo, Graft(commit=commit,
+                       release=release,
+                       sdist_sha256=lock[release].sha256,
+                       history=history,
+                       history_date=date)
 
 
 NEWEST_UPSTREAM = "newest-upstream"  # the origin, and the base_ref of a series made on the graft

@@ -17,11 +17,15 @@ import json
 import sys
 from pathlib import Path
 
+from pydantic import TypeAdapter
+
 from repro.downstream.expect import ClientKind, expected_ratio, mis_scaled
 from repro.downstream.report import deepspeed_label
 from repro.downstream.space import STAGES
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.errors import CommandParser
+from repro.harness.files import write_json
+from repro.harness.report import Record
 
 SP = 2  # the reproducers' layout; the factor is sp for any sp
 
@@ -35,8 +39,7 @@ class FoundClient:
     note: str = ""  # why not judged, or what the code is (e.g. an example script)
 
 
-@dataclasses.dataclass(frozen=True)
-class ClientWarning:
+class ClientWarning(Record):
     client: str
     version: str
     function: str
@@ -64,10 +67,14 @@ def warnings_for(clients: list[FoundClient],
             why = _why(c.kind, stage, fixed)
             note = f" [{c.note}]" if c.note else ""
             out.append(
-                ClientWarning(
-                    c.name, c.version, c.function, stage, value, ds,
-                    f"{c.name} {c.version} + {ds}, ZeRO-{stage}, sp={sp}: gradients {value:g}x the true gradient "
-                    f"({why}){note}"))
+                ClientWarning(client=c.name,
+                              version=c.version,
+                              function=c.function,
+                              stage=stage,
+                              expected=value,
+                              deepspeed=ds,
+                              message=f"{c.name} {c.version} + {ds}, ZeRO-{stage}, sp={sp}: gradients {value:g}x the "
+                              f"true gradient ({why}){note}"))
     return out
 
 
@@ -126,19 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     if not warnings:
         print(f"no known mis-scaling: {', '.join(f'{c.name} {c.version}' for c in clients) or 'no client installed'}")
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "deepspeed": {
-                        "version": version,
-                        "fixed": fixed,
-                        "marker": marker
-                    },
-                    "clients": [dataclasses.asdict(c) for c in clients],
-                    "warnings": [dataclasses.asdict(w) for w in warnings]
+        write_json(
+            args.json, {
+                "deepspeed": {
+                    "version": version,
+                    "fixed": fixed,
+                    "marker": marker
                 },
-                indent=2) + "\n")
+                "clients": [dataclasses.asdict(c) for c in clients],
+                "warnings": [w.model_dump(mode="json") for w in warnings]
+            })
     return 0
 
 
@@ -146,7 +150,7 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def run_check(out_dir: Path, timeout: float = 300.0) -> tuple[list[dict], str | None, Path]:
+def run_check(out_dir: Path, timeout: float = 300.0) -> tuple[list[ClientWarning], str | None, Path]:
     """Run this check in a subprocess of this interpreter: (warnings, error line or None, log)."""
     from patch_and_test.core.checks import run_logged
 
@@ -160,4 +164,4 @@ def run_check(out_dir: Path, timeout: float = 300.0) -> tuple[list[dict], str | 
                          cwd=PACKAGE_ROOT)
     if code != 0 or not report.exists():
         return [], f"client check exited {code} (log: {log})", log
-    return json.loads(report.read_text())["warnings"], None, log
+    return TypeAdapter(list[ClientWarning]).validate_python(json.loads(report.read_text())["warnings"]), None, log

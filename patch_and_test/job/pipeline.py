@@ -30,6 +30,7 @@ from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
 from patch_and_test.upstream import suite as upstream_suite
 from patch_and_test.core.errors import BadInput, Exit, PipelineError, Skipped
+from patch_and_test.core.templating import counts
 from patch_and_test.job.verdict import Step, Verdict, summary_table
 from repro.harness.cli import gpu_count
 from repro.harness.env import host_environment
@@ -63,24 +64,28 @@ class _Run:
     def __init__(self, cfg: PipelineConfig):
         self.cfg = cfg
         self.out = cfg.results
-        self.verdict = Verdict(env=cfg.env_name,
-                               source={},
-                               series=None,
-                               deepspeed_before=None,
-                               deepspeed_after=None,
-                               backend=cfg.backend,
-                               steps=[],
-                               before=[],
-                               after=[],
-                               tests=[],
-                               suites=[],
-                               environment=host_environment(cfg.backend))
+        # A draft, filled in step by step and validated (decided) once, when the run ends.
+        self.verdict = Verdict.model_construct(env=cfg.env_name,
+                                               source=None,
+                                               series=None,
+                                               deepspeed_before=None,
+                                               deepspeed_after=None,
+                                               backend=cfg.backend,
+                                               steps=[],
+                                               before=[],
+                                               after=[],
+                                               tests=[],
+                                               suites=[],
+                                               environment=host_environment(cfg.backend))
         self.tree: source_mod.SourceTree | None = None  # held (locked) until the run ends
 
     def step(self, name: str, status: str, detail: str, started: float, log: Path | None = None) -> None:
         self.verdict.steps.append(
-            Step(name, status, detail, round(time.monotonic() - started, 3),
-                 str(log) if log else None))
+            Step(name=name,
+                 status=status,
+                 detail=detail,
+                 duration_s=round(time.monotonic() - started, 3),
+                 log=str(log) if log else None))
         print(f"[{self.cfg.env_name}] {name}: {status}: {detail}", flush=True)
 
 
@@ -94,15 +99,17 @@ def run(cfg: PipelineConfig) -> Verdict:
         # Recorded, not printed: the CLI prints it as its one-line error.
         r.verdict.error = str(err)
         r.verdict.error_exit = int(err.exit_code)
-        r.verdict.steps.append(Step("error", "skipped" if err.exit_code == Exit.SKIPPED else "error", str(err)))
+        r.verdict.steps.append(
+            Step(name="error", status="skipped" if err.exit_code == Exit.SKIPPED else "error", detail=str(err)))
     finally:
         if r.tree is not None:
             r.tree.release()  # the working copy is free for the next job
     r.verdict.wall_time_s = round(time.monotonic() - started, 3)
-    r.verdict.write(cfg.results / "verdict.json")
-    if r.verdict.before or r.verdict.after or r.verdict.tests:
-        print(summary_table(r.verdict), flush=True)
-    return r.verdict
+    verdict = Verdict.from_draft(r.verdict)
+    verdict.write(cfg.results / "verdict.json")
+    if verdict.before or verdict.after or verdict.tests:
+        print(summary_table(verdict), flush=True)
+    return verdict
 
 
 def _run_steps(r: _Run) -> None:
@@ -121,17 +128,7 @@ def _run_steps(r: _Run) -> None:
         tree = r.tree = source_mod.from_newest_upstream()
     else:
         tree = r.tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(version)
-    r.verdict.source = {
-        "origin": tree.origin,
-        "path": str(tree.path),
-        "version": tree.version,
-        "upstream_commit": tree.upstream_commit,
-        "base": tree.base,
-        "branch": tree.branch,
-        "has_tests": tree.has_tests,
-        "dropped_paths": list(tree.dropped_paths),
-        "graft": dataclasses.asdict(tree.graft) if tree.graft else None
-    }
+    r.verdict.source = tree.record()
     made_of = (f" = {tree.graft.release} sdist on master {tree.graft.history[:12]} ({tree.graft.history_date})"
                if tree.graft else "")
     r.step("source", "ok", f"DeepSpeed {tree.version} ({tree.origin}{made_of}) at {tree.path}", t)
@@ -139,13 +136,7 @@ def _run_steps(r: _Run) -> None:
     _check_alst_pin(tree.version)
     chosen = (series_mod.load_manifest().by_name(tree.series_name)
               if tree.series_name else series_mod.series_for_tree(tree.path))
-    r.verdict.series = {
-        "name": chosen.name,
-        "version": chosen.version,
-        "base_commit": chosen.base_commit,
-        "base_ref": chosen.base_ref,
-        "range": chosen.range_text
-    }
+    r.verdict.series = chosen.record()
     # What these results depend on, so a later bundle can tell whether they are still current.
     r.verdict.inputs = inputs.run_inputs(chosen.directory, tree.upstream_commit or _sdist_sha256(tree.version),
                                          cfg.backend, cfg.audit)
@@ -160,10 +151,7 @@ def _run_steps(r: _Run) -> None:
     else:
         applied = series_mod.apply_series(tree.path, chosen)
         base = applied.base
-        r.verdict.series.update(applied=list(applied.applied),
-                                skipped=[dataclasses.asdict(s) for s in applied.skipped],
-                                base=applied.base,
-                                head=applied.head)
+        r.verdict.series = chosen.record(applied)
         r.step("apply series", "ok", applied.summary().replace("\n", "; "), t)
 
     t = time.monotonic()
@@ -248,7 +236,7 @@ def _clients(r: _Run) -> None:
     warnings, error, log = client_check.run_check(r.out / "after")
     r.verdict.client_warnings = warnings
     for w in warnings:
-        print(f"[{r.cfg.env_name}] WARNING: {w['message']}", flush=True)
+        print(f"[{r.cfg.env_name}] WARNING: {w.message}", flush=True)
     detail = error or (f"{len(warnings)} mis-scaled client combination(s)" if warnings else "none known to mis-scale")
     r.step("after: downstream clients", "error" if error else "warning" if warnings else "ok", detail, t, log)
 
@@ -259,8 +247,8 @@ def _twin(r: _Run) -> None:
                              r.out / "after",
                              cwd=PACKAGE_ROOT)
     r.verdict.tests.append(test)
-    r.step("after: twin of the upstream test", "ok" if test.exit_code == 0 else "failed", _counts(test), t,
-           Path(test.log))
+    r.step("after: twin of the upstream test", "ok" if test.exit_code == 0 else "failed",
+           counts(test.counts, f"nothing ran (exit {test.exit_code})"), t, Path(test.log))
 
 
 def _upstream_env(tree: Path) -> dict[str, str]:
@@ -282,8 +270,8 @@ def _upstream_regression_test(r: _Run, tree: Path) -> None:
                              cwd=tree,
                              env=_upstream_env(tree))
     r.verdict.tests.append(test)
-    r.step(f"after: upstream {UPSTREAM_REGRESSION_TEST}", "ok" if test.exit_code == 0 else "failed", _counts(test), t,
-           Path(test.log))
+    r.step(f"after: upstream {UPSTREAM_REGRESSION_TEST}", "ok" if test.exit_code == 0 else "failed",
+           counts(test.counts, f"nothing ran (exit {test.exit_code})"), t, Path(test.log))
 
 
 def _affected_selection(r: _Run, tree: Path, series_dir: Path) -> affected.Selection:
@@ -301,18 +289,16 @@ def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str
     t = time.monotonic()
     cfg = r.cfg
     tier = cfg.upstream_tier
-    run = upstream_suite.run_suite(phase,
-                                   tree,
-                                   selection.paths,
-                                   r.out / phase / "affected",
-                                   tier=tier,
-                                   keep=upstream_suite.QUICK_TIER_CLASSES,
-                                   timeout=upstream_suite.TIMEOUT[tier],
-                                   workers=cfg.upstream_workers)
+    run = upstream_suite.run_tier(phase,
+                                  tree,
+                                  selection.paths,
+                                  r.out / phase / "affected",
+                                  tier=tier,
+                                  workers=cfg.upstream_workers)
     status = "error" if run.crashed else "ok"
     r.step(
         f"{phase}: {AFFECTED_SUITE} [{cfg.upstream_tier}]", status,
-        f"{run.collected} tests ({_fmt(run.counts)}; {run.deselected} left to the full tier), "
+        f"{run.collected} tests ({counts(run.counts, 'none ran')}; {run.deselected} left to the full tier), "
         f"{len(run.not_collectable)} files not collectable, pytest exit {run.exit_code}"
         f"{', deadline hit' if run.timed_out else ''}", t, Path(run.log))
     return run
@@ -321,25 +307,20 @@ def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str
 def _affected_compare(r: _Run, tree: Path, selection: affected.Selection, before: upstream_suite.SuiteRun) -> None:
     after = _affected_run(r, tree, selection, "after")
     t = time.monotonic()
-    candidates = upstream_suite.rerun_candidates(before, after)
-    reruns = upstream_suite.rerun(tree, candidates, r.out / "after" / "affected", workers=r.cfg.upstream_workers)
-    if candidates:
+    comparison = upstream_suite.compare_after_reruns(AFFECTED_SUITE,
+                                                     tree,
+                                                     before,
+                                                     after,
+                                                     r.out / "after" / "affected",
+                                                     workers=r.cfg.upstream_workers)
+    if rerun := [x for x in comparison.results if x.reruns]:
         r.step("after: rerun passed-before/failed-after tests", "ok",
-               f"{len(candidates)} tests, {upstream_suite.RERUNS} times each", t)
-    comparison = upstream_suite.compare(f"{AFFECTED_SUITE}", before, after, reruns)
+               f"{len(rerun)} tests, {upstream_suite.RERUNS} times each", t)
     r.verdict.suites.append(comparison)
     regressions = [f"regression {x}" for x in comparison.regressions]
     detail = "; ".join(comparison.describe()[:1] + comparison.errors + regressions)
     status = {"ok": "ok", "regression": "failed"}.get(comparison.status, "error")
     r.step(f"after: {AFFECTED_SUITE} before/after", status, detail, t)
-
-
-def _fmt(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "none ran"
-
-
-def _counts(test: checks.PytestCheck) -> str:
-    return ", ".join(f"{n} {k}" for k, n in test.counts.items() if n) or f"nothing ran (exit {test.exit_code})"
 
 
 def _sdist_sha256(version: str) -> str | None:

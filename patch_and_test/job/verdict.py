@@ -15,7 +15,11 @@ before is an ``error`` [2], never "no regressions". Its tests that fail both bef
 are pre-existing, and a test that failed once and passed on a rerun is flaky: both are
 reported, and neither changes the outcome.
 
-``Verdict`` is a pydantic v2 model on the reports' base (``repro.harness.report.JsonReport``):
+``Verdict`` is a pydantic v2 model on the reports' base (``repro.harness.report.JsonReport``), every
+field typed by the model of the module that makes the fact (``core.source.SourceRecord``,
+``core.series.ChosenSeries``, ``core.inputs.RunInputs``, ``repro.harness.env.HostEnvironment``,
+``downstream.clients.ClientWarning``, the checks and suites). ``decide`` runs once, when a verdict is
+validated (the pipeline fills a draft, ``Verdict.model_construct``, and validates it when the run ends):
 ``write`` gives ``results/<env>/verdict.json`` with ``outcome`` and ``exit_code`` included, and
 ``Verdict.load`` / ``from_dict`` validate a file read back (no unknown key, every check typed) and
 reject one whose stored outcome or exit code is not what ``decide`` gives from its own checks. Its
@@ -24,24 +28,29 @@ JSON schema is ``docs/schemas/verdict.schema.json`` (``python -m patch_and_test.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import Field, computed_field
+from pydantic import ConfigDict, Field, PrivateAttr, computed_field, model_validator
 
-from patch_and_test.upstream.affected import Selection
-from patch_and_test.core.checks import PytestCheck, ReproCheck
+from patch_and_test.core.checks import PytestCheck, ReproCheck, ended_early
 from patch_and_test.core.errors import Exit
+from patch_and_test.core.inputs import RunInputs
+from patch_and_test.core.series import ChosenSeries
+from patch_and_test.core.source import SourceRecord
+from patch_and_test.core.templating import counts
+from patch_and_test.downstream.clients import ClientWarning
+from patch_and_test.upstream.affected import Selection
 from patch_and_test.upstream.suite import SuiteComparison
-from repro.harness.report import JsonReport, Record
+from repro.harness.env import HostEnvironment
+from repro.harness.report import JsonReport, Record, text_table
 
 SCHEMA = "zero3-sp-gradfix/verdict/v1"
 Outcome = Literal["fixed", "not-fixed", "bug-not-reproduced", "regression", "already-fixed", "skipped", "error",
                   "series-does-not-apply"]
-STEP_FIELDS = ("name", "status", "detail", "duration_s", "log")
 
 
 class Step(Record):
-    """One step of the run, as the pipeline printed it (``Step(name, status, detail, duration_s, log)``)."""
+    """One step of the run, as the pipeline printed it."""
 
     name: str
     status: Literal["ok", "failed", "skipped", "error",
@@ -50,23 +59,17 @@ class Step(Record):
     duration_s: float = 0.0
     log: str | None = None
 
-    def __init__(self, *args: Any, **data: Any) -> None:
-        if len(args) > len(STEP_FIELDS):
-            raise TypeError(f"Step takes at most {len(STEP_FIELDS)} positional arguments ({len(args)} given)")
-        given = dict(zip(STEP_FIELDS, args))
-        if both := sorted(given.keys() & data.keys()):
-            raise TypeError(f"Step got multiple values for {', '.join(both)}")
-        super().__init__(**given, **data)
-
 
 class Verdict(JsonReport):
     """``results/<env>/verdict.json``: every step and check of one run; ``outcome`` and ``exit_code`` derived."""
 
+    # Validated once, when the run ends (or a file is read): the outcome is decided then, not on each assignment.
+    model_config = ConfigDict(validate_assignment=False)
     SCHEMA: ClassVar[str] = SCHEMA
 
     env: str
-    source: dict[str, Any] = Field(description="where the DeepSpeed tree came from (patch_and_test.core.source)")
-    series: dict[str, Any] | None = Field(description="the series chosen for the tree, what applied and what not")
+    source: SourceRecord | None = Field(description="where the DeepSpeed tree came from (None: the run ended first)")
+    series: ChosenSeries | None = Field(description="the series chosen for the tree, what applied and what not")
     deepspeed_before: str | None
     deepspeed_after: str | None
     backend: str
@@ -77,35 +80,41 @@ class Verdict(JsonReport):
     suites: list[SuiteComparison] = Field(description="DeepSpeed's tests the series can reach, run before and after")
     already_fixed: bool = False
     affected: Selection | None = Field(None, description="the DeepSpeed test files the series can reach, and why")
-    inputs: dict[str, Any] = Field(default_factory=dict, description="content hashes (patch_and_test.core.inputs)")
-    environment: dict[str, Any] = Field(default_factory=dict)
+    inputs: RunInputs | None = Field(None, description="content hashes (None: the run ended before they were known)")
+    environment: HostEnvironment | None = None
     wall_time_s: float | None = None
-    client_warnings: list[dict[str, Any]] = Field(
+    client_warnings: list[ClientWarning] = Field(
         default_factory=list,
         description="installed clients (transformers, ...) whose sp gradients the downstream rule says are mis-scaled "
         "with the patched build (patch_and_test.downstream.clients): warnings, not failures of the fix")
     error: str | None = Field(None, description="a PipelineError's one-line message, when one ended the run")
     error_exit: Exit | None = Field(None, description="the PipelineError's exit code")
+    _decision: tuple[Outcome, Exit] = PrivateAttr()
+
+    @classmethod
+    def from_draft(cls, draft: Verdict) -> Verdict:
+        """The pipeline's draft (``Verdict.model_construct``, filled in step by step) validated: decided."""
+        return cls.model_validate({k: getattr(draft, k) for k in cls.model_fields if k != "schema_name"})
+
+    @model_validator(mode="after")
+    def _decided(self) -> Verdict:
+        self._decision = decide(self)
+        return self
 
     @computed_field(description="decided by patch_and_test.job.verdict.decide (see its module docstring)")
     @property
     def outcome(self) -> Outcome:
-        return decide(self)[0]
+        return self._decision[0]
 
     @computed_field(description="the job's exit code for the outcome (patch_and_test.core.errors.Exit)")
     @property
     def exit_code(self) -> int:
-        return int(decide(self)[1])
+        return int(self._decision[1])
 
 
 def decide(v: Verdict) -> tuple[Outcome, Exit]:
     if v.error is not None:
-        code = Exit(v.error_exit if v.error_exit is not None else Exit.ERROR)
-        return {
-            Exit.SKIPPED: "skipped",
-            Exit.SERIES_DOES_NOT_APPLY: "series-does-not-apply",
-            Exit.ALREADY_FIXED: "already-fixed"
-        }.get(code, "error"), code
+        return ended_early(v.error_exit)
     checks = [*v.before, *v.after]
     if any(c.exit_code == Exit.SKIPPED for c in checks):
         return "skipped", Exit.SKIPPED
@@ -126,26 +135,17 @@ def decide(v: Verdict) -> tuple[Outcome, Exit]:
 
 
 def summary_table(v: Verdict) -> str:
-    rows = [("check", "expect", "result")]
-    for c in v.before + v.after:
-        rows.append((c.name, c.expect, f"{'ok' if c.holds else 'FAIL'} (exit {c.exit_code}, pattern {c.pattern})"))
-    for t in v.tests:
-        counts = ", ".join(f"{n} {k}" for k, n in t.counts.items() if n)
-        rows.append((t.name, "all pass", f"{'ok' if t.exit_code == 0 else 'FAIL'} ({counts or 'nothing ran'})"))
-    for s in v.suites:
-        rows.append((f"{s.name} [{s.tier}]", "no regression",
-                     f"{'ok' if s.status == 'ok' else s.status.upper()} ({len(s.files)} files; before {_c(s.before)}; "
-                     f"after {_c(s.after)}; regressions {len(s.regressions)}, pre-existing {len(s.pre_existing)}, "
-                     f"flaky {len(s.flaky)}, fixed {len(s.fixed)}, not collectable {len(s.not_collectable)})"))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    rows = [(c.name, c.expect, f"{'ok' if c.holds else 'FAIL'} (exit {c.exit_code}, pattern {c.pattern})")
+            for c in v.before + v.after]
+    rows += [(t.name, "all pass", f"{'ok' if t.exit_code == 0 else 'FAIL'} ({counts(t.counts, 'nothing ran')})")
+             for t in v.tests]
+    rows += [(f"{s.name} [{s.tier}]", "no regression",
+              f"{'ok' if s.status == 'ok' else s.status.upper()} ({len(s.files)} files; before {counts(s.before)}; "
+              f"after {counts(s.after)}; regressions {len(s.regressions)}, pre-existing {len(s.pre_existing)}, "
+              f"flaky {len(s.flaky)}, fixed {len(s.fixed)}, not collectable {len(s.not_collectable)})")
+             for s in v.suites]
     notes = [line for s in v.suites for line in s.describe()[1:]]
     head = f"{v.env}: DeepSpeed {v.deepspeed_before or '?'} -> {v.deepspeed_after or '?'} ({v.backend})"
     tail = f"outcome: {v.outcome} (exit {v.exit_code})" + (f": {v.error}" if v.error else "")
-    warnings = [f"WARNING: {w['message']}" for w in v.client_warnings]
-    return "\n".join([head, *lines, *notes, tail, *warnings])
-
-
-def _c(counts: dict[str, int]) -> str:
-    return "/".join(f"{n} {k}" for k, n in counts.items() if n) or "none"
+    warnings = [f"WARNING: {w.message}" for w in v.client_warnings]
+    return "\n".join([head, *text_table(("check", "expect", "result"), rows), *notes, tail, *warnings])

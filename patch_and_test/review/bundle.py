@@ -32,7 +32,6 @@ import tarfile
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -79,7 +78,7 @@ def matrix() -> list[Cell]:
     return [Cell(v, b) for v in versions for b in BACKENDS]
 
 
-def current_inputs(cell: Cell, audit: bool = True) -> dict[str, Any]:
+def current_inputs(cell: Cell, audit: bool = True) -> inputs.RunInputs:
     from patch_and_test.core.series import series_for_version
     from patch_and_test.core.source import load_lock
 
@@ -88,7 +87,7 @@ def current_inputs(cell: Cell, audit: bool = True) -> dict[str, Any]:
         load_lock()[cell.version].sha256, cell.backend, audit)
 
 
-def reusable(verdict_path: Path, expected: dict[str, Any]) -> bool:
+def reusable(verdict_path: Path, expected: inputs.RunInputs) -> bool:
     """A verdict that validates and was made from the same inputs (one that does not validate is run again)."""
     if not verdict_path.exists():
         return False

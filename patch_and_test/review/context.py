@@ -4,9 +4,9 @@ Every number and name the templates (``patch_and_test/templates/``) show is a fi
 templates hold the prose and the formatting. The report files are read by one function per
 report kind (``load_verdict``, ``load_gradscale_report``, ``load_alst_report``,
 ``load_audit_report``, ``load_affected``, ``load_reduce_path``; the downstream reports through
-``downstream_table.reports``): the verdicts and the four families' reports are validated by their
-models (``patch_and_test.review.schemas.MODELS``); ``affected.json`` and the reduce-path benchmark are
-read as plain JSON.
+``downstream_table.reports``): the verdicts (the pipeline's and the affected-tests job's) and the four
+families' reports are loaded once into their own models (``patch_and_test.review.schemas.MODELS``) and
+read by attribute; the reduce-path benchmark is still read as plain JSON.
 """
 
 from __future__ import annotations
@@ -18,10 +18,22 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from patch_and_test.review.schemas import import_model
 from patch_and_test.core.series import version_sort_key
+from patch_and_test.core.checks import outcome_counts
 from patch_and_test.core.templating import Model
 
+from patch_and_test.core.source import Graft
+from repro.harness.env import HostEnvironment
+from patch_and_test.job.verdict import Verdict
+from patch_and_test.upstream.job import PARTIALS, AffectedVerdict
+from patch_and_test.upstream.suite import SuiteComparison
+
+from patch_and_test.core.checks import PytestCheck
+
 if TYPE_CHECKING:
+    from patch_and_test.core.checks import ReproCheck
+    from patch_and_test.job.verdict import Verdict
     from repro.alst.report import AlstReport
+    from repro.audit.report import AuditReport
     from repro.gradscale.report import Report
 
 Scalar = Optional[Union[str, int, float, bool]]
@@ -30,44 +42,39 @@ Counts = dict[str, int]
 # -- the report files, one loader per kind ------------------------------------------------------
 
 
-def _json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
+def _validated(path: Path, model: str) -> Any:
+    """The report at ``path`` loaded into ``model`` (a dotted name of ``schemas.MODELS``), validated."""
+    return import_model(model).load(path)
 
 
-def _validated(path: Path, model: str) -> tuple[Any, dict[str, Any]]:
-    """The report at ``path`` validated by ``model`` (a dotted name of ``schemas.MODELS``), and its data: one read."""
-    data = _json(path)
-    return import_model(model).from_dict(data), data
-
-
-def load_verdict(path: Path) -> dict[str, Any]:
-    """``results/<env>/verdict.json`` (``zero3-sp-gradfix/verdict/v1``), validated; its data."""
-    return _validated(path, "patch_and_test.job.verdict.Verdict")[1]
+def load_verdict(path: Path) -> Verdict:
+    """``results/<env>/verdict.json`` (``zero3-sp-gradfix/verdict/v1``), validated."""
+    return _validated(path, "patch_and_test.job.verdict.Verdict")
 
 
 def load_gradscale_report(path: Path) -> Report:
     """A grad-scale reproducer's report (``zero3-sp-gradfix/repro-report/v1``), validated."""
-    return _validated(path, "repro.gradscale.report.Report")[0]
+    return _validated(path, "repro.gradscale.report.Report")
 
 
 def load_alst_report(path: Path) -> AlstReport:
     """The ALST recipe's report (``zero3-sp-gradfix/alst-recipe-report/v1``), validated."""
-    return _validated(path, "repro.alst.report.AlstReport")[0]
+    return _validated(path, "repro.alst.report.AlstReport")
 
 
-def load_audit_report(path: Path) -> dict[str, Any]:
-    """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``), validated; its data."""
-    return _validated(path, "repro.audit.report.AuditReport")[1]
+def load_audit_report(path: Path) -> AuditReport:
+    """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``), validated."""
+    return _validated(path, "repro.audit.report.AuditReport")
 
 
-def load_affected(path: Path) -> dict[str, Any]:
-    """``results/affected/<tree>/affected.json`` (``python -m patch_and_test.affected_job``)."""
-    return _json(path)
+def load_affected(path: Path) -> AffectedVerdict:
+    """``results/affected/<tree>/affected.json`` (``python -m patch_and_test.affected_job``), validated."""
+    return AffectedVerdict.load(path)
 
 
 def load_reduce_path(path: Path) -> dict[str, Any]:
     """``results/benchmarks/reduce_path.json`` (``benchmarks/reduce_path.py``)."""
-    return _json(path)
+    return json.loads(path.read_text())
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -114,82 +121,29 @@ class MatrixRow(Model):
     values: list[Optional[RatioPair]]
 
 
-class MatrixCell(Model):
+class Cell(Model):
+    """One cell of the pipeline's matrix: its label, its verdict file in the bundle, and the verdict."""
     label: str
-    verdict: str
-    outcome: str
-    exit_code: Scalar
-    deepspeed_before: Scalar
-    deepspeed_after: Scalar
-    series: Scalar
-
-
-class SkippedCell(Model):
-    label: str
-    outcome: str
-    error: Optional[str]
+    path: str
+    verdict: Verdict
 
 
 class Matrix(Model):
-    cells: list[MatrixCell]
+    cells: list[Cell]
     rows: list[MatrixRow]
-    skipped: list[SkippedCell]
-
-
-class TestRow(Model):
-    name: str
-    counts: Counts
-    junit: str
-
-
-class SuiteRow(Model):
-    name: str
-    tier: Optional[str]
-    files: int
-    before: Counts
-    after: Counts
-    regressions: int
-    pre_existing: int
-    flaky: int
-    wall_s_before: Optional[float]
-    wall_s_after: Optional[float]
-    after_dir: str
+    skipped: list[Cell]
 
 
 class CellTests(Model):
     label: str
-    tests: list[TestRow]
-    suites: list[SuiteRow]
+    tests: list[tuple[PytestCheck, str]]  # each test run, and its JUnit file in the bundle
+    suites: list[SuiteComparison]
+    after_dir: str
 
 
 class Tests(Model):
     cells: list[CellTests]
     pre_existing: list[str]
-
-
-class AffectedSuite(Model):
-    tier: str
-    files: int
-    collected_before: int
-    collected_after: int
-    before: Counts
-    after: Counts
-    regressions: int
-    pre_existing: int
-    fixed: int
-    new: int
-    flaky: int
-    wall_s_before: float
-    wall_s_after: float
-
-
-class AffectedTree(Model):
-    name: str
-    outcome: Scalar
-    error: Scalar
-    version: Optional[str]
-    base: str
-    suite: Optional[AffectedSuite]
 
 
 class Reason(Model):
@@ -201,7 +155,7 @@ class Reason(Model):
 
 
 class AffectedTable(Model):
-    trees: list[AffectedTree]
+    trees: list[tuple[str, AffectedVerdict]]  # (tree name, its affected.json)
     reasons: list[Reason]
 
 
@@ -272,23 +226,6 @@ class Numerics(Model):
     conclusion: Optional[str]
 
 
-class EnvRow(Model):
-    os: Scalar
-    python: Scalar
-    torch: Scalar
-    machine: Scalar
-    cpus: Scalar
-    gpus: Scalar
-    backends: list[Scalar]
-
-
-class Graft(Model):
-    """The newest-upstream tree a run was made on: a release's code on a master commit with its tests."""
-    release: str
-    history: str
-    history_date: str
-
-
 class Cost(Model):
     ratio: float  # after/before, the worst dtype of the target case
     case: str
@@ -298,17 +235,17 @@ class Cost(Model):
 
 class Testing(Model):
     """PR.md's Testing section: DeepSpeed's own tests on the newest tree, and the reduce path's cost."""
-    tree: Optional[Graft]
+    tree: Optional[Graft]  # the newest-upstream tree's
     regression_without_fix: Optional[Counts]
     regression_with_fix: Optional[Counts]
     alst_fix_alone: Optional[Counts]
     alst_failed_fix_alone: list[str]
     alst_with_series: Optional[Counts]
-    affected: Optional[AffectedSuite]
+    affected: Optional[SuiteComparison]
     pre_existing_by_file: dict[str, int]  # tests failing before and after the series, per test file
     cost: Optional[Cost]
-    environment: dict[str, Scalar]
-    cells: list[MatrixCell]  # the package's reproducers on released DeepSpeed, unpatched -> patched
+    environment: Optional[HostEnvironment]
+    cells: list[Cell]  # the package's reproducers on released DeepSpeed, unpatched -> patched
 
 
 class SignOff(Model):
@@ -331,7 +268,7 @@ class PrContext(Model):
     alst: list[AlstRow]
     audit: Optional[Audit]
     numerics: Optional[Numerics]
-    environment: list[EnvRow]
+    environment: list[tuple[HostEnvironment, list[str]]]  # each host the cells ran on, and its backends
     evidence: list[str]
 
 
@@ -360,18 +297,18 @@ def load_context(bundle: Path) -> PrContext:
                      evidence=_evidence(bundle))
 
 
-def _load_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
+def _load_verdicts(bundle: Path) -> dict[str, Verdict]:
     return {path.parent.name: load_verdict(path) for path in sorted((bundle / "results").glob("*/verdict.json"))}
 
 
-def _cells(verdicts: dict[str, dict[str, Any]]) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict]]]:
+def _cells(verdicts: dict[str, Verdict]) -> tuple[list[tuple[str, Verdict]], list[tuple[str, Verdict]]]:
     """(env, verdict) of the pipeline's cells that ran (unpatched or patched) and of those that did not."""
     cells = [(env, v) for env, v in _by_version(verdicts) if env.startswith("patch-and-test-ds")]
-    return ([(env, v) for env, v in cells if v.get("before") or v.get("after")],
-            [(env, v) for env, v in cells if not (v.get("before") or v.get("after"))])
+    return ([(env, v) for env, v in cells if v.before or v.after], [(env, v) for env, v in cells
+                                                                    if not (v.before or v.after)])
 
 
-def _by_version(verdicts: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def _by_version(verdicts: dict[str, Verdict]) -> list[tuple[str, Verdict]]:
     return sorted(verdicts.items(), key=lambda kv: version_key(kv[1]))
 
 
@@ -388,18 +325,13 @@ def rel(bundle: Path, path: str | Path) -> str:
         return p.as_posix()
 
 
-def version_key(verdict: dict[str, Any]) -> tuple:
-    version = (verdict.get("source") or {}).get("version") or verdict.get("env", "")
-    return version_sort_key(version), verdict.get("backend", "")
+def version_key(verdict: Verdict) -> tuple:
+    return version_sort_key(verdict.source.version if verdict.source else verdict.env), verdict.backend
 
 
-def cell_label(verdict: dict[str, Any]) -> str:
-    m = re.search(r"ds([\d.]+)-(\w+)$", verdict.get("env", ""))
-    return f"{m.group(1)} {m.group(2)}" if m else verdict.get("env", "?")
-
-
-def test_counts(outcomes: dict[str, str]) -> Counts:
-    return {k: sum(1 for o in outcomes.values() if o == k) for k in ("passed", "failed", "error", "skipped")}
+def cell_label(verdict: Verdict) -> str:
+    m = re.search(r"ds([\d.]+)-(\w+)$", verdict.env)
+    return f"{m.group(1)} {m.group(2)}" if m else verdict.env
 
 
 def _series(bundle: Path) -> list[Series]:
@@ -450,41 +382,37 @@ def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
     return out
 
 
-def _outcome_counts(results: list[dict[str, Any]], phase: str, needle: str) -> Counts | None:
-    found = {r["test"]: r[phase] for r in results if needle in r["test"] and r.get(phase)}
-    return test_counts(found) if found else None
+def _outcome_counts(results: list, phase: str, needle: str) -> Counts | None:
+    found = {r.test: getattr(r, phase) for r in results if needle in r.test and getattr(r, phase)}
+    return outcome_counts(found) if found else None
 
 
-def _testing(bundle: Path, affected: list[tuple[str, dict[str, Any]]], verdicts: dict[str, dict[str, Any]]) -> Testing:
+def _testing(bundle: Path, affected: list[tuple[str, AffectedVerdict]], verdicts: dict[str, Verdict]) -> Testing:
     """From the newest-upstream tree's affected-tests run (its partial runs too) and the reduce-path benchmark."""
-    from patch_and_test.upstream.job import PARTIALS
-
-    newest = next((data for _, data in affected if data.get("graft")), None)
-    tree = suite = None
-    partial: dict[str, dict[str, Any]] = {}
-    results: list[dict[str, Any]] = []
+    newest = next((data for _, data in affected if data.graft), None)
+    tree = None
+    partial = {}
+    results = []
     if newest is not None:
-        g = newest["graft"]
-        tree = Graft(release=g["release"], history=g["history"], history_date=g["history_date"])
-        partial = {run["name"]: run for run in newest.get("partial", [])}
-        suite = newest.get("suite") or {}
-        results = suite.get("results", [])
+        tree = newest.graft
+        partial = {run.name: run for run in newest.partial}
+        results = newest.suite.results if newest.suite else []
     regression, alst = PARTIALS[0], PARTIALS[1]
     without = partial.get(regression.name)
     alone = partial.get(alst.name)
     table = affected_context([(n, d) for n, d in affected if d is newest]) if newest is not None else None
     return Testing(tree=tree,
-                   regression_without_fix=test_counts(without["outcomes"]) if without else None,
+                   regression_without_fix=without.counts if without else None,
                    regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
-                   alst_fix_alone=test_counts(alone["outcomes"]) if alone else None,
+                   alst_fix_alone=alone.counts if alone else None,
                    alst_failed_fix_alone=sorted(
-                       t.split("::")[-1] for t, o in (alone or {}).get("outcomes", {}).items()
+                       t.split("::")[-1] for t, o in (alone.outcomes if alone else {}).items()
                        if o in ("failed", "error")),
                    alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
-                   affected=table.trees[0].suite if table and table.trees else None,
+                   affected=table.trees[0][1].suite if table and table.trees else None,
                    pre_existing_by_file=_per_file(table.reasons if table else []),
                    cost=_cost(bundle),
-                   environment=(newest or {}).get("environment") or {},
+                   environment=newest.environment if newest else None,
                    cells=(_matrix(bundle, verdicts) or Matrix(cells=[], rows=[], skipped=[])).cells)
 
 
@@ -519,60 +447,37 @@ def _fix(series: list[Series]) -> Fix | None:
                backports_from=min(s.min_version for s in backports) if backports else None)
 
 
-def affected_results(root: Path) -> list[tuple[str, dict[str, Any]]]:
+def affected_results(root: Path) -> list[tuple[str, AffectedVerdict]]:
     """(tree name, affected.json) under ``root``: the newest-upstream tree, master, then the newest tree first."""
     found = [(p.parent.name, load_affected(p)) for p in sorted(root.glob("*/affected.json"))]
-    return sorted(
-        found,
-        key=lambda f:
-        (f[0] != "newest-upstream", f[0] != "master", [-n for n in version_sort_key(f[1].get("version") or "")]))
+    return sorted(found,
+                  key=lambda f:
+                  (f[0] != "newest-upstream", f[0] != "master", [-n for n in version_sort_key(f[1].version or "")]))
 
 
-def affected_context(found: list[tuple[str, dict[str, Any]]]) -> AffectedTable:
+def affected_context(found: list[tuple[str, AffectedVerdict]]) -> AffectedTable:
     """Per tree: the selection's tests before and after the series, and the pre-existing failures' reasons."""
-    trees, reasons = [], {}
+    reasons = {}
     for name, data in found:
-        s = data.get("suite") or {}
-        suite = None
+        s = data.suite
         if s:
-            suite = AffectedSuite(tier=s["tier"],
-                                  files=len(s["files"]),
-                                  collected_before=s["collected_before"],
-                                  collected_after=s["collected_after"],
-                                  before=s["before"],
-                                  after=s["after"],
-                                  regressions=len(s["regressions"]),
-                                  pre_existing=len(s["pre_existing"]),
-                                  fixed=len(s["fixed"]),
-                                  new=sum(1 for r in s["results"] if r["category"] == "new"),
-                                  flaky=len(s["flaky"]),
-                                  wall_s_before=s["wall_s_before"],
-                                  wall_s_after=s["wall_s_after"])
-            found_reasons = [(r["category"], r["test"], r["reason"]) for r in s["results"]
-                             if r["category"] in ("pre-existing", "regression", "flaky")]
-            found_reasons += [("not collectable", path, why)
-                              for path, why in sorted((s.get("not_collectable") or {}).items())]
+            found_reasons = [(r.category, r.test, r.reason) for r in s.results
+                             if r.category in ("pre-existing", "regression", "flaky")]
+            found_reasons += [("not collectable", path, why) for path, why in sorted(s.not_collectable.items())]
             for key in found_reasons:
                 reasons.setdefault(key, set()).add(name)
-        trees.append(
-            AffectedTree(name=name,
-                         outcome=data.get("outcome"),
-                         error=data.get("error"),
-                         version=data.get("version"),
-                         base=data.get("base") or "",
-                         suite=suite))
     ordered = sorted(reasons.items(), key=lambda kv: f"{kv[0][0]}: `{kv[0][1]}`: {kv[0][2]}")
     return AffectedTable(
-        trees=trees, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names)) for (k, t, w), names in ordered])
+        trees=found, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names)) for (k, t, w), names in ordered])
 
 
-def _gradscale_ratios(bundle: Path, check: dict[str, Any]) -> dict[tuple[str, str, str], float]:
-    if not check.get("report") or check.get("script") not in GRAD_SCALE_SCRIPTS:
+def _gradscale_ratios(bundle: Path, check: ReproCheck) -> dict[tuple[str, str, str], float]:
+    if not check.report or check.script not in GRAD_SCALE_SCRIPTS:
         return {}
-    path = bundle / rel(bundle, check["report"])
+    path = bundle / rel(bundle, check.report)
     if not path.exists():
         return {}
-    return {(check["script"], r.config, r.param): r.ratio for r in load_gradscale_report(path).rows}
+    return {(check.script, r.config, r.param): r.ratio for r in load_gradscale_report(path).rows}
 
 
 GRAD_SCALE_SCRIPTS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
@@ -586,14 +491,14 @@ def _config_order(config: str) -> int:
     return _ORDER.index(config) if config in _ORDER else len(_ORDER)
 
 
-def _matrix(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Matrix | None:
+def _matrix(bundle: Path, verdicts: dict[str, Verdict]) -> Matrix | None:
     ran, skipped = _cells(verdicts)
     if not ran and not skipped:
         return None
     table: dict[tuple[str, str, str], dict[str, RatioPair]] = {}
     for env, v in ran:
-        before = {k: r for c in v["before"] for k, r in _gradscale_ratios(bundle, c).items()}
-        after = {k: r for c in v["after"] for k, r in _gradscale_ratios(bundle, c).items()}
+        before = {k: r for c in v.before for k, r in _gradscale_ratios(bundle, c).items()}
+        after = {k: r for c in v.after for k, r in _gradscale_ratios(bundle, c).items()}
         for key in set(before) | set(after):
             table.setdefault(key, {})[env] = RatioPair(before=before.get(key), after=after.get(key))
     rows = [
@@ -601,64 +506,41 @@ def _matrix(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Matrix | None:
         for (script, config,
              param), row in sorted(table.items(), key=lambda kv: (kv[0][0], _config_order(kv[0][1]), kv[0][2]))
     ]
-    cells = [
-        MatrixCell(label=cell_label(v),
-                   verdict=rel(bundle,
-                               Path("results") / env / "verdict.json"),
-                   outcome=v["outcome"],
-                   exit_code=v["exit_code"],
-                   deepspeed_before=v.get("deepspeed_before"),
-                   deepspeed_after=v.get("deepspeed_after"),
-                   series=(v.get("series") or {}).get("name")) for env, v in ran
-    ]
-    return Matrix(
-        cells=cells,
-        rows=rows,
-        skipped=[SkippedCell(label=cell_label(v), outcome=v["outcome"], error=v.get("error")) for _, v in skipped])
+
+    def cells(found: list[tuple[str, Verdict]]) -> list[Cell]:
+        return [Cell(label=cell_label(v), path=f"results/{env}/verdict.json", verdict=v) for env, v in found]
+
+    return Matrix(cells=cells(ran), rows=rows, skipped=cells(skipped))
 
 
-def _tests(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Tests | None:
+def _tests(bundle: Path, verdicts: dict[str, Verdict]) -> Tests | None:
     cells = []
     for env, v in _by_version(verdicts):
-        tests = [
-            TestRow(name=t["name"], counts=test_counts(t["outcomes"]), junit=rel(bundle, t["junit"]))
-            for t in v.get("tests", [])
-        ]
-        suites = [
-            SuiteRow(name=s["name"],
-                     tier=s.get("tier"),
-                     files=len(s.get("files", [])),
-                     before=s["before"],
-                     after=s["after"],
-                     regressions=len(s["regressions"]),
-                     pre_existing=len(s["pre_existing"]),
-                     flaky=len(s.get("flaky", [])),
-                     wall_s_before=s.get("wall_s_before"),
-                     wall_s_after=s.get("wall_s_after"),
-                     after_dir=rel(bundle,
-                                   Path("results") / env / "after")) for s in v.get("suites", [])
-        ]
-        if tests or suites:
-            cells.append(CellTests(label=cell_label(v), tests=tests, suites=suites))
+        if v.tests or v.suites:
+            cells.append(
+                CellTests(label=cell_label(v),
+                          tests=[(t, rel(bundle, t.junit)) for t in v.tests],
+                          suites=v.suites,
+                          after_dir=f"results/{env}/after"))
     if not cells:
         return None
-    pre = sorted({t for v in verdicts.values() for s in v.get("suites", []) for t in s["pre_existing"]})
+    pre = sorted({t for v in verdicts.values() for s in v.suites for t in s.pre_existing})
     return Tests(cells=cells, pre_existing=pre)
 
 
-def _checks(bundle: Path, verdicts: dict[str, dict[str, Any]], script: str, load):
+def _checks(bundle: Path, verdicts: dict[str, Verdict], script: str, load):
     """(verdict, phase, check, report) of every check of ``script`` whose report the bundle carries."""
     for _env, v in _by_version(verdicts):
         for phase in ("before", "after"):
-            for check in v.get(phase, []):
-                if check.get("script") != script or not check.get("report"):
+            for check in getattr(v, phase):
+                if check.script != script or not check.report:
                     continue
-                path = bundle / rel(bundle, check["report"])
+                path = bundle / rel(bundle, check.report)
                 if path.exists():
                     yield v, phase, check, load(path)
 
 
-def _alst(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> list[AlstRow]:
+def _alst(bundle: Path, verdicts: dict[str, Verdict]) -> list[AlstRow]:
     """The ALST recipe reproducer, before and after, in every cell that ran it."""
     rows = []
     for v, phase, check, report in _checks(bundle, verdicts, "alst_recipe", load_alst_report):
@@ -669,30 +551,30 @@ def _alst(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> list[AlstRow]:
         rows.append(
             AlstRow(cell=cell_label(v),
                     phase=phase,
-                    report=rel(bundle, check["report"]),
+                    report=rel(bundle, check.report),
                     deepspeed=report.deepspeed_version,
-                    pattern=check["pattern"],
+                    pattern=check.pattern,
                     spans=[Span(lo=min(s), hi=max(s)) if s else None for s in spans]))
     return rows
 
 
-def _audit(bundle: Path, verdicts: dict[str, dict[str, Any]]) -> Audit | None:
+def _audit(bundle: Path, verdicts: dict[str, Verdict]) -> Audit | None:
     """The parity audit's counts per cell, before and after, and the known upstream discrepancies."""
     rows, known, writeups = [], {}, {}
     for v, phase, check, report in _checks(bundle, verdicts, "parity_audit", load_audit_report):
         rows.append(
             AuditRow(cell=cell_label(v),
                      phase=phase,
-                     report=rel(bundle, check["report"]),
-                     mode=report.get("mode", "?"),
-                     expect=check["expect"],
-                     holds=check["exit_code"] == 0,
-                     layouts=[f"{t['sp']}x{t['dp']}" for t in report.get("topologies", [])],
-                     counts=report["summary"]["counts"]))
-        for kid, n in (report["summary"].get("known_points") or {}).items():
+                     report=rel(bundle, check.report),
+                     mode=report.mode,
+                     expect=check.expect,
+                     holds=check.holds,
+                     layouts=[f"{t.sp}x{t.dp}" for t in report.topologies],
+                     counts=report.summary.counts.model_dump()))
+        for kid, n in report.summary.known_points.items():
             if n:
                 known.setdefault(kid, set()).add(cell_label(v).split()[0])
-        writeups.update({k["id"]: k.get("writeup", "") for k in report.get("known", [])})
+        writeups.update({k.id: k.writeup for k in report.known})
     if not rows:
         return None
     hits = []
@@ -750,16 +632,13 @@ def _numerics(bundle: Path) -> Numerics | None:
                     conclusion=data.get("conclusion") or None)
 
 
-def _environment(verdicts: dict[str, dict[str, Any]]) -> list[EnvRow]:
-    envs: dict[tuple, set] = {}
+def _environment(verdicts: dict[str, Verdict]) -> list[tuple[HostEnvironment, list[str]]]:
+    """The hosts the cells ran on (the versions and counts PR.md shows), each with the backends it ran."""
+    envs: dict[tuple, tuple[HostEnvironment, set[str]]] = {}
     for v in verdicts.values():
-        e = v.get("environment") or {}
-        key = (e.get("os"), e.get("python"), e.get("torch"), e.get("machine"), e.get("cpus"), e.get("gpus"))
-        envs.setdefault(key, set()).add(v.get("backend"))
-    return [
-        EnvRow(os=os_, python=py, torch=torch, machine=machine, cpus=cpus, gpus=gpus, backends=sorted(backends))
-        for (os_, py, torch, machine, cpus, gpus), backends in sorted(envs.items(), key=str)
-    ]
+        if (e := v.environment) is not None:
+            envs.setdefault((e.os, e.python, e.torch, e.machine, e.cpus, e.gpus), (e, set()))[1].add(v.backend)
+    return [(e, sorted(backends)) for _, (e, backends) in sorted(envs.items(), key=lambda kv: str(kv[0]))]
 
 
 def _evidence(bundle: Path) -> list[str]:

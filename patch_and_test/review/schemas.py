@@ -32,6 +32,7 @@ SUFFIX = ".schema.json"
 # name (the file docs/schemas/<name>.schema.json) -> the model, by dotted name.
 MODELS = {
     "verdict": "patch_and_test.job.verdict.Verdict",
+    "affected": "patch_and_test.upstream.job.AffectedVerdict",
     "repro-report": "repro.gradscale.report.Report",
     "parity-audit": "repro.audit.report.AuditReport",
     "alst-recipe-report": "repro.alst.report.AlstReport",

@@ -29,12 +29,14 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
-import json
 import keyword
 import re
 import sys
 from pathlib import Path
+
 from patch_and_test.core.errors import CommandParser
+from repro.harness.files import write_json
+from repro.harness.report import Record
 
 MIN_NAME_LENGTH = 4
 GENERIC_SHARE = 0.10  # a name in more than this share of the test files selects nothing ...
@@ -62,22 +64,19 @@ class FileChange:
     hunks: tuple[Hunk, ...]
 
 
-@dataclasses.dataclass(frozen=True)
-class ChangedName:
+class ChangedName(Record):
     name: str
     kind: str  # "enclosing" | "reads"
     where: str  # "<file>: <patch>"
     also_as: tuple[str, ...] = ()  # the mangled spelling of a private method
 
 
-@dataclasses.dataclass(frozen=True)
-class SelectedFile:
+class SelectedFile(Record):
     path: str  # relative to the tree, e.g. tests/unit/v1/moe/test_autoep_unit.py
     reasons: tuple[str, ...]
 
 
-@dataclasses.dataclass(frozen=True)
-class Selection:
+class Selection(Record):
     files: tuple[SelectedFile, ...]
     names: tuple[ChangedName, ...]  # the names that selected
     generic: tuple[str, ...]  # changed names dropped as too generic
@@ -87,9 +86,6 @@ class Selection:
     @property
     def paths(self) -> list[str]:
         return [f.path for f in self.files]
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def describe(self) -> str:
         lines = [f"{len(self.files)} of {self.test_files_scanned} test files can reach the series' changes:"]
@@ -211,7 +207,7 @@ def changed_names(changes: list[FileChange], tree: Path) -> list[ChangedName]:
     def add(name: str, kind: str, where: str, also_as: tuple[str, ...] = ()) -> None:
         key = (name, kind)
         if key not in found:
-            found[key] = ChangedName(name, kind, where, also_as)
+            found[key] = ChangedName(name=name, kind=kind, where=where, also_as=also_as)
 
     for change in changes:
         if not _is_source(change.path):
@@ -295,9 +291,13 @@ def select(changes: list[FileChange], tree: Path) -> Selection:
         text = (tree / h).read_text(errors="replace")
         why = tuple(f"names {n.name}" for n in names if _named_in(text, n))
         if why:
-            helpers.append(SelectedFile(h, why))
-    files = tuple(SelectedFile(p, tuple(dict.fromkeys(r))) for p, r in sorted(reasons.items()))
-    return Selection(files, tuple(names), tuple(sorted(set(generic))), tuple(helpers), len(tests))
+            helpers.append(SelectedFile(path=h, reasons=why))
+    files = tuple(SelectedFile(path=p, reasons=tuple(dict.fromkeys(r))) for p, r in sorted(reasons.items()))
+    return Selection(files=files,
+                     names=tuple(names),
+                     generic=tuple(sorted(set(generic))),
+                     helpers=tuple(helpers),
+                     test_files_scanned=len(tests))
 
 
 def select_for_series(series_dir: Path, tree: Path) -> Selection:
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     selection = select_for_series(args.series, args.tree)
     print(selection.describe())
     if args.json:
-        args.json.write_text(json.dumps(selection.to_dict(), indent=2) + "\n")
+        write_json(args.json, selection.model_dump(mode="json"))
     return 0
 
 

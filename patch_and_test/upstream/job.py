@@ -4,8 +4,8 @@ The landing-safety part of patch-and-test on its own, for a DeepSpeed checkout a
 folder: no install, no reproducers (DeepSpeed's tests import deepspeed from the tree through
 PYTHONPATH). It clones the checkout (never modifies it), selects the affected test files
 (``affected``), runs them on the base commit, applies the series with ``git am``, runs them again,
-reruns every passed-before/failed-after test, and writes ``affected.json`` (the selection and
-the ``upstream_suite.SuiteComparison``).
+reruns every passed-before/failed-after test, and writes ``affected.json`` (``AffectedVerdict``: the
+selection and the ``upstream_suite.SuiteComparison``; schema ``docs/schemas/affected.schema.json``).
 
 exit codes: 0 no regression; 6 regression (errors.Exit.REGRESSION); 2 error (bad input, a run
 that crashed, hit its deadline or collected fewer tests after); 4 the series does not apply.
@@ -15,52 +15,70 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, computed_field
 
 from patch_and_test.upstream import affected
 from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
 from patch_and_test.upstream import suite as upstream_suite
 from patch_and_test.core.errors import CommandParser, Exit, PipelineError
-from repro.harness.env import host_environment
+from patch_and_test.core.checks import ended_early
+from repro.harness.env import HostEnvironment, host_environment
+from repro.harness.report import JsonReport
+
+SCHEMA = "zero3-sp-gradfix/affected/v1"
+AffectedOutcome = Literal["no-regression", "regression", "error", "series-does-not-apply", "skipped", "already-fixed"]
 
 
-@dataclasses.dataclass
-class AffectedVerdict:
-    source: str
+class AffectedVerdict(JsonReport):
+    """``affected.json``: the selection, its tests before and after the series, one outcome and exit code."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
+
+    source: str = Field(description="the checkout's folder name, or newest-upstream")
     series: str
     version: str | None = None  # the tree's version.txt
     base: str | None = None
     head: str | None = None
     selection: affected.Selection | None = None
-    only: list[str] = dataclasses.field(default_factory=list)  # the selection was narrowed to these files
-    graft: dict | None = None  # a newest-upstream tree: the release and the master commit it is made of
-    # The series' own tests on part of it (``PARTIALS``): each must fail there for its test to prove anything.
-    partial: list[upstream_suite.SuiteRun] = dataclasses.field(default_factory=list)
-    environment: dict = dataclasses.field(default_factory=dict)  # repro.harness.env.host_environment
+    only: list[str] = Field(default_factory=list, description="the selection was narrowed to these files")
+    graft: source_mod.Graft | None = Field(None, description="a newest-upstream tree: the release and master commit")
+    partial: list[upstream_suite.SuiteRun] = Field(
+        default_factory=list,
+        description="the series' own tests on part of it (PARTIALS): each must fail there to prove anything")
+    environment: HostEnvironment | None = None  # absent in files written before it was recorded
     suite: upstream_suite.SuiteComparison | None = None
     error: str | None = None
-    error_exit: int | None = None
+    error_exit: Exit | None = None
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AffectedVerdict:
+        # Files written before this model (docs/affected-results) carry no schema name.
+        return super().from_dict({"schema": SCHEMA, **data})
+
+    @computed_field(description="no-regression, regression, or as patch_and_test.job.verdict.ended_early says")
     @property
-    def outcome(self) -> tuple[str, Exit]:
+    def outcome(self) -> AffectedOutcome:
+        return self.decision()[0]
+
+    @computed_field(description="the job's exit code for the outcome (patch_and_test.core.errors.Exit)")
+    @property
+    def exit_code(self) -> int:
+        return int(self.decision()[1])
+
+    def decision(self) -> tuple[AffectedOutcome, Exit]:
         if self.error is not None:
-            code = Exit(self.error_exit if self.error_exit is not None else Exit.ERROR)
-            return ("series-does-not-apply" if code == Exit.SERIES_DOES_NOT_APPLY else "error"), code
+            return ended_early(self.error_exit)
         if self.suite is None or self.suite.status == "error":
             return "error", Exit.ERROR
         if self.suite.status == "regression":
             return "regression", Exit.REGRESSION
         return "no-regression", Exit.OK
-
-    def write(self, path: Path) -> None:
-        data = dataclasses.asdict(self)
-        name, code = self.outcome
-        data.update(outcome=name, exit_code=int(code))
-        path.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def series_from_dir(directory: Path) -> series_mod.Series:
@@ -125,14 +143,16 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
         subset = dataclasses.replace(series, patches=patches)
         series_mod.apply_series(tree.path, subset)
         try:
-            run = upstream_suite.run_suite(part.name, tree.path, files, results / "partial", **{
-                **kwargs, "keep": (part.test_class, )
-            })
+            run = upstream_suite.run_tier(part.name,
+                                          tree.path,
+                                          files,
+                                          results / "partial",
+                                          keep=(part.test_class, ),
+                                          **kwargs)
             # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
             runs.append(
-                dataclasses.replace(run,
-                                    log=os.path.relpath(run.log, results),
-                                    record=os.path.relpath(run.record, results)))
+                run.model_copy(
+                    update=dict(log=os.path.relpath(run.log, results), record=os.path.relpath(run.record, results))))
             print(f"{part.name}: {runs[-1].counts}", flush=True)
         finally:
             series_mod.git(tree.path, "reset", "-q", "--hard", tree.base)
@@ -159,7 +179,7 @@ def run(src: Path | None,
         chosen = series_from_dir(series_dir)
         if src is None:
             tree = source_mod.from_newest_upstream(f"affected-{series_dir.name}")
-            verdict.graft = dataclasses.asdict(tree.graft)
+            verdict.graft = tree.graft
         else:
             tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
         verdict.base = series_mod.git(tree.path, "rev-parse", "HEAD").stdout.strip()
@@ -168,24 +188,22 @@ def run(src: Path | None,
         verdict.selection = selection
         print(selection.describe(), flush=True)
         files = [f for f in selection.paths if not only or f in only]
-        kwargs = dict(tier=tier,
-                      keep=upstream_suite.QUICK_TIER_CLASSES,
-                      timeout=upstream_suite.TIMEOUT[tier],
-                      workers=workers)
-        before = upstream_suite.run_suite("before", tree.path, files, results / "before", **kwargs)
+        kwargs = dict(tier=tier, workers=workers)
+        before = upstream_suite.run_tier("before", tree.path, files, results / "before", **kwargs)
         print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
         with_roles = manifest_series(series_dir)
         if with_roles is not None and not only:
             verdict.partial = run_partials(tree, with_roles, results, **kwargs)
         applied = series_mod.apply_series(tree.path, chosen)
         verdict.head = applied.head
-        after = upstream_suite.run_suite("after", tree.path, files, results / "after", **kwargs)
+        after = upstream_suite.run_tier("after", tree.path, files, results / "after", **kwargs)
         print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
-        reruns = upstream_suite.rerun(tree.path,
-                                      upstream_suite.rerun_candidates(before, after),
-                                      results / "after",
-                                      workers=workers)
-        verdict.suite = upstream_suite.compare("upstream affected tests", before, after, reruns)
+        verdict.suite = upstream_suite.compare_after_reruns("upstream affected tests",
+                                                            tree.path,
+                                                            before,
+                                                            after,
+                                                            results / "after",
+                                                            workers=workers)
         print("\n".join(verdict.suite.describe()), flush=True)
     except PipelineError as err:
         verdict.error, verdict.error_exit = str(err), int(err.exit_code)
@@ -226,11 +244,10 @@ def main(argv: list[str] | None = None) -> int:
                   tier=args.tier,
                   only=args.only,
                   workers=args.workers)
-    name, code = verdict.outcome
     if verdict.error:
         print(f"error: {verdict.error}", file=sys.stderr)
-    print(f"outcome: {name} (exit {int(code)}); {args.results.resolve() / 'affected.json'}")
-    return int(code)
+    print(f"outcome: {verdict.outcome} (exit {verdict.exit_code}); {args.results.resolve() / 'affected.json'}")
+    return verdict.exit_code
 
 
 if __name__ == "__main__":

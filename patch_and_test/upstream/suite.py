@@ -24,7 +24,6 @@ collected here (a missing optional dependency) is listed with its reason, not dr
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -32,7 +31,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from patch_and_test.core.checks import run_logged
+from patch_and_test.core.checks import outcome_counts, run_logged
+from repro.harness.report import Record
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"
 PLUGIN = "zero3_sp_record"
@@ -49,8 +49,7 @@ RERUNS = 2  # a passed-before / failed-after test runs this many more times befo
 BAD = ("failed", "error")
 
 
-@dataclasses.dataclass(frozen=True)
-class SuiteRun:
+class SuiteRun(Record):
     """One pytest run of the selection on one tree."""
 
     name: str  # e.g. "before"
@@ -74,15 +73,14 @@ class SuiteRun:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {k: sum(1 for o in self.outcomes.values() if o == k) for k in ("passed", "failed", "error", "skipped")}
+        return outcome_counts(self.outcomes)
 
     @property
     def crashed(self) -> bool:
         return self.timed_out or self.exit_code not in (0, 1)
 
 
-@dataclasses.dataclass(frozen=True)
-class TestResult:
+class TestResult(Record):
     test: str
     before: str | None  # None: not there
     after: str | None
@@ -91,8 +89,7 @@ class TestResult:
     reruns: tuple[str, ...] = ()
 
 
-@dataclasses.dataclass
-class SuiteComparison:
+class SuiteComparison(Record):
     """The selection before and after the series: the suite's status and every test's category."""
 
     name: str
@@ -113,6 +110,11 @@ class SuiteComparison:
     wall_s_before: float = 0.0
     wall_s_after: float = 0.0
     deselected_by_tier: int = 0
+
+    @property
+    def new(self) -> list[str]:
+        """The tests only the after run has (the series adds them), passed."""
+        return [r.test for r in self.results if r.category == "new"]
 
     def describe(self) -> list[str]:
         lines = [
@@ -199,7 +201,7 @@ def compare(name: str,
             category, reason = "fixed", ""
         else:  # passed before, failed after
             category = "flaky" if "passed" in again else "regression"
-        results.append(TestResult(test, b, a, category, reason if category != "skipped" else reason, again))
+        results.append(TestResult(test=test, before=b, after=a, category=category, reason=reason, reruns=again))
 
     errors = []
     for run in (before, after):
@@ -321,22 +323,54 @@ def run_suite(name: str,
         f"--zero3-sp-tier={tier}", *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors", "-rfE",
         *(["-n", str(workers)] if workers else []), *targets
     ]
-    if not targets:
+    if not targets:  # pytest's "no tests collected", without starting it; the record stays absent (empty)
         log.write_text("nothing to run\n")
-        return SuiteRun(name, tier, files, 5, False, 0.0, {}, {}, {}, {}, 0, str(log), str(record), workers)
-    _drop_bytecode(tree)
-    code, wall = run_logged(cmd,
-                            log,
-                            timeout=timeout,
-                            cwd=tree / "tests",
-                            env={
-                                **os.environ,
-                                **pytest_env(tree),
-                                **hub_env()
-                            })
+        code, wall = 5, 0.0
+    else:
+        _drop_bytecode(tree)
+        code, wall = run_logged(cmd,
+                                log,
+                                timeout=timeout,
+                                cwd=tree / "tests",
+                                env={
+                                    **os.environ,
+                                    **pytest_env(tree),
+                                    **hub_env()
+                                })
     outcomes, messages, broken, ranks, deselected = read_record(record)
-    return SuiteRun(name, tier, files, code, wall >= timeout, wall, outcomes, messages, broken, ranks, deselected,
-                    str(log), str(record), workers)
+    return SuiteRun(name=name,
+                    tier=tier,
+                    files=files,
+                    log=str(log),
+                    record=str(record),
+                    workers=workers,
+                    exit_code=code,
+                    timed_out=wall > 0 and wall >= timeout,
+                    wall_s=wall,
+                    outcomes=outcomes,
+                    messages=messages,
+                    not_collectable=broken,
+                    ranks=ranks,
+                    deselected=deselected)
+
+
+def run_tier(name: str,
+             tree: Path,
+             files: list[str],
+             out_dir: Path,
+             *,
+             tier: str,
+             workers: int,
+             keep: tuple[str, ...] = QUICK_TIER_CLASSES) -> SuiteRun:
+    """``files`` of the selection in ``tier``, with the tier's deadline (the jobs' before and after runs)."""
+    return run_suite(name, tree, files, out_dir, tier=tier, keep=keep, timeout=TIMEOUT[tier], workers=workers)
+
+
+def compare_after_reruns(name: str, tree: Path, before: SuiteRun, after: SuiteRun, out_dir: Path, *,
+                         workers: int) -> SuiteComparison:
+    """Every passed-before/failed-after test rerun (``RERUNS`` times), then the two runs compared."""
+    reruns = rerun(tree, rerun_candidates(before, after), out_dir, workers=workers)
+    return compare(name, before, after, reruns)
 
 
 def _drop_bytecode(tree: Path) -> None:

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from pathlib import Path
 
 from repro.alst import tiny_llama
 from repro.harness import exit_codes
+from repro.harness.files import write_json
 
 
 def _batches(steps: int, seq_len: int = 16):
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
               f"steps clipped {r['steps_clipped']}  update rel diff {r['update_rel_diff']:.2e}  "
               f"(|update| {r['update_norm_1x']:.4e} vs {r[f'update_norm_{args.sp}x']:.4e})")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        write_json(args.json, results)
     return 0
 
 

@@ -10,6 +10,8 @@ import platform
 import sys
 from pathlib import Path
 
+from repro.harness.report import Record
+
 CACHE_VAR = "ZERO3_SP_CACHE"
 
 
@@ -61,22 +63,33 @@ def rank_environment(backend: str, world_size: int, local_world_size: int) -> di
     return env
 
 
-def host_environment(backend: str) -> dict:
+class HostEnvironment(Record):
     """What a result ran on, as reports record it: versions and counts, never this machine's paths."""
+
+    os: str
+    python: str
+    torch: str | None
+    transformers: str | None = None  # absent in results written before it was recorded
+    backend: str
+    device: str
+    gpus: int
+    cpus: int | None
+    machine: str
+
+
+def host_environment(backend: str) -> HostEnvironment:
     from repro.harness.cli import gpu_count
 
     def version(dist: str) -> str | None:
         found = _safe_version(dist)
         return None if found == "none" else found
 
-    return {
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "torch": version("torch"),
-        "transformers": version("transformers"),
-        "backend": backend,
-        "device": "cuda" if backend == "nccl" else "cpu",
-        "gpus": gpu_count(),
-        "cpus": os.cpu_count(),
-        "machine": platform.machine()
-    }
+    return HostEnvironment(os=platform.platform(),
+                           python=platform.python_version(),
+                           torch=version("torch"),
+                           transformers=version("transformers"),
+                           backend=backend,
+                           device="cuda" if backend == "nccl" else "cpu",
+                           gpus=gpu_count(),
+                           cpus=os.cpu_count(),
+                           machine=platform.machine())

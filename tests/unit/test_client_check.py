@@ -37,17 +37,18 @@ def test_allgather_clients_warn_for_both_stages_and_unjudged_ones_never():
 
 
 def test_the_verdict_records_and_shows_them():
+    warning = warnings_for([TF525], "0.19.8", fixed=True, marker=True)[0]
     v = Verdict(env="e",
-                source={},
+                source=None,
                 series=None,
                 deepspeed_before=None,
                 deepspeed_after=None,
                 backend="gloo",
-                steps=[Step("after: downstream clients", "warning", "1")],
+                steps=[Step(name="after: downstream clients", status="warning", detail="1")],
                 before=[],
                 after=[],
                 tests=[],
-                suites=[])
-    v.client_warnings = [{"message": "transformers 5.25.0 + x: gradients 2x"}]
-    assert v.to_dict()["client_warnings"][0]["message"].startswith("transformers")
-    assert summary_table(v).splitlines()[-1] == "WARNING: transformers 5.25.0 + x: gradients 2x"
+                suites=[],
+                client_warnings=[warning])
+    assert Verdict.from_dict(v.to_dict()).client_warnings == [warning]
+    assert summary_table(v).splitlines()[-1] == f"WARNING: {warning.message}"

@@ -68,7 +68,7 @@ def test_the_context_is_typed_and_read_only():
 
     ctx = load_context(FIXTURES / "bundle")
     assert isinstance(ctx, PrContext)
-    assert [c.label for c in ctx.testing.cells] == ["0.14.5 gloo"] and ctx.testing.cells[0].outcome == "fixed"
+    assert [c.label for c in ctx.testing.cells] == ["0.14.5 gloo"] and ctx.testing.cells[0].verdict.outcome == "fixed"
     assert ctx.fix is not None and ctx.fix.master.name == "master"
     assert ctx.matrix is not None and ctx.matrix.rows[0].values[0].before is not None
     with pytest.raises(pydantic.ValidationError):

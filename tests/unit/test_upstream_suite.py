@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -20,9 +19,20 @@ def run(name: str,
         broken: dict[str, str] | None = None) -> us.SuiteRun:
     if exit_code is None:
         exit_code = 1 if any(o in ("failed", "error") for o in outcomes.values()) else 0
-    return us.SuiteRun(name, "quick", ["tests/unit/test_a.py"], exit_code, timed_out, 12.0, outcomes, messages or {},
-                       broken or {}, {t: False
-                                      for t in outcomes}, 3, f"{name}.log", f"{name}.jsonl")
+    return us.SuiteRun(name=name,
+                       tier="quick",
+                       files=["tests/unit/test_a.py"],
+                       exit_code=exit_code,
+                       timed_out=timed_out,
+                       wall_s=12.0,
+                       outcomes=outcomes,
+                       messages=messages or {},
+                       not_collectable=broken or {},
+                       ranks={t: False
+                              for t in outcomes},
+                       deselected=3,
+                       log=f"{name}.log",
+                       record=f"{name}.jsonl")
 
 
 def categories(c: us.SuiteComparison) -> dict[str, str]:
@@ -215,11 +225,17 @@ def verdict_with(suite: us.SuiteComparison | None, *, bug_seen: bool = True):
     from patch_and_test.job.verdict import Verdict
 
     def check(phase: str, holds: bool) -> ReproCheck:
-        return ReproCheck(f"{phase}/zero3_sp_grad_scale", "zero3_sp_grad_scale", "x", 0 if holds else 1, "fixed", None,
-                          "log", 1.0)
+        return ReproCheck(name=f"{phase}/zero3_sp_grad_scale",
+                          script="zero3_sp_grad_scale",
+                          expect="x",
+                          exit_code=0 if holds else 1,
+                          pattern="fixed",
+                          report=None,
+                          log="log",
+                          duration_s=1.0)
 
     return Verdict(env="e",
-                   source={},
+                   source=None,
                    series=None,
                    deepspeed_before="0.19.6",
                    deepspeed_after="0.19.6",
@@ -284,13 +300,12 @@ def test_bug_not_reproduced_still_comes_before_a_regression():
 
 def test_a_before_run_the_tier_emptied_is_not_a_crash():
     # v0.16.9's quick tier: every selected test starts ranks, and the regression test is new.
-    empty = us.SuiteRun("before", "quick", ["tests/unit/t.py"], 5, False, 12.0, {}, {}, {}, {}, 214, "b.log",
-                        "b.jsonl")
+    empty = run("before", {}, exit_code=5).model_copy(update={"deselected": 214})
     after = run("after", {"t::new": "passed"})
     c = us.compare("s", empty, after)
     assert c.status == "ok" and categories(c) == {"t::new": "new"}
     # Nothing collected at all (no tier deselected anything): still an error.
-    nothing = dataclasses.replace(empty, deselected=0)
+    nothing = empty.model_copy(update={"deselected": 0})
     assert us.compare("s", nothing, after).status == "error"
     # An after run the tier emptied records no test: an error whatever the before run did.
-    assert us.compare("s", empty, dataclasses.replace(empty, name="after")).status == "error"
+    assert us.compare("s", empty, empty.model_copy(update={"name": "after"})).status == "error"
