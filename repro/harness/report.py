@@ -141,5 +141,5 @@ def text_table(header: Sequence[str],
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     widths = [min(w, (max_widths or {}).get(i, w)) for i, w in enumerate(widths)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    out = [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths))]
     return out + [fmt.format(*line).rstrip() for line in lines]
