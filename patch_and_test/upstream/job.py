@@ -7,8 +7,8 @@ PYTHONPATH). It clones the checkout (never modifies it), selects the affected te
 reruns every passed-before/failed-after test, and writes ``affected.json`` (the selection and
 the ``upstream_suite.SuiteComparison``).
 
-exit codes: 0 no regression; 6 regression (errors.Exit.REGRESSION); 2 error (bad input, a run
-that crashed, hit its deadline or collected fewer tests after); 4 the series does not apply.
+exit codes (``errors.Exit``): OK when no test regressed, REGRESSION, ERROR (also for a run that crashed, hit its
+deadline or collected fewer tests after) or SERIES_DOES_NOT_APPLY.
 """
 
 from __future__ import annotations
