@@ -40,12 +40,13 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import ROOT, default_python, environment, write_result  # noqa: E402
+from repro.gradscale.space import SCRIPTS  # noqa: E402
 
 TAG_VAR = "ZERO3_SP_STRESS_TAG"
 REPRO = ROOT / "repro"
-TWO_RANK = ("zero3_sp_grad_scale.py", "zero3_sp_mixed_bucket.py")
+TWO_RANK = tuple(f"{s}.py" for s in SCRIPTS)
 DEADLINE_S = 300.0  # the reproducers' own default --timeout
 MARGIN_S = 60.0  # on top of it before the stress loop calls a launch hung
 FAULTS = 4  # kill-rank, sigint-parent, unwritable-results, deadline

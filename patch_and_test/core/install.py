@@ -21,7 +21,7 @@ from pathlib import Path
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.errors import CommandParser, PipelineError
 from patch_and_test.core.gitrun import git, git_out
-from repro.harness.env import cache_root
+from repro.harness.env import cache_root, dist_version
 
 
 class InstallFailed(PipelineError):
@@ -149,10 +149,9 @@ def _site_packages() -> Path:
 
 
 def _torch_version() -> str:
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
+    if (version := dist_version("torch")) is None:
         raise InstallFailed("torch is not installed in this environment: install it first (README: CPU torch)")
+    return version
 
 
 def _run(cmd: list[str], out, env=None, cwd=None) -> None:

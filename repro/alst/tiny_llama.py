@@ -86,12 +86,9 @@ def _transformers():
 
 def config_key(seed: int = SEED) -> str:
     """A short id of (architecture, seed, transformers version): the cache folder's name."""
-    import importlib.metadata
+    from repro.harness.env import dist_version
 
-    try:
-        tf_version = importlib.metadata.version("transformers")
-    except importlib.metadata.PackageNotFoundError:
-        tf_version = "none"
+    tf_version = dist_version("transformers") or "none"
     blob = json.dumps({"config": TINY_LLAMA_CONFIG, "seed": seed, "transformers": tf_version}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

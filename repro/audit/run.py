@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import os
 import sys
 import time
@@ -40,6 +39,7 @@ from repro.audit.report import AuditReport, raw_point, raw_row, render_summary, 
 from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,
                                select, topologies)
 from repro.harness import launch
+from repro.harness.env import dist_version
 from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, validate
 
 SCRIPT = "parity_audit"
@@ -298,15 +298,8 @@ def _final(args: ReproArgs, known, topo_runs, points, meta, launcher: str) -> Au
 
 
 def _local_meta(args: ReproArgs) -> dict:
-
-    def version(dist):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return "none"
-
-    return dict(deepspeed_version=version("deepspeed"),
-                torch_version=version("torch"),
+    return dict(deepspeed_version=dist_version("deepspeed") or "none",
+                torch_version=dist_version("torch") or "none",
                 backend=args.backend,
                 device="cpu")
 
