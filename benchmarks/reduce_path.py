@@ -55,6 +55,7 @@ for _p in (str(ROOT), str(HERE)):
 
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
 from patch_and_test.core.series import series_for_version  # noqa: E402
+from repro.harness.launch import remove_shm_buffers  # noqa: E402
 
 # "divisor" is the recommended fix: the fix patch of the series that serves the installed release (on 0.19.8 the
 # pull request's own patch 1, which the v0.19.8 backport carries unchanged). Other forms come with --patch.
@@ -210,31 +211,12 @@ def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls
             flush=True)
         return None
     report = json.loads(out.read_text())
-    report["shm_buffers_removed"] = remove_shm_buffers(report.get("master_addr"), report.get("master_port"))
+    addr, port = report.get("master_addr"), report.get("master_port")
+    report["shm_buffers_removed"] = remove_shm_buffers(addr, port) if addr and port else 0
     report["load_average_at_start"] = load
     report["driver_wall_s"] = round(time.monotonic() - start, 2)
     out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     return report
-
-
-def remove_shm_buffers(addr: str | None, port: str | None) -> int:
-    """Remove the /dev/shm buffers DeepSpeed's CPU comm op left behind for this launch.
-
-    Each rank of a CPU launch creates /dev/shm/deepspeed_allreduce_buffer_<i>_<addr>_<port>_<rank>
-    (69 MB in 0.19.8) and nothing ever unlinks it (shm.cpp has a shared_close() that is never
-    called), so on a shared machine they pile up in RAM launch after launch. The ranks of this
-    launch have exited; the port is this launch's own (picked by the kernel), so only its files match.
-    """
-    if not addr or not port:
-        return 0
-    removed = 0
-    for f in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{addr}_{port}_*"):
-        try:
-            f.unlink()
-            removed += 1
-        except OSError:
-            pass
-    return removed
 
 
 def _quantiles(values: list[float]) -> dict:

@@ -36,7 +36,6 @@ from patch_and_test.core.checks import run_logged
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"
 PLUGIN = "zero3_sp_record"
-TIERS = ("quick", "full")
 # The quick tier: the selected tests that start no ranks, plus these classes (the upstream
 # regression test, the ALST recipe's test, and the direct tests of reduce_scatter_coalesced, whose
 # pre-divide master's fix changes). The full tier runs every selected test.
@@ -199,7 +198,7 @@ def compare(name: str,
             category, reason = "fixed", ""
         else:  # passed before, failed after
             category = "flaky" if "passed" in again else "regression"
-        results.append(TestResult(test, b, a, category, reason if category != "skipped" else reason, again))
+        results.append(TestResult(test, b, a, category, reason, again))
 
     errors = []
     for run in (before, after):
