@@ -483,7 +483,11 @@ def driver_main(argv: list[str]) -> int:
                         metavar="NAME=FILE",
                         help="another implementation to time beside the installed one and 'divisor' (the fix "
                         "patch of the installed release's series); repeatable")
-    parser.add_argument("--backend", choices=["gloo", "nccl", "auto"], default="auto")
+    parser.add_argument("--backend",
+                        choices=["gloo", "nccl", "auto"],
+                        default="auto",
+                        help="gloo: CPU ranks; nccl: one GPU per rank; auto: nccl when there is a GPU for every "
+                        "rank, else gloo (default auto)")
     parser.add_argument("--repeats", type=int, default=3, help="timing launches (default 3)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds per launch and case")
     parser.add_argument("--iters", type=int, default=30, help="timed rounds per launch and case")
@@ -495,7 +499,9 @@ def driver_main(argv: list[str]) -> int:
     parser.add_argument("--timing-dtypes",
                         default="fp32,bf16-model,bf16",
                         help="precision settings timed (see _reduce_path_ranks.precision_overrides)")
-    parser.add_argument("--numerics-dtypes", default="bf16,fp16,fp32")
+    parser.add_argument("--numerics-dtypes",
+                        default="bf16,fp16,fp32",
+                        help="precisions whose gradients are compared with the oracle (default %(default)s)")
     parser.add_argument("--topology",
                         action="append",
                         default=None,
@@ -510,8 +516,8 @@ def driver_main(argv: list[str]) -> int:
                         default=[],
                         metavar="JSON",
                         help="pool this saved timing launch report (reduce_path_launches/*/timing*.json) too")
-    parser.add_argument("--skip-timing", action="store_true")
-    parser.add_argument("--skip-numerics", action="store_true")
+    parser.add_argument("--skip-timing", action="store_true", help="measure the numerics only")
+    parser.add_argument("--skip-numerics", action="store_true", help="measure the timing only")
     parser.add_argument("--keep-other",
                         action="store_true",
                         help="keep the skipped section (timing or numerics) from the existing --out file")
@@ -519,7 +525,10 @@ def driver_main(argv: list[str]) -> int:
                         type=float,
                         default=None,
                         help="wait (up to --max-wait s) for the 1-minute load average to drop below this first")
-    parser.add_argument("--max-wait", type=float, default=600.0)
+    parser.add_argument("--max-wait",
+                        type=float,
+                        default=600.0,
+                        help="the longest wait for --max-load, s; then it times anyway (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per launch, s")
     parser.add_argument("--out", type=Path, default=None, help=f"JSON path (default {RESULTS}/reduce_path.json)")
     args = parser.parse_args(argv)

@@ -47,7 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the newest DeepSpeed code: the newest locked sdist grafted onto the mirror's master "
                         "(its tests/ and docs/), patched with the pull-request series; needs the mirror "
                         "(DEEPSPEED_MIRROR); see docs/newest-upstream.md")
-    parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"))
+    parser.add_argument("--backend",
+                        choices=["gloo", "nccl"],
+                        default=os.environ.get("ZERO3_SP_BACKEND", "gloo"),
+                        help="gloo: CPU ranks; nccl: one GPU per rank (default: env ZERO3_SP_BACKEND, else gloo)")
     parser.add_argument("--env-name",
                         default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
                         or "patch-and-test",

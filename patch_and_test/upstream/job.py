@@ -209,8 +209,15 @@ def main(argv: list[str] | None = None) -> int:
                        help="the newest locked sdist's code on the mirror's master, with master's tests/ "
                        "(deepspeed-sdists.lock [newest-upstream]; needs the mirror, DEEPSPEED_MIRROR)")
     parser.add_argument("--series", type=Path, required=True, help="a folder of git format-patch files")
-    parser.add_argument("--results", type=Path, default=Path("results/affected"))
-    parser.add_argument("--tier", choices=("quick", "full"), default="quick")
+    parser.add_argument("--results",
+                        type=Path,
+                        default=Path("results/affected"),
+                        help="where the reports go (default %(default)s)")
+    parser.add_argument("--tier",
+                        choices=("quick", "full"),
+                        default="quick",
+                        help="quick: the selected tests that start no ranks plus the classes the fix changes; full: "
+                        "every selected test (hours on CPU) (default quick)")
     parser.add_argument("--only",
                         action="append",
                         default=[],
