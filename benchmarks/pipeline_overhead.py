@@ -22,11 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import RESULTS, ROOT, environment, finish  # noqa: E402
+from patch_and_test.core.checks import REPRODUCERS  # noqa: E402
 
 TARGET = 2.0
-REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
 
 
 def pipeline(version: str, results: Path) -> tuple[float, dict]:

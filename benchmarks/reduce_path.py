@@ -55,6 +55,7 @@ for _p in (str(ROOT), str(HERE)):
 
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
 from patch_and_test.core.series import series_for_version  # noqa: E402
+from repro.harness.launch import remove_shm_buffers  # noqa: E402
 from repro.harness.files import write_json  # noqa: E402
 
 # "divisor" is the recommended fix: the fix patch of the series that serves the installed release (on 0.19.8 the
@@ -210,31 +211,12 @@ def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls
             flush=True)
         return None
     report = json.loads(out.read_text())
-    report["shm_buffers_removed"] = remove_shm_buffers(report.get("master_addr"), report.get("master_port"))
+    addr, port = report.get("master_addr"), report.get("master_port")
+    report["shm_buffers_removed"] = remove_shm_buffers(addr, port) if addr and port else 0
     report["load_average_at_start"] = load
     report["driver_wall_s"] = round(time.monotonic() - start, 2)
     write_json(out, report, indent=1)
     return report
-
-
-def remove_shm_buffers(addr: str | None, port: str | None) -> int:
-    """Remove the /dev/shm buffers DeepSpeed's CPU comm op left behind for this launch.
-
-    Each rank of a CPU launch creates /dev/shm/deepspeed_allreduce_buffer_<i>_<addr>_<port>_<rank>
-    (69 MB in 0.19.8) and nothing ever unlinks it (shm.cpp has a shared_close() that is never
-    called), so on a shared machine they pile up in RAM launch after launch. The ranks of this
-    launch have exited; the port is this launch's own (picked by the kernel), so only its files match.
-    """
-    if not addr or not port:
-        return 0
-    removed = 0
-    for f in Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{addr}_{port}_*"):
-        try:
-            f.unlink()
-            removed += 1
-        except OSError:
-            pass
-    return removed
 
 
 def _quantiles(values: list[float]) -> dict:
@@ -501,7 +483,11 @@ def driver_main(argv: list[str]) -> int:
                         metavar="NAME=FILE",
                         help="another implementation to time beside the installed one and 'divisor' (the fix "
                         "patch of the installed release's series); repeatable")
-    parser.add_argument("--backend", choices=["gloo", "nccl", "auto"], default="auto")
+    parser.add_argument("--backend",
+                        choices=["gloo", "nccl", "auto"],
+                        default="auto",
+                        help="gloo: CPU ranks; nccl: one GPU per rank; auto: nccl when there is a GPU for every "
+                        "rank, else gloo (default auto)")
     parser.add_argument("--repeats", type=int, default=3, help="timing launches (default 3)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds per launch and case")
     parser.add_argument("--iters", type=int, default=30, help="timed rounds per launch and case")
@@ -513,7 +499,9 @@ def driver_main(argv: list[str]) -> int:
     parser.add_argument("--timing-dtypes",
                         default="fp32,bf16-model,bf16",
                         help="precision settings timed (see _reduce_path_ranks.precision_overrides)")
-    parser.add_argument("--numerics-dtypes", default="bf16,fp16,fp32")
+    parser.add_argument("--numerics-dtypes",
+                        default="bf16,fp16,fp32",
+                        help="precisions whose gradients are compared with the oracle (default %(default)s)")
     parser.add_argument("--topology",
                         action="append",
                         default=None,
@@ -528,8 +516,8 @@ def driver_main(argv: list[str]) -> int:
                         default=[],
                         metavar="JSON",
                         help="pool this saved timing launch report (reduce_path_launches/*/timing*.json) too")
-    parser.add_argument("--skip-timing", action="store_true")
-    parser.add_argument("--skip-numerics", action="store_true")
+    parser.add_argument("--skip-timing", action="store_true", help="measure the numerics only")
+    parser.add_argument("--skip-numerics", action="store_true", help="measure the timing only")
     parser.add_argument("--keep-other",
                         action="store_true",
                         help="keep the skipped section (timing or numerics) from the existing --out file")
@@ -537,7 +525,10 @@ def driver_main(argv: list[str]) -> int:
                         type=float,
                         default=None,
                         help="wait (up to --max-wait s) for the 1-minute load average to drop below this first")
-    parser.add_argument("--max-wait", type=float, default=600.0)
+    parser.add_argument("--max-wait",
+                        type=float,
+                        default=600.0,
+                        help="the longest wait for --max-load, s; then it times anyway (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per launch, s")
     parser.add_argument("--out", type=Path, default=None, help=f"JSON path (default {RESULTS}/reduce_path.json)")
     args = parser.parse_args(argv)

@@ -40,12 +40,13 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import ROOT, default_python, environment, write_result  # noqa: E402
+from repro.gradscale.space import SCRIPTS  # noqa: E402
 
 TAG_VAR = "ZERO3_SP_STRESS_TAG"
 REPRO = ROOT / "repro"
-TWO_RANK = ("zero3_sp_grad_scale.py", "zero3_sp_mixed_bucket.py")
+TWO_RANK = tuple(f"{s}.py" for s in SCRIPTS)
 DEADLINE_S = 300.0  # the reproducers' own default --timeout
 MARGIN_S = 60.0  # on top of it before the stress loop calls a launch hung
 FAULTS = 4  # kill-rank, sigint-parent, unwritable-results, deadline
@@ -341,9 +342,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=50, help="launches of each 2-rank reproducer")
     parser.add_argument("--four-rank", type=int, default=20, help="launches of the 4-rank layout (sp=2 x dp=2)")
     parser.add_argument("--torchrun", type=int, default=10, help="launches under torchrun")
-    parser.add_argument("--expect", choices=["buggy", "fixed"], default="buggy")
-    parser.add_argument("--python", default=default_python())
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--expect",
+                        choices=["buggy", "fixed"],
+                        default="buggy",
+                        help="what the installed DeepSpeed is, passed to every launch (default buggy)")
+    parser.add_argument("--python",
+                        default=default_python(),
+                        help="the interpreter (with torch and DeepSpeed) that runs the reproducers")
+    parser.add_argument("--out",
+                        type=Path,
+                        default=None,
+                        help="JSON path (default results/benchmarks/stress_repro.json)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     runs: list[Launch] = []

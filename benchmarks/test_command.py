@@ -63,8 +63,16 @@ def run_once(clone: Path, env: dict[str, str], log: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--targets", nargs=2, type=float, default=(900.0, 600.0), metavar=("COLD", "WARM"))
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--targets",
+                        nargs=2,
+                        type=float,
+                        default=(900.0, 600.0),
+                        metavar=("COLD", "WARM"),
+                        help="the longest the cold and the warm run may take, s (default 900 600)")
+    parser.add_argument("--out",
+                        type=Path,
+                        default=None,
+                        help="JSON path (default results/benchmarks/test_command.json)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the clone and caches here (default: a temp dir)")
     args = parser.parse_args(argv)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -16,19 +16,10 @@ import os
 import sys
 from pathlib import Path
 
-from patch_and_test.core.errors import Exit, positive_seconds, CommandParser
+from patch_and_test.core.errors import CommandParser, Exit, exit_codes_help, positive_seconds
 from patch_and_test.job.pipeline import PipelineConfig, run
 
-EXIT_HELP = """\
-exit codes:
-  0   fixed: the bug was seen before and is gone after, on every check
-  1   not fixed: a check still fails with the series applied
-  2   error: bad input (not a checkout, dirty tree, unknown version, ...) or a check could not run
-  3   bug not reproduced: the unpatched DeepSpeed did not show the known pattern
-  4   the series does not apply (the tree was rolled back; your checkout is untouched)
-  5   already fixed: the source already carries the fix
-  6   regression: a DeepSpeed test the series can reach passed before it and fails after (every rerun)
-  77  skipped (e.g. nccl with fewer GPUs than ranks), with the reason
+EXIT_HELP = exit_codes_help() + """\
 environment:
   DEEPSPEED_SRC       a DeepSpeed git checkout to use instead of PyPI (it is cloned, not modified)
   DEEPSPEED_VERSION   the PyPI release to use (default: the newest supported)
@@ -56,7 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the newest DeepSpeed code: the newest locked sdist grafted onto the mirror's master "
                         "(its tests/ and docs/), patched with the pull-request series; needs the mirror "
                         "(DEEPSPEED_MIRROR); see docs/newest-upstream.md")
-    parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"))
+    parser.add_argument("--backend",
+                        choices=["gloo", "nccl"],
+                        default=os.environ.get("ZERO3_SP_BACKEND", "gloo"),
+                        help="gloo: CPU ranks; nccl: one GPU per rank (default: env ZERO3_SP_BACKEND, else gloo)")
     parser.add_argument("--env-name",
                         default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
                         or "patch-and-test",

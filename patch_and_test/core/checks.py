@@ -21,8 +21,10 @@ from pathlib import Path
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.errors import Exit
 from repro.harness.report import Record
+from repro.gradscale.space import SCRIPTS
+from repro.harness.env import dist_version
 
-REPRODUCERS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
+REPRODUCERS = SCRIPTS  # the gradient-scale family's programs
 AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
 # In the job, the audit's quick mode at the job's world size: sp 1 x dp 2 and sp 2 x dp 1, every
 # reduce path, dtype and scaling knob (the 4-rank layouts run in its tests and on demand).
@@ -39,13 +41,10 @@ def alst_pin_problem() -> str | None:
     The tiny Llama and the recipe's numbers were measured with that release (docs/alst-recipe.md); another one
     fails inside the ranks, minutes later, with a traceback (5.24: "Unrecognized model").
     """
-    import importlib.metadata
-
     pin = next(line.strip() for line in ALST_REQUIREMENTS.read_text().splitlines()
                if line.startswith("transformers=="))
-    try:
-        installed = importlib.metadata.version("transformers")
-    except importlib.metadata.PackageNotFoundError:
+    installed = dist_version("transformers")
+    if installed is None:
         return None  # the steps are skipped, with the reason (alst_unavailable)
     if installed != pin.split("==", 1)[1]:
         return (f"the ALST recipe steps need {pin} (requirements/alst.txt) and this environment has transformers "

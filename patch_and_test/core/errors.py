@@ -9,20 +9,45 @@ from __future__ import annotations
 import argparse
 import enum
 import sys
+import textwrap
 from typing import NoReturn
 
 from repro.harness import exit_codes
 
 
 class Exit(enum.IntEnum):
-    OK = 0  # bug seen before, gone after, on every check
-    NOT_FIXED = 1  # a check still fails after the series was applied
-    ERROR = 2  # bad input or a step could not run
-    BUG_NOT_REPRODUCED = 3  # the unpatched DeepSpeed did not show the bug
-    SERIES_DOES_NOT_APPLY = 4  # git am failed; the tree was rolled back
-    ALREADY_FIXED = 5  # the tree already carries the fix: nothing to apply
-    REGRESSION = 6  # a DeepSpeed test the series can reach passed before it and fails after (on every rerun)
-    SKIPPED = exit_codes.SKIPPED  # could not run here (e.g. nccl with too few GPUs); the reason is printed
+    """The exit codes of ``python -m patch_and_test``, each with its outcome (verdict.json's ``outcome``) and
+    meaning: the one table the CLI's help, README's table (``exit_codes_markdown``) and the docstrings read."""
+
+    def __new__(cls, code: int, outcome: str, meaning: str) -> "Exit":
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member.outcome, member.meaning = outcome, meaning
+        return member
+
+    OK = 0, "fixed", "the bug was seen before and is gone after, on every check"
+    NOT_FIXED = 1, "not-fixed", "a check still fails with the series applied"
+    ERROR = 2, "error", "bad input (not a checkout, dirty tree, unknown version, ...) or a check could not run"
+    BUG_NOT_REPRODUCED = 3, "bug-not-reproduced", "the unpatched DeepSpeed did not show the known pattern"
+    SERIES_DOES_NOT_APPLY = (4, "series-does-not-apply",
+                             "git am failed; the tree was rolled back (your checkout is never touched)")
+    ALREADY_FIXED = 5, "already-fixed", "the source already carries the fix: nothing to apply"
+    REGRESSION = (6, "regression", "a DeepSpeed test the series can reach passed before it and fails after, on every "
+                  "rerun (or a test the series adds fails)")
+    SKIPPED = (exit_codes.SKIPPED, "skipped", "could not run here (e.g. nccl with fewer GPUs than ranks); the reason "
+               "is printed as `skipped: <reason>`")
+
+
+def exit_codes_help() -> str:
+    """The ``exit codes:`` section of ``python -m patch_and_test --help``."""
+    return "exit codes:\n" + "".join(
+        textwrap.fill(f"{e.outcome}: {e.meaning}", 100, initial_indent=f"  {e.value:<3} ", subsequent_indent=" " * 6) +
+        "\n" for e in Exit)
+
+
+def exit_codes_markdown() -> str:
+    """README's table of the exit codes (tests/unit/test_exit_codes.py keeps README's copy equal to it)."""
+    return "| exit | outcome |\n|---|---|\n" + "".join(f"| {e.value} | {e.outcome}: {e.meaning} |\n" for e in Exit)
 
 
 class PipelineError(Exception):

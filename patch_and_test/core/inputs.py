@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.metadata
 import platform
 from pathlib import Path
 
 from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core.checks import ALST, AUDIT, REPRODUCERS
+from repro.harness.env import dist_version
 from repro.harness.report import Record
 
-# Where the pipeline starts, and the programs it runs as scripts (checks.REPRODUCERS, checks.AUDIT, checks.ALST,
-# the twin).
-ENTRY_POINTS = ("patch_and_test/__main__.py", "patch_and_test/job/pipeline.py", "repro/zero3_sp_grad_scale.py",
-                "repro/zero3_sp_mixed_bucket.py", "repro/parity_audit.py", "repro/alst_recipe.py",
-                "tests/multiprocess/test_zero3_sp_gradient_scale.py")
+# Where the pipeline starts, and the programs it runs as scripts (the reproducers, the audit, ALST, the twin).
+ENTRY_POINTS = ("patch_and_test/__main__.py", "patch_and_test/job/pipeline.py",
+                *(f"repro/{script}.py"
+                  for script in (*REPRODUCERS, AUDIT, ALST)), "tests/multiprocess/test_zero3_sp_gradient_scale.py")
 # What they read that is not Python (and the conftests pytest loads around the twin).
 DATA_GLOBS = ("repro/**/*.toml", "requirements/*.txt", "deepspeed-sdists.lock", "tests/conftest.py",
               "tests/multiprocess/conftest.py")
@@ -110,14 +110,10 @@ class RunInputs(Record):
 
 
 def run_inputs(series_dir: Path, source: str | None, backend: str, audit: bool) -> RunInputs:
-    try:
-        torch_version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        torch_version = None
     return RunInputs(code=code_digest(),
                      series=series_digest(series_dir),
                      source=source,
                      backend=backend,
                      audit=audit,
                      python=platform.python_version(),
-                     torch=torch_version)
+                     torch=dist_version("torch"))

@@ -21,7 +21,7 @@ from pathlib import Path
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.errors import CommandParser, PipelineError
 from patch_and_test.core.gitrun import git, git_out
-from repro.harness.env import cache_root
+from repro.harness.env import cache_root, dist_version
 
 
 class InstallFailed(PipelineError):
@@ -149,11 +149,10 @@ def _site_packages() -> Path:
 
 
 def _torch_version() -> str:
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        raise InstallFailed("torch is not installed in this environment: install it first (its CPU build: README, "
-                            "'Two commands')")
+    if (version := dist_version("torch")) is None:
+        raise InstallFailed(
+            "torch is not installed in this environment: install it first (its CPU build: README, 'Two commands')")
+    return version
 
 
 def _run(cmd: list[str], out, env=None, cwd=None) -> None:

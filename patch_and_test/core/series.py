@@ -70,6 +70,20 @@ def format_version(version: Version) -> str:
     return ".".join(map(str, version))
 
 
+SUBJECT = re.compile(r"^Subject: (.*(?:\n .*)*)", re.M)  # a format-patch header, folded lines included
+
+
+def email_subject(text: str) -> str | None:
+    """The Subject of a format-patch email, unfolded and without its ``[PATCH ...]`` tag, as ``git am`` reads it."""
+    match = SUBJECT.search(text)
+    return re.sub(r"^\[PATCH[^\]]*\]\s*", "", " ".join(match[1].split())) if match else None
+
+
+def patch_subject(path: Path) -> str:
+    """The subject of a patch file (its commit's title); the file's name when it has none or is missing."""
+    return (email_subject(path.read_text(errors="replace")) if path.exists() else None) or path.name
+
+
 @dataclass(frozen=True)
 class Patch:
     file: str  # file name inside the series directory

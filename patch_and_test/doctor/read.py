@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib.metadata
 import importlib.util
 import json
 import sys
@@ -20,6 +19,7 @@ from typing import Any, Callable
 
 from patch_and_test.doctor.rule import PATH_KEYS, ZEROPP_KEYS, DeepSpeedState, LossSource, ZeroSettings
 from patch_and_test.core.errors import BadInput
+from repro.harness.env import dist_version
 from repro.harness.fixed import source_has_fix
 from repro.downstream.expect import ClientKind
 from repro.downstream.space import MARKER_NAME
@@ -72,10 +72,7 @@ def find_deepspeed(src: Path | None = None) -> InstalledDeepSpeed:
         if spec is None or not spec.origin:
             raise BadInput(f"deepspeed is not installed in this Python ({sys.executable}); or pass --deepspeed DIR")
         package = Path(spec.origin).parent
-        try:
-            version = importlib.metadata.version("deepspeed")
-        except importlib.metadata.PackageNotFoundError:
-            version = _tree_version(package)
+        version = dist_version("deepspeed") or _tree_version(package)
     stage3 = package / STAGE3
     try:
         source = stage3.read_text()
@@ -390,13 +387,6 @@ VIA_CLIENTS = (
 )
 
 
-def _dist_version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _code(relative: str) -> str | None:
     top, _, rest = relative.partition("/")
     spec = importlib.util.find_spec(top)
@@ -425,7 +415,7 @@ def installed_clients() -> list[ClientInfo]:
             out.append(ClientInfo(c.name, c.version, LossSource(label, c.kind, c.name)))
     by_name = {c.name: c for c in out}
     for via in VIA_CLIENTS:
-        version = _dist_version(via.dist)
+        version = dist_version(via.dist)
         if version is None:
             continue
         base = by_name.get(via.base)

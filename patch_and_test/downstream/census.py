@@ -243,7 +243,11 @@ def main(argv: list[str] | None = None) -> int:
                         default=KEPT_RESULTS,
                         help=f"the kept reports; default: {KEPT_RESULTS}")
     parser.add_argument("--check", action="store_true", help="exit 1 when the document's block differs")
-    parser.add_argument("document", nargs="?", type=Path, default=DOCUMENT)
+    parser.add_argument("document",
+                        nargs="?",
+                        type=Path,
+                        default=DOCUMENT,
+                        help=f"the document whose census block is written (default {DOCUMENT.name})")
     args = parser.parse_args(argv)
     try:
         table = render(Census.load(args.census), args.results)

@@ -285,7 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="DIR",
                         help="build transformers from its PyPI sdist with DIR/*.patch applied (patch -p1)")
     parser.add_argument("--transformers-version", default="5.25.0", help="the sdist --transformers-patches is for")
-    parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"))
+    parser.add_argument("--backend",
+                        choices=["gloo", "nccl"],
+                        default=os.environ.get("ZERO3_SP_BACKEND", "gloo"),
+                        help="gloo: CPU ranks; nccl: one GPU per rank (default: env ZERO3_SP_BACKEND, else gloo)")
     parser.add_argument("--timeout",
                         type=positive_seconds,
                         default=1200.0,

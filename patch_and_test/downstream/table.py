@@ -257,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
                         default=None,
                         metavar="RESULTS",
                         help="first copy the reports under RESULTS (results/downstream) into --results")
-    parser.add_argument("documents", nargs="*", type=Path, default=[PACKAGE_ROOT / d for d in DOCUMENTS])
+    parser.add_argument("documents",
+                        nargs="*",
+                        type=Path,
+                        default=[PACKAGE_ROOT / d for d in DOCUMENTS],
+                        help=f"the documents whose table block is written (default {' '.join(DOCUMENTS)})")
     args = parser.parse_args(argv)
     if args.keep is not None:
         for path in keep(args.keep, args.results):

@@ -1,17 +1,17 @@
 """The pipeline's verdict: every step's result, one outcome, one exit code. Pure logic.
 
-Outcome rules (exit code in brackets, see errors.Exit):
-* ``skipped`` [77]: a reproducer could not run here (e.g. nccl without the GPUs).
-* ``error`` [2]: a check could not run (crash, deadline).
-* ``bug-not-reproduced`` [3]: unpatched, a reproducer did not show exactly the known pattern.
-* ``already-fixed`` [5]: the tree carried the fix before we touched it; the "after" checks ran.
-* ``regression`` [6]: a DeepSpeed test the series can reach (``affected``) passed before the
+Outcome rules (each outcome's exit code and meaning: ``errors.Exit``):
+* ``skipped``: a reproducer could not run here (e.g. nccl without the GPUs).
+* ``error``: a check could not run (crash, deadline).
+* ``bug-not-reproduced``: unpatched, a reproducer did not show exactly the known pattern.
+* ``already-fixed``: the tree carried the fix before we touched it; the "after" checks ran.
+* ``regression``: a DeepSpeed test the series can reach (``affected``) passed before the
   series and fails after, on every rerun, or a test the series adds fails.
-* ``not-fixed`` [1]: patched, a reproducer, the twin test or the upstream regression test
+* ``not-fixed``: patched, a reproducer, the twin test or the upstream regression test
   still fails.
-* ``fixed`` [0]: the bug was seen before and is gone after, on every check.
+* ``fixed``: the bug was seen before and is gone after, on every check.
 An upstream suite whose run crashed, hit its deadline, or collected fewer tests after than
-before is an ``error`` [2], never "no regressions". Its tests that fail both before and after
+before is an ``error``, never "no regressions". Its tests that fail both before and after
 are pre-existing, and a test that failed once and passed on a rerun is flaky: both are
 reported, and neither changes the outcome.
 

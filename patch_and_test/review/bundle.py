@@ -384,10 +384,19 @@ def main(argv: list[str] | None = None) -> int:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command")
     build_p = sub.add_parser("build", help="run or reuse the matrix and write the bundle (default)")
-    build_p.add_argument("--results", type=Path, default=PACKAGE_ROOT / "results")
-    build_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
+    build_p.add_argument("--results",
+                         type=Path,
+                         default=PACKAGE_ROOT / "results",
+                         help="the matrix cells' results, read and written (default results/)")
+    build_p.add_argument("--dist",
+                         type=Path,
+                         default=PACKAGE_ROOT / "dist",
+                         help="where the bundle goes (default dist/)")
     build_p.add_argument("--versions", nargs="*", default=None, help="restrict the matrix to these versions")
-    build_p.add_argument("--backends", nargs="*", default=list(BACKENDS))
+    build_p.add_argument("--backends",
+                         nargs="*",
+                         default=list(BACKENDS),
+                         help="restrict the matrix to these backends (default: gloo nccl)")
     build_p.add_argument("--timeout",
                          type=positive_seconds,
                          default=600.0,
@@ -400,7 +409,10 @@ def main(argv: list[str] | None = None) -> int:
                          "the package's placeholder and the bundle says they are not ready to send")
     verify_p = sub.add_parser("verify", help="re-check a bundle's hashes, its reports and every number in its PR.md")
     verify_p.add_argument("path", nargs="?", type=Path, default=None, help="default: the newest bundle in dist/")
-    verify_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist")
+    verify_p.add_argument("--dist",
+                          type=Path,
+                          default=PACKAGE_ROOT / "dist",
+                          help="where to look for the newest bundle (default dist/)")
     args = parser.parse_args(argv if argv is not None else (sys.argv[1:] or ["build"]))
     try:
         if args.command == "verify":

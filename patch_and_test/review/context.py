@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from patch_and_test.review.schemas import import_model
-from patch_and_test.core.series import version_sort_key
+from patch_and_test.core.series import patch_subject, version_sort_key
 from patch_and_test.core.checks import outcome_counts
 from patch_and_test.core.templating import Model
 
@@ -349,15 +349,6 @@ def _series(bundle: Path) -> list[Series]:
                             files=patch_files(bundle / "patches" / s["name"] / p["file"])) for p in s["patches"]
                ]) for s in manifest.get("series", [])
     ]
-
-
-def patch_subject(path: Path) -> str:
-    if not path.exists():
-        return path.name
-    text = path.read_text(errors="replace")
-    m = re.search(r"^Subject: (.*(?:\n .*)*)", text, re.M)
-    subject = re.sub(r"\s+", " ", m.group(1)) if m else path.name
-    return re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject)
 
 
 def patch_files(path: Path) -> list[str]:

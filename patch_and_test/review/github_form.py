@@ -31,7 +31,7 @@ from pathlib import Path
 
 from patch_and_test.core import errors
 from patch_and_test.core.gitrun import git, git_out
-from patch_and_test.core.series import Series, apply_series
+from patch_and_test.core.series import Series, apply_series, patch_subject
 from patch_and_test.core.source import (FIXED_IDENTITY, NEWEST_UPSTREAM, build_graft, from_series_base,
                                         load_newest_upstream)
 
@@ -63,17 +63,18 @@ def split_message(message: str) -> tuple[list[str], list[str]]:
 
 
 def series_messages(series: Series) -> list[tuple[str, list[str], list[str]]]:
-    """(subject, body, trailers) of each patch, read with ``git mailinfo``."""
+    """(subject, body, trailers) of each patch: its subject (core.series), its message read with ``git mailinfo``."""
     out = []
     with tempfile.TemporaryDirectory(prefix="zero3-sp-mailinfo.") as tmp:
         for patch in series.patches:
-            info, message, _ = _mailinfo(patch.path, Path(tmp))
-            out.append((info["Subject"], *split_message(message)))
+            _, message, _ = _mailinfo(patch.path, Path(tmp))
+            out.append((patch_subject(patch.path), *split_message(message)))
     return out
 
 
 def title(series: Series) -> str:
-    return series_messages(series)[0][0]
+    """The pull request's title: the subject of the series' first patch (as PR.md's, review.context)."""
+    return patch_subject(series.patches[0].path)
 
 
 def pr_body(pr_markdown: str) -> str:

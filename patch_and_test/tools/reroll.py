@@ -34,7 +34,7 @@ from pathlib import Path
 
 from patch_and_test.core import errors
 from patch_and_test.core.gitrun import git, git_out
-from patch_and_test.core.series import DEFAULT_MANIFEST, MARKER_NAME, STAGE3
+from patch_and_test.core.series import DEFAULT_MANIFEST, MARKER_NAME, STAGE3, email_subject
 from patch_and_test.core.source import FIXED_IDENTITY, clone_shared, prepare_working_copy
 from repro.harness.files import TOMLDecodeError, load_toml
 
@@ -122,11 +122,10 @@ def read_cover(path: Path) -> tuple[str, str]:
 def cover_from_patch(path: Path) -> tuple[str, str]:
     """(subject, body) of an existing cover letter written by format-patch."""
     text = path.read_text()
-    match = re.search(r"^Subject: \[PATCH[^\]]*\] (.*(?:\n [^\n]*)*)\n", text, re.M)
-    if not match:
+    subject = email_subject(text)
+    if subject is None:
         raise errors.BadInput(f"{path}: no Subject: line")
-    subject = " ".join(match[1].split())
-    body_start = text.index("\n\n", match.end() - 1) + 2
+    body_start = text.index("\n\n") + 2  # the headers end at the first blank line
     # The body ends where format-patch's shortlog starts: "Author Name (N):".
     shortlog = re.search(r"^\S.* \(\d+\):$", text[body_start:], re.M)
     body = text[body_start:body_start + shortlog.start()] if shortlog else text[body_start:]

@@ -7,8 +7,8 @@ PYTHONPATH). It clones the checkout (never modifies it), selects the affected te
 reruns every passed-before/failed-after test, and writes ``affected.json`` (``AffectedVerdict``: the
 selection and the ``upstream_suite.SuiteComparison``; schema ``docs/schemas/affected.schema.json``).
 
-exit codes: 0 no regression; 6 regression (errors.Exit.REGRESSION); 2 error (bad input, a run
-that crashed, hit its deadline or collected fewer tests after); 4 the series does not apply.
+exit codes (``errors.Exit``): OK when no test regressed, REGRESSION, ERROR (also for a run that crashed, hit its
+deadline or collected fewer tests after) or SERIES_DOES_NOT_APPLY.
 """
 
 from __future__ import annotations
@@ -227,8 +227,15 @@ def main(argv: list[str] | None = None) -> int:
                        help="the newest locked sdist's code on the mirror's master, with master's tests/ "
                        "(deepspeed-sdists.lock [newest-upstream]; needs the mirror, DEEPSPEED_MIRROR)")
     parser.add_argument("--series", type=Path, required=True, help="a folder of git format-patch files")
-    parser.add_argument("--results", type=Path, default=Path("results/affected"))
-    parser.add_argument("--tier", choices=("quick", "full"), default="quick")
+    parser.add_argument("--results",
+                        type=Path,
+                        default=Path("results/affected"),
+                        help="where the reports go (default %(default)s)")
+    parser.add_argument("--tier",
+                        choices=("quick", "full"),
+                        default="quick",
+                        help="quick: the selected tests that start no ranks plus the classes the fix changes; full: "
+                        "every selected test (hours on CPU) (default quick)")
     parser.add_argument("--only",
                         action="append",
                         default=[],

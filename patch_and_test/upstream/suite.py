@@ -36,7 +36,6 @@ from repro.harness.report import Record
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"
 PLUGIN = "zero3_sp_record"
-TIERS = ("quick", "full")
 # The quick tier: the selected tests that start no ranks, plus these classes (the upstream
 # regression test, the ALST recipe's test, and the direct tests of reduce_scatter_coalesced, whose
 # pre-divide master's fix changes). The full tier runs every selected test.

@@ -13,7 +13,6 @@ of loss tokens and the token weighting is exercised. The recipes and stages are
 from __future__ import annotations
 
 import gc
-import importlib.metadata
 import importlib.util
 import inspect
 import os
@@ -24,6 +23,7 @@ from repro.alst import tiny_llama
 from repro.alst.report import AlstReport, loss_entry, make_row
 from repro.alst.space import RECIPES, STAGES
 from repro.harness import launch
+from repro.harness.env import dist_version
 
 SCRIPT = "alst_recipe"
 # The gradients compared: DeepSpeed's test looks at layers[0].self_attn.q_proj.weight; the
@@ -52,16 +52,9 @@ def skip_reason() -> str | None:
         return "deepspeed is not installed"
     ulysses = Path(spec.origin).parent / "runtime" / "sequence_parallel" / "ulysses_sp.py"
     if not ulysses.exists() or "class UlyssesSPAttentionHF" not in ulysses.read_text(errors="replace"):
-        return (f"DeepSpeed {_version('deepspeed')} has no UlyssesSPAttentionHF "
+        return (f"DeepSpeed {dist_version('deepspeed') or 'none'} has no UlyssesSPAttentionHF "
                 "(added in 0.17.2): the ALST recipe does not exist there")
     return None
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "none"
 
 
 # ----------------------------------------------------------------------------- data
@@ -348,7 +341,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
             "note": "another dp group's loss mismatched"
         })
     report = AlstReport(script=SCRIPT,
-                        deepspeed_version=_version("deepspeed"),
+                        deepspeed_version=dist_version("deepspeed") or "none",
                         torch_version=torch.__version__,
                         transformers_version=transformers.__version__,
                         backend=ctx.backend,

@@ -93,9 +93,9 @@ def run(optimizer: str, sp: int, steps: int, clip: float | None) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sp", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--sp", type=int, default=2, help="the gradient scale tried, sp (default 2)")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps per run (default 20)")
+    parser.add_argument("--json", type=Path, help="write the results file here")
     args = parser.parse_args(argv)
     try:
         import transformers  # noqa: F401

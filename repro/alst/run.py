@@ -39,6 +39,10 @@ from repro.alst.report import emit
 from repro.harness import exit_codes, launch
 from repro.harness.cli import EXIT_SKIP, ReproArgs, main_guard
 
+EXPECT_HELP = (
+    "which scales must be seen: buggy (unpatched): allgather ZeRO-2 at sp and ZeRO-3 at 1, own_share ZeRO-2 "
+    "at 1 and ZeRO-3 at 1/sp; fixed: ZeRO-3 as ZeRO-2, allgather at sp and own_share at 1 (default fixed)")
+
 
 def usage_error(args: ReproArgs) -> str | None:
     heads = tiny_llama.TINY_LLAMA_CONFIG["num_attention_heads"]
@@ -71,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
             return stop
         return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
 
-    return main_guard(__doc__, run, argv=argv)
+    return main_guard(__doc__, run, argv=argv, expect_help=EXPECT_HELP)

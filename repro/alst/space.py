@@ -17,5 +17,8 @@ Stages: ZeRO-2 and ZeRO-3, each with its default config (ZeRO-3: ``reduce_scatte
 
 from __future__ import annotations
 
-RECIPES = ("allgather", "own_share")
+from repro.harness.scales import LOSS_RECIPES
+
+RECIPES = LOSS_RECIPES
+
 STAGES = (2, 3)

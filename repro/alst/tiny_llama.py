@@ -86,12 +86,9 @@ def _transformers():
 
 def config_key(seed: int = SEED) -> str:
     """A short id of (architecture, seed, transformers version): the cache folder's name."""
-    import importlib.metadata
+    from repro.harness.env import dist_version
 
-    try:
-        tf_version = importlib.metadata.version("transformers")
-    except importlib.metadata.PackageNotFoundError:
-        tf_version = "none"
+    tf_version = dist_version("transformers") or "none"
     blob = json.dumps({"config": TINY_LLAMA_CONFIG, "seed": seed, "transformers": tf_version}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -208,12 +205,12 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_build = sub.add_parser("build", help="save the tiny Llama to DIR")
-    p_build.add_argument("dir", type=Path)
+    p_build.add_argument("dir", type=Path, help="the folder to save the model and its config in")
     p_cache = sub.add_parser("hub-cache", help=f"lay the tiny Llama out in HF_HOME's hub cache as {HUB_REPO_ID}")
-    p_cache.add_argument("hf_home", type=Path)
-    p_cache.add_argument("--repo-id", default=HUB_REPO_ID)
+    p_cache.add_argument("hf_home", type=Path, help="the HF_HOME whose hub/ cache gets the model")
+    p_cache.add_argument("--repo-id", default=HUB_REPO_ID, help="the hub name it is cached as (default %(default)s)")
     for p in (p_build, p_cache):
-        p.add_argument("--seed", type=int, default=SEED)
+        p.add_argument("--seed", type=int, default=SEED, help="the weights' seed (default %(default)s)")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import os
 import sys
 import time
@@ -40,6 +39,7 @@ from repro.audit.report import AuditReport, raw_point, raw_row, render_summary, 
 from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,
                                select, topologies)
 from repro.harness import launch
+from repro.harness.env import dist_version
 from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, validate
 
 SCRIPT = "parity_audit"
@@ -50,9 +50,27 @@ DEFAULT_TIMEOUT_S = 3600.0
 # A launch with less than this left of the deadline is not started.
 MIN_LAUNCH_S = 20.0
 
+EXPECT_HELP = (
+    "what must hold at every point: buggy: ZeRO-3's __avg_scatter_grads gradients with sp > 1 at 1/sp, every "
+    "other at the oracle; fixed: all at the oracle; both up to the known discrepancies (default fixed)")
+
 
 def _add_arguments(parser) -> None:
     parser.set_defaults(timeout=DEFAULT_TIMEOUT_S)
+    # Unset, --world-size and --sp mean every topology of the audit's space and --backend a choice per topology:
+    # defaults of None tell them apart from given values (abbreviated ones included).
+    parser.add_argument("--world-size",
+                        type=int,
+                        help="only the topologies of this world size (default: every one, up to 4 ranks; under "
+                        "torchrun its world size)")
+    parser.add_argument("--sp",
+                        type=int,
+                        help=f"only the topologies of this sp (default: every one of {', '.join(map(str, SP_VALUES))} "
+                        "that divides the world size)")
+    parser.add_argument("--backend",
+                        choices=["gloo", "nccl", "auto"],
+                        help="gloo: CPU ranks; nccl: one GPU per rank; auto (default): for each topology, nccl when "
+                        "there is a GPU for every rank, else gloo")
     parser.add_argument("--mode",
                         choices=MODES,
                         default="quick",
@@ -125,11 +143,8 @@ class Selection:
 
 def main(argv: list[str] | None = None) -> int:
     """The audit's entry: ``argv`` (default ``sys.argv[1:]``) is parsed once, here."""
-    parser = build_parser(__doc__.split("\n\n")[0], prog="parity_audit.py")
+    parser = build_parser(__doc__.split("\n\n")[0], prog="parity_audit.py", expect_help=EXPECT_HELP)
     _add_arguments(parser)
-    # Unset, --world-size and --sp mean every topology of the audit's space and --backend a choice
-    # per topology: defaults of None tell them apart from given values (abbreviated ones included).
-    parser.set_defaults(world_size=None, sp=None, backend=None)
     try:
         args = _repro_args(parser.parse_args(argv))
     except UsageError as err:
@@ -298,15 +313,8 @@ def _final(args: ReproArgs, known, topo_runs, points, meta, launcher: str) -> Au
 
 
 def _local_meta(args: ReproArgs) -> dict:
-
-    def version(dist):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return "none"
-
-    return dict(deepspeed_version=version("deepspeed"),
-                torch_version=version("torch"),
+    return dict(deepspeed_version=dist_version("deepspeed") or "none",
+                torch_version=dist_version("torch") or "none",
                 backend=args.backend,
                 device="cpu")
 

@@ -44,7 +44,6 @@ import dataclasses
 import functools
 import gc
 import importlib
-import importlib.metadata
 import importlib.util
 import inspect
 import os
@@ -61,17 +60,11 @@ from repro.downstream.expect import ClientKind, classify, compensates, expected_
 from repro.downstream.report import ClientRow, DownstreamReport
 from repro.downstream.space import MARKER_MODULE, MARKER_NAME, STAGES
 from repro.harness import launch, scales
+from repro.harness.env import dist_version
 
 SCRIPT = "downstream_clients"
 PARAMS = alst_measure.PARAMS
 ACCELERATE_SCRIPT = "accelerate.test_utils.scripts.external_deps.test_ds_alst_ulysses_sp"
-
-
-def dist_version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def deepspeed_state() -> tuple[bool, bool]:

@@ -27,6 +27,10 @@ from repro.downstream.report import emit
 from repro.harness import launch
 from repro.harness.cli import ReproArgs, main_guard
 
+EXPECT_HELP = (
+    "what the installed DeepSpeed is: buggy (unpatched) or fixed (carries the fix); every client's gradient "
+    "must be at the scale the rule gives it then, a known mis-scaling included (default fixed)")
+
 
 def main(argv: list[str] | None = None) -> int:
 
@@ -44,4 +48,4 @@ def main(argv: list[str] | None = None) -> int:
         # The report decides 2 (an error row) and 77 (nothing to measure); the ranks return 0/1.
         return written.get("exit_code", code) if code in (0, 1) else code
 
-    return main_guard(__doc__, run, argv=argv)
+    return main_guard(__doc__, run, argv=argv, expect_help=EXPECT_HELP)

@@ -12,8 +12,9 @@ believes DeepSpeed averages over sp):
 
 from __future__ import annotations
 
-CLIENTS = ("transformers", "accelerate", "arctic_training", "trl", "axolotl")
-KINDS = ("allgather", "own_share")  # the recipe kinds, as repro.harness.scales names them
+from repro.harness.scales import LOSS_RECIPES
+
+KINDS = LOSS_RECIPES  # a client's recipe kind
 GATES = ("none", "version", "marker-or-version")
 STAGES = (2, 3)
 MARKER_MODULE = "deepspeed.runtime.zero.stage3"

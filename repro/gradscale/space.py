@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+SCRIPTS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")  # the family's programs, repro/<name>.py
+
 
 @dataclasses.dataclass(frozen=True)
 class ZeroConfig:

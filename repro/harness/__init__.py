@@ -1,1 +1,3 @@
-"""What every program of the package shares: exit codes (and, as the redesign goes on, launch and CLI)."""
+"""What every family of reproducers shares: exit codes, the CLI contract (cli), the ranks' launch and teardown
+(launch), their environment (env), sp/dp groups (topology), the engine's config (engine), the one scale rule
+(scales), the reports' bases (report), the results' writer (files) and how to tell the fix is in (fixed)."""

@@ -21,9 +21,8 @@ EXIT_INTERRUPTED = exit_codes.INTERRUPTED
 
 EXIT_CODES_HELP = """\
 exit codes:
-  0   the expectation holds (--expect fixed: every gradient matches the oracle;
-      --expect buggy: exactly the known unpatched pattern was seen)
-  1   the expectation does not hold (under --expect fixed: the bug is reproduced)
+  0   the expectation (--expect, above) holds
+  1   it does not hold
   2   could not run: bad input, a rank crashed or the deadline passed
   77  skipped, with a one-line reason (e.g. nccl with fewer GPUs than ranks)
   130 interrupted (SIGINT, Ctrl-C); every rank was stopped first
@@ -57,11 +56,17 @@ class UsageError(Exception):
     """Bad flags: one line, exit 2."""
 
 
-def build_parser(description: str, prog: str | None = None) -> argparse.ArgumentParser:
+# What --expect means for the gradient-scale reproducers; each other family passes its own wording.
+EXPECT_HELP = ("what must hold: fixed: every gradient equals the plain-torch oracle; buggy: exactly the unpatched "
+               "pattern (ZeRO-3's __avg_scatter_grads at 1/sp, every other path at the oracle) (default fixed)")
+
+
+def build_parser(description: str, prog: str | None = None, expect_help: str = EXPECT_HELP) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog,
                                      description=description,
                                      epilog=LAUNCH_HELP + "\n" + EXIT_CODES_HELP,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     conflict_handler="resolve")  # a family may declare a flag again, its way
     parser.add_argument("--world-size",
                         type=int,
                         default=2,
@@ -70,13 +75,14 @@ def build_parser(description: str, prog: str | None = None) -> argparse.Argument
     parser.add_argument("--backend",
                         choices=["gloo", "nccl", "auto"],
                         default="auto",
-                        help="nccl when there are enough GPUs for the ranks, else gloo on CPU (default auto)")
-    parser.add_argument("--expect",
-                        choices=["fixed", "buggy"],
-                        default="fixed",
-                        help="fixed: every gradient equals the oracle; buggy: exactly the unpatched pattern")
+                        help="gloo: CPU ranks; nccl: one GPU per rank (too few GPUs: exit 77); auto: nccl when "
+                        "there is a GPU for every rank, else gloo (default auto)")
+    parser.add_argument("--expect", choices=["fixed", "buggy"], default="fixed", help=expect_help)
     parser.add_argument("--json", type=Path, default=None, help="write the results file here")
-    parser.add_argument("--timeout", type=float, default=300.0, help="deadline for the whole launch, s (default 300)")
+    parser.add_argument("--timeout",
+                        type=float,
+                        default=300.0,
+                        help="deadline for the whole launch, s (default %(default)s)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the ranks' log folder (local launch)")
     # Passed by the deepspeed launcher to every rank; LOCAL_RANK carries the same.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
@@ -150,9 +156,13 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0  #ignore-cuda
 
 
-def main_guard(description: str, run, add_arguments=None, argv: list[str] | None = None) -> int:
+def main_guard(description: str,
+               run,
+               add_arguments=None,
+               argv: list[str] | None = None,
+               expect_help: str = EXPECT_HELP) -> int:
     """Parse flags, turn usage errors into one line + exit 2, then hand over to ``run``."""
-    parser = build_parser(description)
+    parser = build_parser(description, expect_help=expect_help)
     if add_arguments is not None:
         add_arguments(parser)
     try:

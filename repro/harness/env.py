@@ -36,16 +36,18 @@ def torch_extensions_dir() -> Path:
     """
     spec = importlib.util.find_spec("deepspeed")
     location = str(Path(spec.origin).parent) if spec and spec.origin else "none"
-    key = "|".join([location, _safe_version("deepspeed"), _safe_version("torch"), sys.version])
+    deepspeed = dist_version("deepspeed") or "none"
+    key = "|".join([location, deepspeed, dist_version("torch") or "none", sys.version])
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return cache_root() / "torch_extensions" / f"ds{_safe_version('deepspeed')}-{digest}"
+    return cache_root() / "torch_extensions" / f"ds{deepspeed}-{digest}"
 
 
-def _safe_version(dist: str) -> str:
+def dist_version(dist: str) -> str | None:
+    """The installed version of a distribution, None when it is not installed."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
-        return "none"
+        return None
 
 
 def rank_environment(backend: str, world_size: int, local_world_size: int) -> dict[str, str]:
@@ -80,14 +82,10 @@ class HostEnvironment(Record):
 def host_environment(backend: str) -> HostEnvironment:
     from repro.harness.cli import gpu_count
 
-    def version(dist: str) -> str | None:
-        found = _safe_version(dist)
-        return None if found == "none" else found
-
     return HostEnvironment(os=platform.platform(),
                            python=platform.python_version(),
-                           torch=version("torch"),
-                           transformers=version("transformers"),
+                           torch=dist_version("torch"),
+                           transformers=dist_version("transformers"),
                            backend=backend,
                            device="cuda" if backend == "nccl" else "cpu",
                            gpus=gpu_count(),

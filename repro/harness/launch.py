@@ -195,7 +195,7 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> 
             _remove_tree(workdir)
 
 
-def remove_shm_buffers(addr: str, port: int | str, rank: int | None = None) -> None:
+def remove_shm_buffers(addr: str, port: int | str, rank: int | None = None) -> int:
     """Remove the shared-memory segments DeepSpeed's CPU comm op left for one launch.
 
     ``deepspeed_shm_comm`` creates ``/dev/shm/deepspeed_*_<MASTER_ADDR>_<MASTER_PORT>_<rank>``
@@ -204,11 +204,14 @@ def remove_shm_buffers(addr: str, port: int | str, rank: int | None = None) -> N
     torchrun, by each rank as it leaves: a mapping stays valid after the unlink).
     """
     pattern = f"deepspeed_*_{addr}_{port}_{'*' if rank is None else rank}"
+    removed = 0
     for path in Path("/dev/shm").glob(pattern):
         try:
             path.unlink()
+            removed += 1
         except OSError:
             pass
+    return removed  # how many (the reduce-path benchmark records it)
 
 
 def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArgs) -> int:

@@ -30,7 +30,8 @@ import math
 from fractions import Fraction
 
 EXPECTATIONS = ("fixed", "buggy")
-RECIPES = ("none", "allgather", "own_share")
+LOSS_RECIPES = ("allgather", "own_share")  # what sp loss code backprops (repro.alst.space describes them)
+RECIPES = ("none", *LOSS_RECIPES)  # "none": a plain loss, no sp loss code
 LABEL_TOL = 1e-3  # the default tolerance of ``label``: norm-wise relative error
 MAX_DENOMINATOR = 64
 

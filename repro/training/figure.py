@@ -104,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m repro.training.figure",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--unpatched", type=Path, required=True)
-    parser.add_argument("--patched", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--unpatched", type=Path, required=True, help="training-effect report of unpatched DeepSpeed")
+    parser.add_argument("--patched", type=Path, required=True, help="training-effect report of patched DeepSpeed")
+    parser.add_argument("--out", type=Path, required=True, help="the figure (PNG) to write")
     args = parser.parse_args(argv)
     try:
         unpatched, patched = load_pair(args.unpatched, args.patched)

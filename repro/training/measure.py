@@ -138,7 +138,8 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     import torch
     import transformers
 
-    from repro.downstream.measure import deepspeed_state, dist_version
+    from repro.downstream.measure import deepspeed_state
+    from repro.harness.env import dist_version
 
     sp, dp = ctx.topology.sp, ctx.topology.dp
     if dp != 1:

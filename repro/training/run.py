@@ -16,7 +16,7 @@ older ones all_gather a 0-dim length gloo rejects); one sp group (world size = s
 
 from __future__ import annotations
 
-from repro.alst.run import preflight
+from repro.alst.run import EXPECT_HELP as ALST_EXPECT_HELP, preflight
 from repro.harness import launch
 from repro.harness.cli import ReproArgs, main_guard
 from repro.training.measure import program
@@ -36,4 +36,4 @@ def main(argv: list[str] | None = None) -> int:
             return stop
         return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
 
-    return main_guard(__doc__, run, _add_arguments, argv=argv)
+    return main_guard(__doc__, run, _add_arguments, argv=argv, expect_help=ALST_EXPECT_HELP)

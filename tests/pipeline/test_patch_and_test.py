@@ -12,7 +12,6 @@ The same run's results then make a review bundle (its cell is reused, not run ag
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import re
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from patch_and_test.core.checks import REPRODUCERS
+from repro.harness.env import dist_version
 from repro.harness.fixed import source_has_fix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,10 +43,9 @@ def installed_stage3_has_fix() -> bool:
 
 @pytest.fixture(scope="module")
 def release():
-    try:
-        version = importlib.metadata.version("deepspeed").split("+")[0]
-    except importlib.metadata.PackageNotFoundError:
+    if (installed := dist_version("deepspeed")) is None:
         pytest.skip("no DeepSpeed installed (the tox tests envs install one)")
+    version = installed.split("+")[0]
     yield version
     # Put the unpatched release back (its wheel is cached: seconds), whatever the test did.
     subprocess.run([sys.executable, "-m", "patch_and_test.core.install", "--pypi", version],
@@ -91,7 +91,7 @@ def test_patch_and_test_sees_the_bug_before_and_not_after(job):
     verdict = json.loads((results / "verdict.json").read_text())
     assert verdict["outcome"] == "fixed"
     by_name = {c["name"]: c for c in verdict["before"] + verdict["after"]}
-    for script in ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket"):
+    for script in REPRODUCERS:
         assert by_name[f"before/{script}"]["exit_code"] == 0 and by_name[f"before/{script}"]["pattern"] == "buggy"
         assert by_name[f"after/{script}"]["exit_code"] == 0 and by_name[f"after/{script}"]["pattern"] == "fixed"
     twin = next(t for t in verdict["tests"] if t["name"].startswith("twin"))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+
 import toxfile
-from patch_and_test.core.errors import Exit
+from patch_and_test.__main__ import EXIT_HELP
+from patch_and_test.core.errors import Exit, exit_codes_help, exit_codes_markdown
 from repro.harness import cli
 from repro.harness import exit_codes
 
@@ -32,3 +34,24 @@ def test_no_code_writes_77_as_a_bare_number():
             if isinstance(node, ast.Constant) and type(node.value) is int and node.value == 77:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found, found
+
+
+README_BEGIN = "<!-- exit-codes:begin (rendered from patch_and_test.core.errors; tests/unit/test_exit_codes.py) -->"
+README_END = "<!-- exit-codes:end -->"
+
+
+def test_readme_table_is_the_rendered_one():
+    """README's table of patch-and-test's exit codes is errors.Exit's, rendered (exit_codes_markdown)."""
+    readme = (ROOT / "README.md").read_text()
+    assert README_BEGIN in readme, f"README.md: no line {README_BEGIN!r}"
+    block = readme.split(README_BEGIN + "\n", 1)[1]
+    assert README_END in block, f"README.md: {README_BEGIN!r} without {README_END!r}"
+    assert block.split(README_END, 1)[0] == exit_codes_markdown()
+
+
+def test_the_table_has_one_row_per_code_and_the_help_renders_it():
+    rows = exit_codes_markdown().splitlines()[2:]
+    assert [int(r.split(" | ")[0].strip("| ")) for r in rows] == [int(e) for e in Exit] == [0, 1, 2, 3, 4, 5, 6, 77]
+    assert len({e.outcome for e in Exit}) == len(Exit)
+    assert EXIT_HELP.startswith(exit_codes_help())
+    assert all(f"  {int(e):<3} {e.outcome}: " in EXIT_HELP for e in Exit)
