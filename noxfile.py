@@ -131,10 +131,5 @@ def downstream(session: nox.Session, client: str) -> None:
     # clients from CLIENT_ENVS by its name.
     requirements = CLIENT_ENVS[f"downstream-{client}"][0]
     session.install(*RUNTIME, "-r", requirements)
-    session.run("python",
-                "-m",
-                "patch_and_test.downstream",
-                "--env-name",
-                f"downstream-{client}",
-                *session.posargs,
+    session.run("python", "-m", "patch_and_test.downstream", "--env-name", f"downstream-{client}", *session.posargs,
                 env=_env())

@@ -52,9 +52,7 @@ def skip_for(exit_code: int, outcomes: list[Any]) -> str | None:
 
 @impl
 def tox_add_core_config(core_conf: Any, state: Any) -> None:
-    core_conf.add_config(keys=["torch_requirement"],
-                         of_type=str,
-                         default=_PINS.torch_requirement(),
+    core_conf.add_config(keys=["torch_requirement"], of_type=str, default=_PINS.torch_requirement(),
                          desc="the torch every env installs: torch$TORCH_SPEC, else requirements/pins.txt's pin")
 
 

@@ -43,9 +43,7 @@ def environment(python: str) -> dict:
     probe = subprocess.run([
         python, "-c", "import importlib.metadata as m, platform, torch; "
         "print(m.version('deepspeed'), torch.__version__, platform.python_version())"
-    ],
-                           capture_output=True,
-                           text=True)
+    ], capture_output=True, text=True)
     ds, torch_version, py_version = (probe.stdout.split() + ["?", "?", "?"])[:3]
     return {
         "python": py_version,

@@ -51,11 +51,7 @@ def representable(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return values.to(dtype).double()
 
 
-def rank_gradient(kind: str,
-                  numel: int,
-                  rank: int,
-                  param_index: int,
-                  dtype: torch.dtype,
+def rank_gradient(kind: str, numel: int, rank: int, param_index: int, dtype: torch.dtype,
                   seed: int = 8692) -> torch.Tensor:
     """Rank ``rank``'s local gradient of parameter ``param_index`` (float64, representable in dtype)."""
     if kind not in KINDS:

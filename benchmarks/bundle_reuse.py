@@ -37,9 +37,7 @@ def build(dist: Path, versions: list[str]) -> tuple[float, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dist", type=Path, default=ROOT / "dist")
-    parser.add_argument("--first-run-s",
-                        type=float,
-                        default=None,
+    parser.add_argument("--first-run-s", type=float, default=None,
                         help="wall time of the run that produced the current results, when the first build reuses")
     parser.add_argument("--versions", nargs="*", default=[], help="restrict the matrix, as bundle build does")
     parser.add_argument("--out", type=Path, default=None)

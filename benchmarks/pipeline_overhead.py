@@ -35,10 +35,7 @@ def pipeline(version: str, results: Path) -> tuple[float, dict]:
     proc = subprocess.run([
         sys.executable, "-m", "patch_and_test", "--version", version, "--no-audit", "--results",
         str(results), "--env-name", "pipeline-overhead"
-    ],
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True)
+    ], cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - start
     verdict = json.loads((results / "verdict.json").read_text())
     if proc.returncode != 0:

@@ -101,12 +101,8 @@ def launch_main(argv: list[str]) -> int:
             program = ranks.numerics_program(ranks.NumericsPlan(dtypes, tuple(x["kinds"].split(","))), impl_spec)
 
         def sink(report: dict, wall: float) -> None:
-            report.update(world_size=args.world_size,
-                          sp=args.sp,
-                          dp=args.dp,
-                          backend=args.backend,
-                          wall_s=round(wall, 2),
-                          load_average_at_end=os.getloadavg())
+            report.update(world_size=args.world_size, sp=args.sp, dp=args.dp, backend=args.backend,
+                          wall_s=round(wall, 2), load_average_at_end=os.getloadavg())
             if args.json:
                 write_json(args.json, report, indent=1)
 
@@ -143,9 +139,7 @@ def _count_numel(spec: str) -> tuple[int, int]:
 def installed_package_dir(python: str) -> Path:
     out = subprocess.run(
         [python, "-c", "import importlib.util as u; "
-         "print(u.find_spec('deepspeed').submodule_search_locations[0])"],
-        capture_output=True,
-        text=True)
+         "print(u.find_spec('deepspeed').submodule_search_locations[0])"], capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"error: {python} cannot import deepspeed (give --python an interpreter with torch and "
                          "DeepSpeed installed)")
@@ -168,9 +162,7 @@ def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(installed.parent / rel, dest)
         includes = [f"--include={rel}" for rel in PATCHED_FILES]
-        proc = subprocess.run(["git", "apply", *includes, str(patch.resolve())],
-                              cwd=tree,
-                              capture_output=True,
+        proc = subprocess.run(["git", "apply", *includes, str(patch.resolve())], cwd=tree, capture_output=True,
                               text=True)
         if proc.returncode != 0:
             raise SystemExit(f"error: {patch.name} does not apply to the installed DeepSpeed ({installed}):\n"
@@ -206,9 +198,7 @@ def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls
         sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-3000:])
         print(
             f"error: {phase} launch (world {world}, sp {sp}) failed with exit code {proc.returncode} after "
-            f"{time.monotonic() - start:.0f} s",
-            file=sys.stderr,
-            flush=True)
+            f"{time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
         return None
     report = json.loads(out.read_text())
     addr, port = report.get("master_addr"), report.get("master_port")
@@ -477,57 +467,36 @@ def numerics_markdown(rows: list[dict], flags: list[dict]) -> str:
 def driver_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--python", default=default_python(), help="interpreter with torch + the DeepSpeed to patch")
-    parser.add_argument("--patch",
-                        action="append",
-                        default=None,
-                        metavar="NAME=FILE",
-                        help="another implementation to time beside the installed one and 'divisor' (the fix "
-                        "patch of the installed release's series); repeatable")
-    parser.add_argument("--backend",
-                        choices=["gloo", "nccl", "auto"],
-                        default="auto",
-                        help="gloo: CPU ranks; nccl: one GPU per rank; auto: nccl when there is a GPU for every "
-                        "rank, else gloo (default auto)")
+    parser.add_argument(
+        "--patch", action="append", default=None, metavar="NAME=FILE",
+        help="another implementation to time beside the installed one and 'divisor' (the fix "
+        "patch of the installed release's series); repeatable")
+    parser.add_argument(
+        "--backend", choices=["gloo", "nccl", "auto"], default="auto",
+        help="gloo: CPU ranks; nccl: one GPU per rank; auto: nccl when there is a GPU for every "
+        "rank, else gloo (default auto)")
     parser.add_argument("--repeats", type=int, default=3, help="timing launches (default 3)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds per launch and case")
     parser.add_argument("--iters", type=int, default=30, help="timed rounds per launch and case")
-    parser.add_argument("--case",
-                        action="append",
-                        default=None,
-                        metavar="LABEL=COUNTxNUMEL",
+    parser.add_argument("--case", action="append", default=None, metavar="LABEL=COUNTxNUMEL",
                         help=f"timing bucket (default {' '.join(DEFAULT_CASES)})")
-    parser.add_argument("--timing-dtypes",
-                        default="fp32,bf16-model,bf16",
+    parser.add_argument("--timing-dtypes", default="fp32,bf16-model,bf16",
                         help="precision settings timed (see _reduce_path_ranks.precision_overrides)")
-    parser.add_argument("--numerics-dtypes",
-                        default="bf16,fp16,fp32",
+    parser.add_argument("--numerics-dtypes", default="bf16,fp16,fp32",
                         help="precisions whose gradients are compared with the oracle (default %(default)s)")
-    parser.add_argument("--topology",
-                        action="append",
-                        default=None,
-                        metavar="WORLD:SP",
+    parser.add_argument("--topology", action="append", default=None, metavar="WORLD:SP",
                         help=f"numerics layouts (default {' '.join(DEFAULT_TOPOLOGIES)})")
-    parser.add_argument("--no-aa-control",
-                        dest="aa_control",
-                        action="store_false",
+    parser.add_argument("--no-aa-control", dest="aa_control", action="store_false",
                         help=f"do not time the unpatched code a second time as '{AA}' (the A/A noise control)")
-    parser.add_argument("--add-timing-launch",
-                        action="append",
-                        default=[],
-                        metavar="JSON",
+    parser.add_argument("--add-timing-launch", action="append", default=[], metavar="JSON",
                         help="pool this saved timing launch report (reduce_path_launches/*/timing*.json) too")
     parser.add_argument("--skip-timing", action="store_true", help="measure the numerics only")
     parser.add_argument("--skip-numerics", action="store_true", help="measure the timing only")
-    parser.add_argument("--keep-other",
-                        action="store_true",
+    parser.add_argument("--keep-other", action="store_true",
                         help="keep the skipped section (timing or numerics) from the existing --out file")
-    parser.add_argument("--max-load",
-                        type=float,
-                        default=None,
+    parser.add_argument("--max-load", type=float, default=None,
                         help="wait (up to --max-wait s) for the 1-minute load average to drop below this first")
-    parser.add_argument("--max-wait",
-                        type=float,
-                        default=600.0,
+    parser.add_argument("--max-wait", type=float, default=600.0,
                         help="the longest wait for --max-load, s; then it times anyway (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per launch, s")
     parser.add_argument("--out", type=Path, default=None, help=f"JSON path (default {RESULTS}/reduce_path.json)")
@@ -605,12 +574,9 @@ def driver_main(argv: list[str]) -> int:
                 launches.append(report)
                 print(
                     f"timing launch {i + 1}/{args.repeats}: {report['driver_wall_s']} s, load "
-                    f"{report['load_average_at_start'][0]:.2f} -> {report['load_average_at_end'][0]:.2f}",
-                    flush=True)
-            payload["timing_run"].update(load_average_at_end=os.getloadavg(),
-                                         launches=len(launches),
-                                         failed_launches=failed,
-                                         added_launches=list(args.add_timing_launch))
+                    f"{report['load_average_at_start'][0]:.2f} -> {report['load_average_at_end'][0]:.2f}", flush=True)
+            payload["timing_run"].update(load_average_at_end=os.getloadavg(), launches=len(launches),
+                                         failed_launches=failed, added_launches=list(args.add_timing_launch))
             if not launches:
                 raise SystemExit("error: no timing launch succeeded")
             payload["timing"] = summarize_timing(launches, names)

@@ -149,15 +149,9 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
     shm_before = shm_segments()
     start = time.monotonic()
     # SIGINT's default action restored: a shell's background job (nohup ... &) inherits it ignored.
-    proc = subprocess.Popen(argv,
-                            cwd=ROOT,
-                            env={
-                                **os.environ, TAG_VAR: tag
-                            },
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE,
-                            text=True,
-                            start_new_session=True,
+    proc = subprocess.Popen(argv, cwd=ROOT, env={
+        **os.environ, TAG_VAR: tag
+    }, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ports: set[str] = set()
     stop = threading.Event()
@@ -342,16 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=50, help="launches of each 2-rank reproducer")
     parser.add_argument("--four-rank", type=int, default=20, help="launches of the 4-rank layout (sp=2 x dp=2)")
     parser.add_argument("--torchrun", type=int, default=10, help="launches under torchrun")
-    parser.add_argument("--expect",
-                        choices=["buggy", "fixed"],
-                        default="buggy",
+    parser.add_argument("--expect", choices=["buggy", "fixed"], default="buggy",
                         help="what the installed DeepSpeed is, passed to every launch (default buggy)")
-    parser.add_argument("--python",
-                        default=default_python(),
+    parser.add_argument("--python", default=default_python(),
                         help="the interpreter (with torch and DeepSpeed) that runs the reproducers")
-    parser.add_argument("--out",
-                        type=Path,
-                        default=None,
+    parser.add_argument("--out", type=Path, default=None,
                         help="JSON path (default results/benchmarks/stress_repro.json)")
     args = parser.parse_args(argv)
     started = time.monotonic()

@@ -63,15 +63,9 @@ def run_once(clone: Path, env: dict[str, str], log: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--targets",
-                        nargs=2,
-                        type=float,
-                        default=(900.0, 600.0),
-                        metavar=("COLD", "WARM"),
+    parser.add_argument("--targets", nargs=2, type=float, default=(900.0, 600.0), metavar=("COLD", "WARM"),
                         help="the longest the cold and the warm run may take, s (default 900 600)")
-    parser.add_argument("--out",
-                        type=Path,
-                        default=None,
+    parser.add_argument("--out", type=Path, default=None,
                         help="JSON path (default results/benchmarks/test_command.json)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the clone and caches here (default: a temp dir)")
     args = parser.parse_args(argv)
@@ -83,16 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run(["git", "-C", str(clone), "checkout", "-q", head], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOX_", "VIRTUAL_ENV"))}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on CI
-    env.update(ZERO3_SP_CACHE=str(caches / "zero3-sp"),
-               UV_CACHE_DIR=str(caches / "uv"),
-               XDG_CACHE_HOME=str(caches / "xdg"),
-               PIP_CACHE_DIR=str(caches / "pip"))
+    env.update(ZERO3_SP_CACHE=str(caches / "zero3-sp"), UV_CACHE_DIR=str(caches / "uv"),
+               XDG_CACHE_HOME=str(caches / "xdg"), PIP_CACHE_DIR=str(caches / "pip"))
     runs = {}
     for name in ("cold", "warm"):
         runs[name] = run_once(clone, env, work / f"{name}.log")
-        print(f"{name}: exit {runs[name]['exit_code']}, {runs[name]['wall_s']} s; " +
-              "; ".join(f"{e['env']} setup {e['setup_s']} s + cmd {e['cmd_s']} s" for e in runs[name]["envs"]),
-              flush=True)
+        print(
+            f"{name}: exit {runs[name]['exit_code']}, {runs[name]['wall_s']} s; " +
+            "; ".join(f"{e['env']} setup {e['setup_s']} s + cmd {e['cmd_s']} s" for e in runs[name]["envs"]),
+            flush=True)
     cold_target, warm_target = args.targets
     ok = (runs["cold"]["exit_code"] == 0 and runs["warm"]["exit_code"] == 0 and runs["cold"]["wall_s"] <= cold_target
           and runs["warm"]["wall_s"] <= warm_target)

@@ -31,49 +31,34 @@ environment:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="python -m patch_and_test",
-                           description=__doc__,
-                           epilog=EXIT_HELP,
+    parser = CommandParser(prog="python -m patch_and_test", description=__doc__, epilog=EXIT_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version",
-                        default=os.environ.get("DEEPSPEED_VERSION") or None,
+    parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
                         help="DeepSpeed release from PyPI (env DEEPSPEED_VERSION)")
-    parser.add_argument("--src",
-                        type=Path,
-                        default=os.environ.get("DEEPSPEED_SRC") or None,
+    parser.add_argument("--src", type=Path, default=os.environ.get("DEEPSPEED_SRC") or None,
                         help="DeepSpeed checkout to use instead of PyPI (env DEEPSPEED_SRC)")
-    parser.add_argument("--newest-upstream",
-                        action="store_true",
-                        help="the newest DeepSpeed code: the newest locked sdist grafted onto the mirror's master "
-                        "(its tests/ and docs/), patched with the pull-request series; needs the mirror "
-                        "(DEEPSPEED_MIRROR); see docs/newest-upstream.md")
-    parser.add_argument("--backend",
-                        choices=["gloo", "nccl"],
-                        default=os.environ.get("ZERO3_SP_BACKEND", "gloo"),
+    parser.add_argument(
+        "--newest-upstream", action="store_true",
+        help="the newest DeepSpeed code: the newest locked sdist grafted onto the mirror's master "
+        "(its tests/ and docs/), patched with the pull-request series; needs the mirror "
+        "(DEEPSPEED_MIRROR); see docs/newest-upstream.md")
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"),
                         help="gloo: CPU ranks; nccl: one GPU per rank (default: env ZERO3_SP_BACKEND, else gloo)")
-    parser.add_argument("--env-name",
-                        default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
-                        or "patch-and-test",
-                        help="names the results folder (default: the tox/nox env)")
+    parser.add_argument(
+        "--env-name", default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME") or "patch-and-test",
+        help="names the results folder (default: the tox/nox env)")
     parser.add_argument("--results", type=Path, default=None, help="default: results/<env-name>")
-    parser.add_argument("--timeout",
-                        type=positive_seconds,
-                        default=600.0,
+    parser.add_argument("--timeout", type=positive_seconds, default=600.0,
                         help="deadline per reproducer launch, s (default %(default)s; the parity audit gets 3x)")
-    parser.add_argument("--no-upstream-suites",
-                        action="store_true",
+    parser.add_argument("--no-upstream-suites", action="store_true",
                         help="with a checkout: skip DeepSpeed's own tests that the series can reach, before/after")
-    parser.add_argument("--upstream-tier",
-                        choices=["quick", "full"],
-                        default=os.environ.get("ZERO3_SP_UPSTREAM_TIER") or "quick",
-                        help="quick: the affected tests that start no ranks, the regression test and the ALST test; "
-                        "full: every affected test (hours on 2 cores); env ZERO3_SP_UPSTREAM_TIER")
-    parser.add_argument("--upstream-workers",
-                        type=int,
-                        default=0,
+    parser.add_argument(
+        "--upstream-tier", choices=["quick", "full"], default=os.environ.get("ZERO3_SP_UPSTREAM_TIER") or "quick",
+        help="quick: the affected tests that start no ranks, the regression test and the ALST test; "
+        "full: every affected test (hours on 2 cores); env ZERO3_SP_UPSTREAM_TIER")
+    parser.add_argument("--upstream-workers", type=int, default=0,
                         help="run the affected DeepSpeed tests with pytest-xdist -n N (default: one process)")
-    parser.add_argument("--no-audit",
-                        action="store_true",
+    parser.add_argument("--no-audit", action="store_true",
                         help="skip the parity audit (repro/parity_audit.py, quick mode) before and after")
     return parser
 
@@ -90,17 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(Exit.ERROR)
     results = results_dir(args)
     verdict = run(
-        PipelineConfig(env_name=args.env_name,
-                       results=results,
-                       version=args.version,
-                       src=args.src,
-                       newest_upstream=args.newest_upstream,
-                       backend=args.backend,
-                       timeout=args.timeout,
-                       upstream_suites=not args.no_upstream_suites,
-                       upstream_tier=args.upstream_tier,
-                       upstream_workers=args.upstream_workers,
-                       audit=not args.no_audit))
+        PipelineConfig(env_name=args.env_name, results=results, version=args.version, src=args.src,
+                       newest_upstream=args.newest_upstream, backend=args.backend, timeout=args.timeout,
+                       upstream_suites=not args.no_upstream_suites, upstream_tier=args.upstream_tier,
+                       upstream_workers=args.upstream_workers, audit=not args.no_audit))
     if verdict.error:
         # "skipped: " for exit 77, as the reproducers print it; tox's toxfile.py shows it as SKIP.
         label = "skipped" if verdict.exit_code == Exit.SKIPPED else "error"

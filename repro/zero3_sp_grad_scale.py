@@ -26,13 +26,9 @@ ALL_CONFIGS = REFERENCE_CONFIGS + ZERO3_CONFIGS
 
 
 def _add_arguments(parser) -> None:
-    parser.add_argument("--config",
-                        dest="configs",
-                        action="append",
-                        choices=[c.label() for c in ALL_CONFIGS],
-                        metavar="LABEL",
-                        help="run only this configuration (repeatable); labels: " +
-                        ", ".join(repr(c.label()) for c in ALL_CONFIGS))
+    parser.add_argument(
+        "--config", dest="configs", action="append", choices=[c.label() for c in ALL_CONFIGS], metavar="LABEL",
+        help="run only this configuration (repeatable); labels: " + ", ".join(repr(c.label()) for c in ALL_CONFIGS))
 
 
 def _select(args):

@@ -28,29 +28,20 @@ LAYERS = (ParamSpec("fc1_weight", 64), ParamSpec("fc1_bias",
 
 
 def _add_arguments(parser) -> None:
-    parser.add_argument("--reduce-bucket-size",
-                        type=int,
-                        default=16,
+    parser.add_argument("--reduce-bucket-size", type=int, default=16,
                         help="ZeRO-3 reduce_bucket_size (default 16: biases fit, weights do not)")
 
 
 def _select(args):
     return [
-        ZeroConfig(3,
-                   reduce_scatter=False,
-                   contiguous_gradients=True,
+        ZeroConfig(3, reduce_scatter=False, contiguous_gradients=True,
                    reduce_bucket_size=args.extra["reduce_bucket_size"])
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run.main(__doc__,
-                    "zero3_sp_mixed_bucket",
-                    _select,
-                    LAYERS,
-                    _add_arguments,
-                    check=run.require_paths(ReducePath.CONTIGUOUS, ReducePath.AVG_SCATTER),
-                    argv=argv)
+    return run.main(__doc__, "zero3_sp_mixed_bucket", _select, LAYERS, _add_arguments,
+                    check=run.require_paths(ReducePath.CONTIGUOUS, ReducePath.AVG_SCATTER), argv=argv)
 
 
 if __name__ == "__main__":

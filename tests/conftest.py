@@ -23,11 +23,10 @@ SUPPORTED_TAGS = ("v0.14.5", "v0.15.4", "v0.16.9", "v0.17.2", "v0.17.5", "v0.17.
 
 
 def pytest_addoption(parser):
-    parser.addoption("--run-twin",
-                     action="store_true",
-                     default=False,
-                     help="run the twin of the upstream regression test; it asserts the FIXED behaviour, so it "
-                     "belongs to a patched DeepSpeed (the pipeline passes this after applying the series)")
+    parser.addoption(
+        "--run-twin", action="store_true", default=False,
+        help="run the twin of the upstream regression test; it asserts the FIXED behaviour, so it "
+        "belongs to a patched DeepSpeed (the pipeline passes this after applying the series)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,8 +55,7 @@ def tracked_files(*patterns: str) -> list[Path]:
     """The repository's files (tracked, and untracked ones git does not ignore) matching ``patterns``."""
     listed = subprocess.run(
         ["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard", *patterns],
-        capture_output=True,
-        text=True)
+        capture_output=True, text=True)
     if listed.returncode != 0:
         pytest.skip("not a git checkout")
     return [ROOT / rel for rel in sorted(set(listed.stdout.splitlines())) if (ROOT / rel).is_file()]

@@ -54,11 +54,7 @@ def test_the_job_ends_with_the_regression_naming_the_autoep_test(master_checkout
         str(master_checkout), "--series",
         str(FIXTURE), "--results",
         str(results), "--only", AUTOEP
-    ],
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True,
-                          timeout=3600)
+    ], cwd=ROOT, capture_output=True, text=True, timeout=3600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == Exit.REGRESSION, out[-4000:]
     assert "outcome: regression (exit 6)" in out

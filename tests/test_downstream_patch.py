@@ -69,9 +69,7 @@ def test_the_patch_applies_with_patch_p1(sdist_tree):
     for patch in PATCHES:
         proc = subprocess.run(
             ["patch", "-p1", "--batch", "--forward", "-d",
-             str(sdist_tree), "-i", str(patch)],
-            capture_output=True,
-            text=True)
+             str(sdist_tree), "-i", str(patch)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "offset" not in proc.stdout and "fuzz" not in proc.stdout, proc.stdout  # exact context
     integ = (sdist_tree / "src/transformers/integrations/deepspeed.py").read_text()
@@ -91,7 +89,5 @@ def test_the_patch_applies_with_patch_p1(sdist_tree):
     again = subprocess.run(
         ["patch", "-p1", "--batch", "--forward", "--dry-run", "-d",
          str(sdist_tree), "-i",
-         str(PATCHES[0])],
-        capture_output=True,
-        text=True)
+         str(PATCHES[0])], capture_output=True, text=True)
     assert again.returncode != 0

@@ -28,9 +28,7 @@ def test_branch_bundle_is_git_am_of_the_series(mirror, manifest, tmp_path):
     assert squash == "Scale ZeRO-3 __avg_scatter_grads by sequence_parallel_size\n\n" + PR.split("\n\n", 1)[1]
     assert squash.rstrip().splitlines()[-1].startswith("Signed-off-by: ")
     heads = subprocess.run(
-        ["git", "bundle", "list-heads", str(out / github_form.BUNDLE_FILE)],
-        capture_output=True,
-        text=True,
+        ["git", "bundle", "list-heads", str(out / github_form.BUNDLE_FILE)], capture_output=True, text=True,
         check=True).stdout
     assert heads.strip().endswith(f"refs/heads/{github_form.BRANCH}")
     assert github_form.verify(bundle, master, mirror) == ([], [])

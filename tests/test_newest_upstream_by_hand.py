@@ -68,11 +68,7 @@ def run_tests(tree: Path, args: list[str], junit: Path) -> dict[str, str]:
         "TORCH_EXTENSIONS_DIR": str(tree.parent / "torch-ext")
     }
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *args],
-                   cwd=tree,
-                   env=env,
-                   capture_output=True,
-                   text=True,
-                   timeout=3600)
+                   cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
     outcomes = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         failed = case.find("failure") is not None or case.find("error") is not None

@@ -128,13 +128,10 @@ def test_user_checkout_stays_byte_identical(manifest, tmp_path):
     shutil.copytree(sdist.path, user, ignore=shutil.ignore_patterns(".git"))
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m",
                                                                "my DeepSpeed"], ["branch", "experiment"]):
-        subprocess.run(["git", "-C", str(user), *args],
-                       check=True,
-                       capture_output=True,
-                       env={
-                           **os.environ,
-                           **source.FIXED_IDENTITY
-                       })
+        subprocess.run(["git", "-C", str(user), *args], check=True, capture_output=True, env={
+            **os.environ,
+            **source.FIXED_IDENTITY
+        })
     (user / "notes.log").write_text("ignored by the user\n")
     (user / ".git" / "info" / "exclude").write_text("*.log\n")
     subprocess.run(["git", "-C", str(user), "status"], check=True, capture_output=True)  # settle the index

@@ -61,13 +61,8 @@ def tree(tmp_path: Path) -> Path:
 
 
 def test_quick_tier_records_outcomes_reasons_and_uncollectable_files(tree, tmp_path):
-    run = us.run_suite("before",
-                       tree,
-                       FILE_LIST + ["tests/unit/test_added_later.py"],
-                       tmp_path / "out",
-                       tier="quick",
-                       keep=("TestKeep", ),
-                       timeout=300)
+    run = us.run_suite("before", tree, FILE_LIST + ["tests/unit/test_added_later.py"], tmp_path / "out", tier="quick",
+                       keep=("TestKeep", ), timeout=300)
     assert run.exit_code == 1 and not run.crashed
     assert run.outcomes == {
         "unit/test_a.py::TestKeep::test_k": "passed",
@@ -88,9 +83,7 @@ def test_full_tier_keeps_the_rank_tests(tree, tmp_path):
 
 def test_a_run_past_its_deadline_is_a_crash_and_the_comparison_an_error(tree, tmp_path):
     before = us.run_suite("before", tree, ["tests/unit/test_a.py"], tmp_path / "out", timeout=300)
-    after = us.run_suite("after",
-                         tree, ["tests/unit/test_slow.py", "tests/unit/test_a.py"],
-                         tmp_path / "out",
+    after = us.run_suite("after", tree, ["tests/unit/test_slow.py", "tests/unit/test_a.py"], tmp_path / "out",
                          timeout=8)
     assert after.timed_out and after.crashed
     c = us.compare("s", before, after)
@@ -98,9 +91,7 @@ def test_a_run_past_its_deadline_is_a_crash_and_the_comparison_an_error(tree, tm
 
 
 def test_rerun_runs_node_ids(tree, tmp_path):
-    seen = us.rerun(tree, ["unit/test_a.py::test_ok", "unit/test_a.py::test_fail"],
-                    tmp_path / "out",
-                    times=2,
+    seen = us.rerun(tree, ["unit/test_a.py::test_ok", "unit/test_a.py::test_fail"], tmp_path / "out", times=2,
                     timeout=300)
     assert seen == {"unit/test_a.py::test_ok": ["passed", "passed"], "unit/test_a.py::test_fail": ["failed", "failed"]}
 
@@ -108,13 +99,7 @@ def test_rerun_runs_node_ids(tree, tmp_path):
 def test_xdist_workers_record_once_per_test(tree, tmp_path):
     # Without --forked: pytest-forked 1.7.5 under pytest 9.2 ends every test with "EXITED with status 3".
     pytest.importorskip("xdist")
-    run = us.run_suite("xdist",
-                       tree,
-                       FILE_LIST,
-                       tmp_path / "out",
-                       tier="quick",
-                       keep=("TestKeep", ),
-                       timeout=300,
+    run = us.run_suite("xdist", tree, FILE_LIST, tmp_path / "out", tier="quick", keep=("TestKeep", ), timeout=300,
                        workers=2)
     assert run.workers == 2 and not run.crashed, Path(run.log).read_text()[-2000:]
     assert run.outcomes == {

@@ -127,14 +127,8 @@ def run_reproducer(script: str, expect: str, out_dir: Path, phase: str, *, backe
     ]
     code, duration = run_logged(cmd, log, timeout=timeout + 60, cwd=PACKAGE_ROOT)
     pattern = _pattern(json.loads(report.read_text())) if report.exists() else None
-    return ReproCheck(name=f"{phase}/{script}",
-                      script=script,
-                      expect=expect,
-                      exit_code=code,
-                      pattern=pattern,
-                      report=str(report) if report.exists() else None,
-                      log=str(log),
-                      duration_s=duration)
+    return ReproCheck(name=f"{phase}/{script}", script=script, expect=expect, exit_code=code, pattern=pattern,
+                      report=str(report) if report.exists() else None, log=str(log), duration_s=duration)
 
 
 def _pattern(report: dict) -> str | None:
@@ -147,12 +141,7 @@ def _pattern(report: dict) -> str | None:
     return None
 
 
-def run_pytest(name: str,
-               args: list[str],
-               out_dir: Path,
-               *,
-               cwd: Path,
-               env: dict[str, str] | None = None,
+def run_pytest(name: str, args: list[str], out_dir: Path, *, cwd: Path, env: dict[str, str] | None = None,
                timeout: float = 3600) -> PytestCheck:
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^\w.-]+", "-", name)  # a file name a Markdown link can carry: no spaces, no slashes
@@ -161,11 +150,7 @@ def run_pytest(name: str,
     junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--junitxml={junit}", *args]
     code, duration = run_logged(cmd, log, timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
-    return PytestCheck(name=name,
-                       exit_code=code,
-                       outcomes=junit_outcomes(junit),
-                       junit=str(junit),
-                       log=str(log),
+    return PytestCheck(name=name, exit_code=code, outcomes=junit_outcomes(junit), junit=str(junit), log=str(log),
                        duration_s=duration)
 
 

@@ -14,19 +14,11 @@ from patch_and_test.core import errors
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
 
 
-def git(repo: Path | str | None,
-        *args: str,
-        check: bool = True,
-        env: dict | None = None,
-        input: str | bytes | None = None,
-        text: bool = True) -> subprocess.CompletedProcess:
+def git(repo: Path | str | None, *args: str, check: bool = True, env: dict | None = None,
+        input: str | bytes | None = None, text: bool = True) -> subprocess.CompletedProcess:
     """``git -C repo args`` (no ``-C`` for repo None, e.g. clone); hooks off, output captured."""
     where = ("-C", str(repo)) if repo is not None else ()
-    return subprocess.run(["git", *where, *NO_HOOKS, *args],
-                          capture_output=True,
-                          text=text,
-                          check=check,
-                          env=env,
+    return subprocess.run(["git", *where, *NO_HOOKS, *args], capture_output=True, text=text, check=check, env=env,
                           input=input)
 
 

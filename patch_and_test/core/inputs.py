@@ -110,10 +110,5 @@ class RunInputs(Record):
 
 
 def run_inputs(series_dir: Path, source: str | None, backend: str, audit: bool) -> RunInputs:
-    return RunInputs(code=code_digest(),
-                     series=series_digest(series_dir),
-                     source=source,
-                     backend=backend,
-                     audit=audit,
-                     python=platform.python_version(),
-                     torch=dist_version("torch"))
+    return RunInputs(code=code_digest(), series=series_digest(series_dir), source=source, backend=backend, audit=audit,
+                     python=platform.python_version(), torch=dist_version("torch"))

@@ -140,14 +140,10 @@ class Series:
 
     def record(self, applied: ApplyResult | None = None) -> ChosenSeries:
         """The series as a run's verdict records it; with ``applied``, what applied to the tree and what not."""
-        done = {} if applied is None else dict(
-            applied=applied.applied, skipped=applied.skipped, base=applied.base, head=applied.head)
-        return ChosenSeries(name=self.name,
-                            version=self.version,
-                            base_commit=self.base_commit,
-                            base_ref=self.base_ref,
-                            range=self.range_text,
-                            **done)
+        done = {} if applied is None else dict(applied=applied.applied, skipped=applied.skipped, base=applied.base,
+                                               head=applied.head)
+        return ChosenSeries(name=self.name, version=self.version, base_commit=self.base_commit, base_ref=self.base_ref,
+                            range=self.range_text, **done)
 
 
 @dataclass(frozen=True)
@@ -207,16 +203,12 @@ def load_manifest(path: Path | str | None = None) -> Manifest:
         if not re.fullmatch(r"[0-9a-f]{40}", base_commit):
             raise errors.BadInput(f"{where}: base_commit must be a full 40-hex commit id")
         series.append(
-            Series(name=name,
-                   version=int(raw.get("version", 1)),
-                   min_version=_version_field(raw, "min_version", where),
-                   below_version=_version_field(raw, "below_version", where),
-                   base_commit=base_commit,
-                   base_ref=str(raw.get("base_ref", "")),
-                   directory=directory,
-                   cover_letter=directory / raw.get("cover_letter", "0000-cover-letter.patch"),
-                   patches=tuple(patches),
-                   verified=tuple(raw.get("verified", []))))
+            Series(name=name, version=int(raw.get("version",
+                                                  1)), min_version=_version_field(raw, "min_version", where),
+                   below_version=_version_field(raw, "below_version",
+                                                where), base_commit=base_commit, base_ref=str(raw.get("base_ref", "")),
+                   directory=directory, cover_letter=directory / raw.get("cover_letter", "0000-cover-letter.patch"),
+                   patches=tuple(patches), verified=tuple(raw.get("verified", []))))
     if not series:
         raise errors.BadInput(f"{path}: no [[series]]")
     ordered = sorted(series, key=lambda s: s.min_version)
@@ -389,9 +381,9 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
         if missing:
             needs = " and ".join(f"{d}/" for d in patch.needs_dirs)
             skipped.append(
-                SkippedPatch(file=patch.file,
-                             reason=f"needs {needs}, which this tree does not have "
-                             f"(no {' or '.join(missing)}; a PyPI sdist has none)"))
+                SkippedPatch(
+                    file=patch.file, reason=f"needs {needs}, which this tree does not have "
+                    f"(no {' or '.join(missing)}; a PyPI sdist has none)"))
         elif patch.needs_tests and skip_tests:
             skipped.append(SkippedPatch(file=patch.file, reason=f"{patch.role} patches were not asked for"))
         else:
@@ -399,23 +391,12 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
 
     head, ref = _state(root)
     if not to_apply:
-        return ApplyResult(series=series.name,
-                           series_version=series.version,
-                           repo=root,
-                           applied=(),
-                           skipped=tuple(skipped),
-                           base=head,
-                           head=head)
+        return ApplyResult(series=series.name, series_version=series.version, repo=root, applied=(),
+                           skipped=tuple(skipped), base=head, head=head)
     # A fix patch may also edit tests/ (see ROLES): leave those hunks out where the tree has no tests/.
     # Every patch that needs a missing folder was skipped above, so only fix hunks are excluded.
     excludes = [f"--exclude={d}/*" for d in ("tests", "docs") if not (root / d).is_dir()]
-    result = git(root,
-                 "am",
-                 "--no-3way",
-                 "--quiet",
-                 *excludes,
-                 *[str(p.path) for p in to_apply],
-                 check=False,
+    result = git(root, "am", "--no-3way", "--quiet", *excludes, *[str(p.path) for p in to_apply], check=False,
                  env=_identity_env(root))
     if result.returncode != 0:
         failed = _failed_patch(root, to_apply, head)
@@ -423,12 +404,8 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
         _restore(root, head, ref)
         raise errors.SeriesDoesNotApply(f"series {series.name} v{series.version}: {failed} does not apply to {root} "
                                         f"({reason}); the tree is back at {head[:12]}")
-    return ApplyResult(series=series.name,
-                       series_version=series.version,
-                       repo=root,
-                       applied=tuple(p.file for p in to_apply),
-                       skipped=tuple(skipped),
-                       base=head,
+    return ApplyResult(series=series.name, series_version=series.version, repo=root,
+                       applied=tuple(p.file for p in to_apply), skipped=tuple(skipped), base=head,
                        head=_state(root)[0])
 
 

@@ -147,21 +147,14 @@ def sign_state(series_dir: Path) -> SignState:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = errors.CommandParser(prog="python -m patch_and_test.signoff",
-                                  description=__doc__,
+    parser = errors.CommandParser(prog="python -m patch_and_test.signoff", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("series", type=Path, help="a folder of git format-patch files, e.g. patches/master")
-    parser.add_argument("--as",
-                        dest="identity",
-                        metavar="'NAME <EMAIL>'",
+    parser.add_argument("--as", dest="identity", metavar="'NAME <EMAIL>'",
                         help="sign as this identity (default: git's user.name and user.email here)")
-    parser.add_argument("--out",
-                        type=Path,
-                        default=None,
-                        help="where the signed copies go "
+    parser.add_argument("--out", type=Path, default=None, help="where the signed copies go "
                         "(default: dist/signed/<series folder name>)")
-    parser.add_argument("--check",
-                        action="store_true",
+    parser.add_argument("--check", action="store_true",
                         help="only say who signed the series off and whether it is ready to send (exit 0 or 1)")
     args = parser.parse_args(argv)
     try:

@@ -212,10 +212,7 @@ def sdist_path(version: str, lock: dict[str, LockEntry] | None = None, cache: Pa
     return (cache or cache_dir()) / "sdists" / (entry.filename if entry else f"deepspeed-{version}.tar.gz")
 
 
-def fetch_sdist(version: str,
-                lock: dict[str, LockEntry] | None = None,
-                cache: Path | None = None,
-                *,
+def fetch_sdist(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None, *,
                 require_lock: bool = True) -> Path:
     """The sdist archive of ``version`` (downloaded once, then taken from the cache).
 
@@ -270,10 +267,7 @@ def _unpack(archive: Path, dest: Path) -> None:
                 tar.extract(member, dest)
 
 
-def from_pypi(version: str,
-              cache: Path | None = None,
-              lock: dict[str, LockEntry] | None = None,
-              *,
+def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry] | None = None, *,
               require_lock: bool = True) -> SourceTree:
     """A git repo of the PyPI sdist of ``version``, reset to its pristine commit on branch ``main``.
 
@@ -304,14 +298,8 @@ def from_pypi(version: str,
     # The cached repo is only read (older versions of this package patched it in place: its tag
     # still names the pristine commit); the series goes onto a working copy of it.
     dest, base, _, claim = _working_copy(repo, "sdist", f"pypi-{version}", "main", cache)
-    return SourceTree(path=dest,
-                      version=(dest / "version.txt").read_text().strip(),
-                      origin="pypi-sdist",
-                      upstream_commit=None,
-                      base=base,
-                      branch="main",
-                      has_tests=(dest / "tests").is_dir(),
-                      claim=claim)
+    return SourceTree(path=dest, version=(dest / "version.txt").read_text().strip(), origin="pypi-sdist",
+                      upstream_commit=None, base=base, branch="main", has_tests=(dest / "tests").is_dir(), claim=claim)
 
 
 def sdist_digest(tree: SourceTree) -> str | None:
@@ -342,9 +330,7 @@ def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
             entries.append((sha, path))
     if not entries:
         return ()
-    check = git_out(repo,
-                    "cat-file",
-                    "--batch-check=%(objectname) %(objecttype)",
+    check = git_out(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
                     input="".join(f"{sha}\n" for sha, _ in entries))
     missing = []
     for (sha, path), line in zip(entries, check.splitlines()):
@@ -369,14 +355,7 @@ def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tu
         git_out(clone, "sparse-checkout", "disable")
     git_out(clone, "checkout", "-q", "-f", "-B", branch, commit)
     if missing:
-        git_out(clone,
-                "rm",
-                "-q",
-                "-r",
-                "--cached",
-                "--sparse",
-                "--pathspec-from-file=-",
-                "--pathspec-file-nul",
+        git_out(clone, "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-", "--pathspec-file-nul",
                 input="\0".join(missing))
         _commit_fixed(
             clone, f"Drop {len(missing)} path(s) whose blobs this repo lacks\n\n"
@@ -446,14 +425,8 @@ def from_checkout(path: Path | str, series_name: str | None = None, cache: Path 
     if series_name is None:
         series_name = series_for_version(version).name
     dest, base, dropped, claim = _working_copy(root, head, "checkout", f"zero3-sp-fix/{series_name}", cache)
-    return SourceTree(path=dest,
-                      version=version,
-                      origin="checkout",
-                      upstream_commit=head,
-                      base=base,
-                      branch=f"zero3-sp-fix/{series_name}",
-                      has_tests=(dest / "tests").is_dir(),
-                      dropped_paths=dropped,
+    return SourceTree(path=dest, version=version, origin="checkout", upstream_commit=head, base=base,
+                      branch=f"zero3-sp-fix/{series_name}", has_tests=(dest / "tests").is_dir(), dropped_paths=dropped,
                       claim=claim)
 
 
@@ -484,8 +457,7 @@ class SourceRecord(Record):
     graft: Graft | None = None  # absent in verdicts written before newest-upstream trees
 
 
-def grafted_entries(history: list[tuple[str, str, str]],
-                    release: list[tuple[str, str, str]],
+def grafted_entries(history: list[tuple[str, str, str]], release: list[tuple[str, str, str]],
                     paths: tuple[str, ...] = GRAFTED_PATHS) -> list[tuple[str, str, str]]:
     """(mode, blob, path) of the graft's tree: ``release``'s entries under ``paths``, ``history``'s elsewhere."""
 
@@ -518,18 +490,12 @@ def _hash_files(repo: Path, root: Path, paths: tuple[str, ...]) -> list[tuple[st
         str(f.relative_to(root)) for top in paths if (root / top).exists()
         for f in ([root / top] if (root / top).is_file() else (root / top).rglob("*"))
         if f.is_file() and not _excluded(str(f.relative_to(root))))
-    blobs = git_out(repo,
-                    "hash-object",
-                    "-w",
-                    "--no-filters",
-                    "--stdin-paths",
+    blobs = git_out(repo, "hash-object", "-w", "--no-filters", "--stdin-paths",
                     input="".join(f"{root / f}\n" for f in files)).split()
     return [("100755" if os.access(root / f, os.X_OK) else "100644", blob, f) for f, blob in zip(files, blobs)]
 
 
-def build_graft(release: str,
-                history: str,
-                mirror: Path | None = None,
+def build_graft(release: str, history: str, mirror: Path | None = None,
                 cache: Path | None = None) -> tuple[Path, Graft]:
     """The repo holding the newest-upstream commit (made once, then cached) and what it is made of."""
     cache = cache or cache_dir()
@@ -553,12 +519,7 @@ def build_graft(release: str,
             entries = grafted_entries(_tree_entries(staging / "repo", history),
                                       _hash_files(staging / "repo", staging / "sdist", GRAFTED_PATHS))
             index_env = {**os.environ, "GIT_INDEX_FILE": str(staging / "index")}
-            git_out(staging / "repo",
-                    "update-index",
-                    "-z",
-                    "--add",
-                    "--index-info",
-                    env=index_env,
+            git_out(staging / "repo", "update-index", "-z", "--add", "--index-info", env=index_env,
                     input="".join(f"{mode} {sha}\t{path}\0" for mode, sha, path in entries))
             # The mirror lacks a few image blobs of history's tree: they are named, not needed.
             tree = git_out(staging / "repo", "write-tree", "--missing-ok", env=index_env).strip()
@@ -576,19 +537,14 @@ def build_graft(release: str,
             shutil.rmtree(staging, ignore_errors=True)
     commit = git_out(repo, "rev-parse", f"{tag}^{{commit}}").strip()
     date = git_out(repo, "log", "-1", "--format=%cs", history).strip()
-    return repo, Graft(commit=commit,
-                       release=release,
-                       sdist_sha256=lock[release].sha256,
-                       history=history,
+    return repo, Graft(commit=commit, release=release, sdist_sha256=lock[release].sha256, history=history,
                        history_date=date)
 
 
 NEWEST_UPSTREAM = "newest-upstream"  # the origin, and the base_ref of a series made on the graft
 
 
-def from_newest_upstream(series_name: str = "master",
-                         cache: Path | None = None,
-                         mirror: Path | None = None,
+def from_newest_upstream(series_name: str = "master", cache: Path | None = None, mirror: Path | None = None,
                          branch: str | None = None) -> SourceTree:
     """A working copy of the newest-upstream commit (the lock's ``[newest-upstream]``), on ``zero3-sp-fix/<series>``.
 
@@ -599,22 +555,12 @@ def from_newest_upstream(series_name: str = "master",
     repo, graft = build_graft(wanted.release, wanted.history, mirror, cache)
     branch = branch or f"zero3-sp-fix/{series_name}"
     dest, base, dropped, claim = _working_copy(repo, graft.commit, f"newest-{graft.release}", branch, cache)
-    return SourceTree(path=dest,
-                      version=(dest / "version.txt").read_text().strip(),
-                      origin=NEWEST_UPSTREAM,
-                      upstream_commit=graft.commit,
-                      base=base,
-                      branch=branch,
-                      has_tests=(dest / "tests").is_dir(),
-                      dropped_paths=dropped,
-                      claim=claim,
-                      graft=graft,
-                      series_name=series_name)
+    return SourceTree(path=dest, version=(dest / "version.txt").read_text().strip(), origin=NEWEST_UPSTREAM,
+                      upstream_commit=graft.commit, base=base, branch=branch, has_tests=(dest / "tests").is_dir(),
+                      dropped_paths=dropped, claim=claim, graft=graft, series_name=series_name)
 
 
-def from_series_base(series: Series,
-                     mirror: Path | None = None,
-                     branch: str | None = None,
+def from_series_base(series: Series, mirror: Path | None = None, branch: str | None = None,
                      cache: Path | None = None) -> SourceTree:
     """A working copy of the commit ``series`` was made on: a commit of the mirror, or the newest-upstream graft."""
     if series.base_ref != NEWEST_UPSTREAM:
@@ -627,9 +573,7 @@ def from_series_base(series: Series,
     return tree
 
 
-def from_mirror(commit: str,
-                mirror: Path | None = None,
-                branch: str | None = None,
+def from_mirror(commit: str, mirror: Path | None = None, branch: str | None = None,
                 cache: Path | None = None) -> SourceTree:
     """A working copy of a (possibly bare) DeepSpeed git mirror at ``commit`` (a tag, a branch, an id)."""
     mirror = mirror or mirror_path()
@@ -642,12 +586,5 @@ def from_mirror(commit: str,
     branch = branch or f"zero3-sp-fix/{sha[:12]}"
     dest, base, dropped, claim = _working_copy(mirror, sha, f"mirror-{sha[:12]}", branch, cache)
     version = (dest / "version.txt").read_text().strip()
-    return SourceTree(path=dest,
-                      version=version,
-                      origin="mirror",
-                      upstream_commit=sha,
-                      base=base,
-                      branch=branch,
-                      has_tests=(dest / "tests").is_dir(),
-                      dropped_paths=dropped,
-                      claim=claim)
+    return SourceTree(path=dest, version=version, origin="mirror", upstream_commit=sha, base=base, branch=branch,
+                      has_tests=(dest / "tests").is_dir(), dropped_paths=dropped, claim=claim)

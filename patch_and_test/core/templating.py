@@ -53,18 +53,10 @@ def short_test(node_id: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("patch_and_test", "templates"),
-                             undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True,
-                             autoescape=False,
-                             trim_blocks=True,
-                             lstrip_blocks=True)
-    env.filters.update(ratio=ratio,
-                       span=span,
-                       ulp=ulp,
-                       counts=counts,
-                       link=link,
-                       short_test=short_test,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("patch_and_test",
+                                                         "templates"), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(ratio=ratio, span=span, ulp=ulp, counts=counts, link=link, short_test=short_test,
                        rstrip=lambda text: str(text).rstrip())
     return env
 

@@ -27,14 +27,9 @@ class Check:
         return str(path), rule.factor(path, self.sp, self.zero.stage, self.deepspeed, source or self.sources[0])
 
 
-def run_check(config: dict[str, Any],
-              sp: int,
-              deepspeed: rule.DeepSpeedState,
-              sources: Sequence[rule.LossSource],
-              params: Sequence[tuple[str, int]] | None = None,
-              hidden_size: int | None = None,
-              defaults: dict[str, Any] | None = None,
-              defaults_from: dict[str, str] | None = None) -> Check:
+def run_check(config: dict[str, Any], sp: int, deepspeed: rule.DeepSpeedState, sources: Sequence[rule.LossSource],
+              params: Sequence[tuple[str, int]] | None = None, hidden_size: int | None = None,
+              defaults: dict[str, Any] | None = None, defaults_from: dict[str, str] | None = None) -> Check:
     """The doctor's reading of ``config`` for this DeepSpeed, loss code and parameters; BadInput as the command."""
     if defaults is None:
         defaults = read.DOCUMENTED_DEFAULTS

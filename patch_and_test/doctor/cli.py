@@ -31,28 +31,22 @@ RECIPE_CHOICES = ("none", "allgather", "own_share")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="python -m patch_and_test.doctor",
-                           description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.doctor", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ds-config", type=Path, required=True, help="the DeepSpeed config JSON of the run")
-    parser.add_argument("--sp",
-                        type=int,
-                        default=None,
+    parser.add_argument("--sp", type=int, default=None,
                         help="sequence-parallel size (default: the config's sequence_parallel_size)")
     sizes = parser.add_mutually_exclusive_group()
-    sizes.add_argument("--model",
-                       default=None,
-                       help="a transformers config (config.json, its folder, or a hub name) built on the meta device, "
-                       "no weights: its parameter sizes and hidden size (for \"auto\")")
+    sizes.add_argument(
+        "--model", default=None,
+        help="a transformers config (config.json, its folder, or a hub name) built on the meta device, "
+        "no weights: its parameter sizes and hidden size (for \"auto\")")
     sizes.add_argument("--param-sizes", default=None, help="parameter sizes in elements, comma-separated")
-    parser.add_argument("--recipe",
-                        choices=RECIPE_CHOICES,
-                        default=None,
-                        help="your loss recipe, instead of the installed clients': none/own_share (each rank "
-                        "backprops its token-weighted share), allgather (a differentiable all_gather of the loss)")
-    parser.add_argument("--deepspeed",
-                        type=Path,
-                        default=None,
+    parser.add_argument(
+        "--recipe", choices=RECIPE_CHOICES, default=None,
+        help="your loss recipe, instead of the installed clients': none/own_share (each rank "
+        "backprops its token-weighted share), allgather (a differentiable all_gather of the loss)")
+    parser.add_argument("--deepspeed", type=Path, default=None,
                         help="a DeepSpeed tree to read instead of the installed one")
     return parser
 
@@ -69,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if code == 2:
         print(
             "error: the verdict depends on which parameters are larger than reduce_bucket_size: pass --model or "
-            "--param-sizes",
-            file=sys.stderr)
+            "--param-sizes", file=sys.stderr)
     return code
 
 

@@ -266,17 +266,14 @@ def zero_settings(config: dict[str, Any], defaults: dict[str, Any], defaults_fro
         raise BadInput(f"gradient_predivide_factor must be a number, got {top['gradient_predivide_factor']!r}") \
             from None
     return ZeroSettings(
-        stage=stage,
-        reduce_scatter=_bool("reduce_scatter", values["reduce_scatter"]),
+        stage=stage, reduce_scatter=_bool("reduce_scatter", values["reduce_scatter"]),
         contiguous_gradients=_bool("contiguous_gradients", values["contiguous_gradients"]),
         reduce_bucket_size=None if bucket is None else _int("zero_optimization.reduce_bucket_size", bucket, 1),
         zero_quantized_gradients=_bool("zero_quantized_gradients", values["zero_quantized_gradients"]),
         zero_quantized_weights=_bool("zero_quantized_weights", values["zero_quantized_weights"]),
         zero_hpz_partition_size=_int("zero_optimization.zero_hpz_partition_size", values["zero_hpz_partition_size"],
-                                     0),
-        gradient_predivide_factor=predivide,
-        prescale_gradients=_bool("prescale_gradients", top["prescale_gradients"]),
-        origin=tuple(origin))
+                                     0), gradient_predivide_factor=predivide,
+        prescale_gradients=_bool("prescale_gradients", top["prescale_gradients"]), origin=tuple(origin))
 
 
 def sequence_parallel_size(config: dict[str, Any], given: int | None) -> int:

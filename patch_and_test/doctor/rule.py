@@ -161,11 +161,7 @@ def _largest(params: Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
 def factor(path: ReducePath, sp: int, stage: int, ds: DeepSpeedState, source: LossSource) -> float:
     """The gradient over the true gradient: the rule, with the client's gate for this DeepSpeed."""
     gate = stage == 3 and compensates(source.kind, ds.version, ds.marker)
-    return scales.expected_scale(path,
-                                 sp,
-                                 ds.expect,
-                                 recipe=source.kind.kind,
-                                 compensates=gate,
+    return scales.expected_scale(path, sp, ds.expect, recipe=source.kind.kind, compensates=gate,
                                  divides_by_sp=source.kind.divides_by_sp)
 
 
@@ -225,10 +221,7 @@ def workaround(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> tup
     ("at least your largest parameter"), and the one class holds every parameter.
     """
     largest = max((n for _, n in params), default=0) if params else 0
-    alt = dataclasses.replace(z,
-                              reduce_scatter=False,
-                              contiguous_gradients=True,
-                              zero_quantized_gradients=False,
+    alt = dataclasses.replace(z, reduce_scatter=False, contiguous_gradients=True, zero_quantized_gradients=False,
                               reduce_bucket_size=max(z.reduce_bucket_size or 0, largest) or None)
     if params:
         return alt, param_classes(alt, params)

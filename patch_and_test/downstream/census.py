@@ -166,8 +166,7 @@ def read_factors(recipe: ReadRecipe, sp: int, deepspeed_version: str) -> list[St
         before = expected_ratio(recipe.client_kind(), stage, sp, False, deepspeed_version, False)
         after = expected_ratio(recipe.client_kind(), stage, sp, True, deepspeed_version, True)
         out.append(
-            StageFactors(stage=stage,
-                         unpatched=Factor(value=before, label=scales.label(before), measured=False),
+            StageFactors(stage=stage, unpatched=Factor(value=before, label=scales.label(before), measured=False),
                          patched=Factor(value=after, label=scales.label(after), measured=False)))
     return out
 
@@ -196,15 +195,14 @@ def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path
                                  f"the census reads {recipe.client_kind()}")
         by_phase[phase] = rows
     return [
-        StageFactors(stage=s,
-                     **{
-                         phase:
-                         Factor(value=by_phase[phase][s].ratio,
-                                label=scales.label(by_phase[phase][s].ratio, by_phase[phase][s].residual),
-                                measured=True,
-                                matches_rule=by_phase[phase][s].matches_rule)
-                         for phase in PHASES
-                     }) for s in STAGES
+        StageFactors(
+            stage=s, **{
+                phase:
+                Factor(value=by_phase[phase][s].ratio, label=scales.label(by_phase[phase][s].ratio,
+                                                                          by_phase[phase][s].residual), measured=True,
+                       matches_rule=by_phase[phase][s].matches_rule)
+                for phase in PHASES
+            }) for s in STAGES
     ]
 
 
@@ -220,9 +218,7 @@ def rows(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/d
             stages = read_factors(lib.recipe, census.sp, census.deepspeed_version)
             source = f"read from the code, not measured: {lib.not_measured}"
         out.append(
-            CensusRow(library=lib,
-                      stages=stages,
-                      source=source,
+            CensusRow(library=lib, stages=stages, source=source,
                       verdict=UNTOUCHED if not lib.drives_sp else verdict(stages)))
     return out
 
@@ -234,19 +230,13 @@ def render(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.downstream_census",
-                           description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.downstream_census", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--census", type=Path, default=CENSUS, help=f"default: {CENSUS}")
-    parser.add_argument("--results",
-                        type=Path,
-                        default=KEPT_RESULTS,
+    parser.add_argument("--results", type=Path, default=KEPT_RESULTS,
                         help=f"the kept reports; default: {KEPT_RESULTS}")
     parser.add_argument("--check", action="store_true", help="exit 1 when the document's block differs")
-    parser.add_argument("document",
-                        nargs="?",
-                        type=Path,
-                        default=DOCUMENT,
+    parser.add_argument("document", nargs="?", type=Path, default=DOCUMENT,
                         help=f"the document whose census block is written (default {DOCUMENT.name})")
     args = parser.parse_args(argv)
     try:

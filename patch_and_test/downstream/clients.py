@@ -49,10 +49,7 @@ class ClientWarning(Record):
     message: str
 
 
-def warnings_for(clients: list[FoundClient],
-                 deepspeed_version: str,
-                 fixed: bool,
-                 marker: bool,
+def warnings_for(clients: list[FoundClient], deepspeed_version: str, fixed: bool, marker: bool,
                  sp: int = SP) -> list[ClientWarning]:
     """The rule applied to every judged client and stage; one warning per mis-scaled combination. Pure."""
     out = []
@@ -67,14 +64,10 @@ def warnings_for(clients: list[FoundClient],
             why = _why(c.kind, stage, fixed)
             note = f" [{c.note}]" if c.note else ""
             out.append(
-                ClientWarning(client=c.name,
-                              version=c.version,
-                              function=c.function,
-                              stage=stage,
-                              expected=value,
-                              deepspeed=ds,
-                              message=f"{c.name} {c.version} + {ds}, ZeRO-{stage}, sp={sp}: gradients {value:g}x the "
-                              f"true gradient ({why}){note}"))
+                ClientWarning(
+                    client=c.name, version=c.version, function=c.function, stage=stage, expected=value, deepspeed=ds,
+                    message=f"{c.name} {c.version} + {ds}, ZeRO-{stage}, sp={sp}: gradients {value:g}x the "
+                    f"true gradient ({why}){note}"))
     return out
 
 
@@ -117,8 +110,7 @@ def found_clients() -> list[FoundClient]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.client_check",
-                           description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.client_check", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, default=None, help="write {clients, warnings} here")
     args = parser.parse_args(argv)
@@ -158,10 +150,7 @@ def run_check(out_dir: Path, timeout: float = 300.0) -> tuple[list[ClientWarning
     report, log = out_dir / "client_check.json", out_dir / "client_check.log"
     report.unlink(missing_ok=True)
     code, _ = run_logged([sys.executable, "-m", "patch_and_test.downstream.clients", "--json",
-                          str(report)],
-                         log,
-                         timeout=timeout,
-                         cwd=PACKAGE_ROOT)
+                          str(report)], log, timeout=timeout, cwd=PACKAGE_ROOT)
     if code != 0 or not report.exists():
         return [], f"client check exited {code} (log: {log})", log
     return TypeAdapter(list[ClientWarning]).validate_python(json.loads(report.read_text())["warnings"]), None, log

@@ -156,27 +156,13 @@ def _run(cmd: list[str], log: Path) -> None:
 # ----------------------------------------------------------------------------- the run
 
 
-def run(env: str,
-        results: Path,
-        version: str | None,
-        specs: list[str],
-        tf_patches: Path | None,
-        tf_version: str | None,
-        backend: str,
-        timeout: float,
-        as_python: str | None = None) -> DownstreamRun:
+def run(env: str, results: Path, version: str | None, specs: list[str], tf_patches: Path | None,
+        tf_version: str | None, backend: str, timeout: float, as_python: str | None = None) -> DownstreamRun:
     started = time.monotonic()
     results.mkdir(parents=True, exist_ok=True)
     version = version or max(source_mod.load_lock(), key=series_mod.parse_version)
-    record = DownstreamRun(env=env,
-                           deepspeed_version=version,
-                           series="",
-                           applied=[],
-                           marker_source="",
-                           clients={},
-                           transformers_patches=[],
-                           steps=[],
-                           checks=[])
+    record = DownstreamRun(env=env, deepspeed_version=version, series="", applied=[], marker_source="", clients={},
+                           transformers_patches=[], steps=[], checks=[])
 
     def step(name: str, detail: str, t: float) -> None:
         record.steps.append({"name": name, "detail": detail, "duration_s": round(time.monotonic() - t, 3)})
@@ -260,38 +246,23 @@ CLIENT_ENVS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="python -m patch_and_test.downstream",
-                           description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.downstream", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env-name",
-                        default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME") or "downstream",
-                        help="names the results folder (default: the tox/nox env)")
+    parser.add_argument("--env-name", default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
+                        or "downstream", help="names the results folder (default: the tox/nox env)")
     parser.add_argument("--results", type=Path, default=None, help="default: results/downstream/<env-name>")
-    parser.add_argument("--version",
-                        default=os.environ.get("DEEPSPEED_VERSION") or None,
+    parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
                         help="DeepSpeed release (default: the newest in deepspeed-sdists.lock)")
-    parser.add_argument("--install",
-                        action="append",
-                        default=[],
-                        metavar="SPEC",
+    parser.add_argument("--install", action="append", default=[], metavar="SPEC",
                         help="a client to install here without its dependencies, e.g. transformers==5.24.0")
-    parser.add_argument("--as-python",
-                        default=None,
-                        metavar="X.Y",
+    parser.add_argument("--as-python", default=None, metavar="X.Y",
                         help="install the --install specs as for Python X.Y (past their Requires-Python)")
-    parser.add_argument("--transformers-patches",
-                        type=Path,
-                        default=None,
-                        metavar="DIR",
+    parser.add_argument("--transformers-patches", type=Path, default=None, metavar="DIR",
                         help="build transformers from its PyPI sdist with DIR/*.patch applied (patch -p1)")
     parser.add_argument("--transformers-version", default="5.25.0", help="the sdist --transformers-patches is for")
-    parser.add_argument("--backend",
-                        choices=["gloo", "nccl"],
-                        default=os.environ.get("ZERO3_SP_BACKEND", "gloo"),
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default=os.environ.get("ZERO3_SP_BACKEND", "gloo"),
                         help="gloo: CPU ranks; nccl: one GPU per rank (default: env ZERO3_SP_BACKEND, else gloo)")
-    parser.add_argument("--timeout",
-                        type=positive_seconds,
-                        default=1200.0,
+    parser.add_argument("--timeout", type=positive_seconds, default=1200.0,
                         help="deadline per reproducer launch, s (default %(default)s)")
     return parser
 

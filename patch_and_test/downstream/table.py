@@ -93,30 +93,20 @@ class TableRow(Model):
 def _measured(rows) -> Measured:
     """A client's measured rows (one per stage) on one DeepSpeed build."""
     stages = [
-        StageResult(stage=r.stage,
-                    ratio=r.ratio,
-                    expected=r.expected,
-                    matches_rule=r.matches_rule,
+        StageResult(stage=r.stage, ratio=r.ratio, expected=r.expected, matches_rule=r.matches_rule,
                     scaled=abs(r.expected - 1.0) > 1e-9) for r in rows
     ]
     first = rows[0]
     left_out = [
         LeftOut(param=p, ratios=[r.param_ratios[p] for r in rows]) for p in first.param_ratios if p in first.note
     ]
-    recipe = Recipe(kind=first.kind,
-                    gate=first.gate,
-                    gate_version=first.gate_version,
-                    divides_by_sp=bool(first.divides_by_sp),
-                    reached=first.reached)
-    return Measured(recipe=recipe,
-                    zero2=next((s for s in stages if s.stage == 2), None),
-                    zero3=next((s for s in stages if s.stage == 3), None),
-                    stages=stages,
-                    left_out=left_out)
+    recipe = Recipe(kind=first.kind, gate=first.gate, gate_version=first.gate_version,
+                    divides_by_sp=bool(first.divides_by_sp), reached=first.reached)
+    return Measured(recipe=recipe, zero2=next((s for s in stages if s.stage == 2), None), zero3=next(
+        (s for s in stages if s.stage == 3), None), stages=stages, left_out=left_out)
 
 
-def table_rows(root: Path,
-               shown_root: str = "results/downstream",
+def table_rows(root: Path, shown_root: str = "results/downstream",
                envs: tuple[str, ...] | None = None) -> list[TableRow]:
     """One row per env x DeepSpeed x client; a not-applicable client once per verdict."""
     out, shown_na = [], set()
@@ -246,21 +236,14 @@ def _envs_of(document: Path) -> tuple[str, ...] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.downstream_table",
-                           description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"default: {KEPT_RESULTS}")
     parser.add_argument("--shown-as", default="docs/downstream-results", help="the results path the table names")
     parser.add_argument("--check", action="store_true", help="exit 1 when a document's block differs")
-    parser.add_argument("--keep",
-                        type=Path,
-                        default=None,
-                        metavar="RESULTS",
+    parser.add_argument("--keep", type=Path, default=None, metavar="RESULTS",
                         help="first copy the reports under RESULTS (results/downstream) into --results")
-    parser.add_argument("documents",
-                        nargs="*",
-                        type=Path,
-                        default=[PACKAGE_ROOT / d for d in DOCUMENTS],
+    parser.add_argument("documents", nargs="*", type=Path, default=[PACKAGE_ROOT / d for d in DOCUMENTS],
                         help=f"the documents whose table block is written (default {' '.join(DOCUMENTS)})")
     args = parser.parse_args(argv)
     if args.keep is not None:

@@ -65,26 +65,15 @@ class _Run:
         self.cfg = cfg
         self.out = cfg.results
         # A draft, filled in step by step and validated (decided) once, when the run ends.
-        self.verdict = Verdict.model_construct(env=cfg.env_name,
-                                               source=None,
-                                               series=None,
-                                               deepspeed_before=None,
-                                               deepspeed_after=None,
-                                               backend=cfg.backend,
-                                               steps=[],
-                                               before=[],
-                                               after=[],
-                                               tests=[],
-                                               suites=[],
+        self.verdict = Verdict.model_construct(env=cfg.env_name, source=None, series=None, deepspeed_before=None,
+                                               deepspeed_after=None, backend=cfg.backend, steps=[], before=[],
+                                               after=[], tests=[], suites=[],
                                                environment=host_environment(cfg.backend))
         self.tree: source_mod.SourceTree | None = None  # held (locked) until the run ends
 
     def step(self, name: str, status: str, detail: str, started: float, log: Path | None = None) -> None:
         self.verdict.steps.append(
-            Step(name=name,
-                 status=status,
-                 detail=detail,
-                 duration_s=round(time.monotonic() - started, 3),
+            Step(name=name, status=status, detail=detail, duration_s=round(time.monotonic() - started, 3),
                  log=str(log) if log else None))
         print(f"[{self.cfg.env_name}] {name}: {status}: {detail}", flush=True)
 
@@ -243,8 +232,7 @@ def _clients(r: _Run) -> None:
 
 def _twin(r: _Run) -> None:
     t = time.monotonic()
-    test = checks.run_pytest("twin TestZero3SequenceParallelGradientScale", ["--run-twin", TWIN_TEST],
-                             r.out / "after",
+    test = checks.run_pytest("twin TestZero3SequenceParallelGradientScale", ["--run-twin", TWIN_TEST], r.out / "after",
                              cwd=PACKAGE_ROOT)
     r.verdict.tests.append(test)
     r.step("after: twin of the upstream test", "ok" if test.exit_code == 0 else "failed",
@@ -265,9 +253,7 @@ def _zero_test_file(tree: Path) -> Path:
 def _upstream_regression_test(r: _Run, tree: Path) -> None:
     t = time.monotonic()
     test = checks.run_pytest(f"upstream {UPSTREAM_REGRESSION_TEST}",
-                             [str(_zero_test_file(tree)), "-k", UPSTREAM_REGRESSION_TEST],
-                             r.out / "after",
-                             cwd=tree,
+                             [str(_zero_test_file(tree)), "-k", UPSTREAM_REGRESSION_TEST], r.out / "after", cwd=tree,
                              env=_upstream_env(tree))
     r.verdict.tests.append(test)
     r.step(f"after: upstream {UPSTREAM_REGRESSION_TEST}", "ok" if test.exit_code == 0 else "failed",
@@ -289,11 +275,7 @@ def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str
     t = time.monotonic()
     cfg = r.cfg
     tier = cfg.upstream_tier
-    run = upstream_suite.run_tier(phase,
-                                  tree,
-                                  selection.paths,
-                                  r.out / phase / "affected",
-                                  tier=tier,
+    run = upstream_suite.run_tier(phase, tree, selection.paths, r.out / phase / "affected", tier=tier,
                                   workers=cfg.upstream_workers)
     status = "error" if run.crashed else "ok"
     r.step(
@@ -307,11 +289,7 @@ def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str
 def _affected_compare(r: _Run, tree: Path, selection: affected.Selection, before: upstream_suite.SuiteRun) -> None:
     after = _affected_run(r, tree, selection, "after")
     t = time.monotonic()
-    comparison = upstream_suite.compare_after_reruns(AFFECTED_SUITE,
-                                                     tree,
-                                                     before,
-                                                     after,
-                                                     r.out / "after" / "affected",
+    comparison = upstream_suite.compare_after_reruns(AFFECTED_SUITE, tree, before, after, r.out / "after" / "affected",
                                                      workers=r.cfg.upstream_workers)
     if rerun := [x for x in comparison.results if x.reruns]:
         r.step("after: rerun passed-before/failed-after tests", "ok",

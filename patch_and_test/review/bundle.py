@@ -111,12 +111,8 @@ def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool
         print(f"[bundle] running {cell.env}", flush=True)
         shutil.rmtree(results / cell.env, ignore_errors=True)
         run(
-            PipelineConfig(env_name=cell.env,
-                           results=results / cell.env,
-                           version=cell.version,
-                           backend=cell.backend,
-                           timeout=timeout,
-                           audit=audit))
+            PipelineConfig(env_name=cell.env, results=results / cell.env, version=cell.version, backend=cell.backend,
+                           timeout=timeout, audit=audit))
         done[cell.env] = "ran"
     return done
 
@@ -127,11 +123,7 @@ def series_version() -> int:
     return max(s.version for s in load_manifest().series)
 
 
-def build(results: Path,
-          dist: Path,
-          cells: list[Cell],
-          timeout: float,
-          audit: bool = True,
+def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: bool = True,
           sign_as: tuple[str, str] | None = None) -> Path:
     started = time.monotonic()
     status = ensure_results(results, cells, timeout, audit)
@@ -150,9 +142,7 @@ def build(results: Path,
         shutil.copytree(COMMITTED_BENCHMARKS, bundle / "results" / "benchmarks")
     for name in EVIDENCE_DIRS:
         if (results / name).is_dir():
-            shutil.copytree(results / name,
-                            bundle / "results" / name,
-                            ignore=shutil.ignore_patterns("*.tmp"),
+            shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"),
                             dirs_exist_ok=True)
     downstream_table.gather(results / DOWNSTREAM, bundle / "results" / DOWNSTREAM)
     for src in (KEPT_AFFECTED, results / AFFECTED):
@@ -379,39 +369,27 @@ def newest_bundle(dist: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.bundle",
-                           description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.bundle", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command")
     build_p = sub.add_parser("build", help="run or reuse the matrix and write the bundle (default)")
-    build_p.add_argument("--results",
-                         type=Path,
-                         default=PACKAGE_ROOT / "results",
+    build_p.add_argument("--results", type=Path, default=PACKAGE_ROOT / "results",
                          help="the matrix cells' results, read and written (default results/)")
-    build_p.add_argument("--dist",
-                         type=Path,
-                         default=PACKAGE_ROOT / "dist",
+    build_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist",
                          help="where the bundle goes (default dist/)")
     build_p.add_argument("--versions", nargs="*", default=None, help="restrict the matrix to these versions")
-    build_p.add_argument("--backends",
-                         nargs="*",
-                         default=list(BACKENDS),
+    build_p.add_argument("--backends", nargs="*", default=list(BACKENDS),
                          help="restrict the matrix to these backends (default: gloo nccl)")
-    build_p.add_argument("--timeout",
-                         type=positive_seconds,
-                         default=600.0,
+    build_p.add_argument("--timeout", type=positive_seconds, default=600.0,
                          help="deadline per reproducer launch of a matrix cell that runs, s (default %(default)s)")
     build_p.add_argument("--no-audit", action="store_true", help="cells without the parity audit (quicker)")
-    build_p.add_argument("--sign-as",
-                         metavar="'NAME <EMAIL>'",
-                         default=None,
-                         help="sign the bundle's series off as this identity (the sender's); without it they carry "
-                         "the package's placeholder and the bundle says they are not ready to send")
+    build_p.add_argument(
+        "--sign-as", metavar="'NAME <EMAIL>'", default=None,
+        help="sign the bundle's series off as this identity (the sender's); without it they carry "
+        "the package's placeholder and the bundle says they are not ready to send")
     verify_p = sub.add_parser("verify", help="re-check a bundle's hashes, its reports and every number in its PR.md")
     verify_p.add_argument("path", nargs="?", type=Path, default=None, help="default: the newest bundle in dist/")
-    verify_p.add_argument("--dist",
-                          type=Path,
-                          default=PACKAGE_ROOT / "dist",
+    verify_p.add_argument("--dist", type=Path, default=PACKAGE_ROOT / "dist",
                           help="where to look for the newest bundle (default dist/)")
     args = parser.parse_args(argv if argv is not None else (sys.argv[1:] or ["build"]))
     try:

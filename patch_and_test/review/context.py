@@ -281,20 +281,12 @@ def load_context(bundle: Path) -> PrContext:
     series = _series(bundle)
     affected = affected_results(bundle / "results" / "affected")
     notice = bundle / "downstream-notice.md"
-    return PrContext(title=_title(bundle),
-                     testing=_testing(bundle, affected, verdicts),
-                     signoff=_signoff(bundle, series),
-                     fix=_fix(series),
-                     series=series,
-                     notice=notice.exists(),
-                     matrix=_matrix(bundle, verdicts),
-                     tests=_tests(bundle, verdicts),
-                     affected=affected_context(affected) if affected else None,
-                     alst=_alst(bundle, verdicts),
-                     audit=_audit(bundle, verdicts),
-                     numerics=_numerics(bundle),
-                     environment=_environment(verdicts),
-                     evidence=_evidence(bundle))
+    return PrContext(title=_title(bundle), testing=_testing(bundle, affected,
+                                                            verdicts), signoff=_signoff(bundle, series),
+                     fix=_fix(series), series=series, notice=notice.exists(), matrix=_matrix(bundle, verdicts),
+                     tests=_tests(bundle, verdicts), affected=affected_context(affected) if affected else None,
+                     alst=_alst(bundle, verdicts), audit=_audit(bundle, verdicts), numerics=_numerics(bundle),
+                     environment=_environment(verdicts), evidence=_evidence(bundle))
 
 
 def _load_verdicts(bundle: Path) -> dict[str, Verdict]:
@@ -337,17 +329,12 @@ def cell_label(verdict: Verdict) -> str:
 def _series(bundle: Path) -> list[Series]:
     manifest = _read_toml(bundle / "patches" / "series.toml")
     return [
-        Series(name=s["name"],
-               version=s["version"],
-               min_version=s["min_version"],
-               below_version=s["below_version"],
-               base_ref=s["base_ref"],
-               base_commit=s["base_commit"],
-               patches=[
-                   PatchRef(subject=patch_subject(bundle / "patches" / s["name"] / p["file"]),
-                            role=p["role"],
-                            files=patch_files(bundle / "patches" / s["name"] / p["file"])) for p in s["patches"]
-               ]) for s in manifest.get("series", [])
+        Series(
+            name=s["name"], version=s["version"], min_version=s["min_version"], below_version=s["below_version"],
+            base_ref=s["base_ref"], base_commit=s["base_commit"], patches=[
+                PatchRef(subject=patch_subject(bundle / "patches" / s["name"] / p["file"]), role=p["role"],
+                         files=patch_files(bundle / "patches" / s["name"] / p["file"])) for p in s["patches"]
+            ]) for s in manifest.get("series", [])
     ]
 
 
@@ -392,19 +379,16 @@ def _testing(bundle: Path, affected: list[tuple[str, AffectedVerdict]], verdicts
     without = partial.get(regression.name)
     alone = partial.get(alst.name)
     table = affected_context([(n, d) for n, d in affected if d is newest]) if newest is not None else None
-    return Testing(tree=tree,
-                   regression_without_fix=without.counts if without else None,
-                   regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
-                   alst_fix_alone=alone.counts if alone else None,
-                   alst_failed_fix_alone=sorted(
-                       t.split("::")[-1] for t, o in (alone.outcomes if alone else {}).items()
-                       if o in ("failed", "error")),
-                   alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
-                   affected=table.trees[0][1].suite if table and table.trees else None,
-                   pre_existing_by_file=_per_file(table.reasons if table else []),
-                   cost=_cost(bundle),
-                   environment=newest.environment if newest else None,
-                   cells=(_matrix(bundle, verdicts) or Matrix(cells=[], rows=[], skipped=[])).cells)
+    return Testing(
+        tree=tree, regression_without_fix=without.counts if without else None,
+        regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
+        alst_fix_alone=alone.counts if alone else None, alst_failed_fix_alone=sorted(
+            t.split("::")[-1] for t, o in (alone.outcomes if alone else {}).items()
+            if o in ("failed", "error")), alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
+        affected=table.trees[0][1].suite if table and table.trees else None,
+        pre_existing_by_file=_per_file(table.reasons if table else []), cost=_cost(bundle),
+        environment=newest.environment if newest else None, cells=(_matrix(bundle, verdicts)
+                                                                   or Matrix(cells=[], rows=[], skipped=[])).cells)
 
 
 def _per_file(reasons: list[Reason]) -> dict[str, int]:
@@ -422,9 +406,7 @@ def _cost(bundle: Path) -> Cost | None:
     data = load_reduce_path(path)
     if "after_over_before" not in data:
         return None
-    return Cost(ratio=data["after_over_before"],
-                case=data["target"]["case"],
-                calls=data.get("paired_calls", 0),
+    return Cost(ratio=data["after_over_before"], case=data["target"]["case"], calls=data.get("paired_calls", 0),
                 deepspeed=data["environment"]["deepspeed"])
 
 
@@ -433,17 +415,16 @@ def _fix(series: list[Series]) -> Fix | None:
     if master is None:
         return None
     backports = [s for s in series if s.name != "master"]
-    return Fix(master=master,
-               backports=len(backports),
+    return Fix(master=master, backports=len(backports),
                backports_from=min(s.min_version for s in backports) if backports else None)
 
 
 def affected_results(root: Path) -> list[tuple[str, AffectedVerdict]]:
     """(tree name, affected.json) under ``root``: the newest-upstream tree, master, then the newest tree first."""
     found = [(p.parent.name, load_affected(p)) for p in sorted(root.glob("*/affected.json"))]
-    return sorted(found,
-                  key=lambda f:
-                  (f[0] != "newest-upstream", f[0] != "master", [-n for n in version_sort_key(f[1].version or "")]))
+    return sorted(
+        found, key=lambda f:
+        (f[0] != "newest-upstream", f[0] != "master", [-n for n in version_sort_key(f[1].version or "")]))
 
 
 def affected_context(found: list[tuple[str, AffectedVerdict]]) -> AffectedTable:
@@ -509,9 +490,7 @@ def _tests(bundle: Path, verdicts: dict[str, Verdict]) -> Tests | None:
     for env, v in _by_version(verdicts):
         if v.tests or v.suites:
             cells.append(
-                CellTests(label=cell_label(v),
-                          tests=[(t, rel(bundle, t.junit)) for t in v.tests],
-                          suites=v.suites,
+                CellTests(label=cell_label(v), tests=[(t, rel(bundle, t.junit)) for t in v.tests], suites=v.suites,
                           after_dir=f"results/{env}/after"))
     if not cells:
         return None
@@ -540,12 +519,9 @@ def _alst(bundle: Path, verdicts: dict[str, Verdict]) -> list[AlstRow]:
             ratios.setdefault((r.recipe, r.stage), []).append(r.ratio)
         spans = [ratios.get((recipe, stage)) for recipe in ("allgather", "own_share") for stage in (2, 3)]
         rows.append(
-            AlstRow(cell=cell_label(v),
-                    phase=phase,
-                    report=rel(bundle, check.report),
-                    deepspeed=report.deepspeed_version,
-                    pattern=check.pattern,
-                    spans=[Span(lo=min(s), hi=max(s)) if s else None for s in spans]))
+            AlstRow(cell=cell_label(v), phase=phase, report=rel(bundle,
+                                                                check.report), deepspeed=report.deepspeed_version,
+                    pattern=check.pattern, spans=[Span(lo=min(s), hi=max(s)) if s else None for s in spans]))
     return rows
 
 
@@ -554,13 +530,8 @@ def _audit(bundle: Path, verdicts: dict[str, Verdict]) -> Audit | None:
     rows, known, writeups = [], {}, {}
     for v, phase, check, report in _checks(bundle, verdicts, "parity_audit", load_audit_report):
         rows.append(
-            AuditRow(cell=cell_label(v),
-                     phase=phase,
-                     report=rel(bundle, check.report),
-                     mode=report.mode,
-                     expect=check.expect,
-                     holds=check.holds,
-                     layouts=[f"{t.sp}x{t.dp}" for t in report.topologies],
+            AuditRow(cell=cell_label(v), phase=phase, report=rel(bundle, check.report), mode=report.mode,
+                     expect=check.expect, holds=check.holds, layouts=[f"{t.sp}x{t.dp}" for t in report.topologies],
                      counts=report.summary.counts.model_dump()))
         for kid, n in report.summary.known_points.items():
             if n:
@@ -573,8 +544,7 @@ def _audit(bundle: Path, verdicts: dict[str, Verdict]) -> Audit | None:
         # The write-up the audit's known list names for this entry (docs/upstream-candidates/ in the repo).
         doc = f"upstream-candidates/{Path(writeups.get(kid) or kid + '.md').name}"
         hits.append(
-            KnownHit(id=kid,
-                     doc=doc if (bundle / doc).exists() else None,
+            KnownHit(id=kid, doc=doc if (bundle / doc).exists() else None,
                      versions=sorted(known[kid], key=version_sort_key)))
     return Audit(rows=rows, known=hits)
 
@@ -596,31 +566,19 @@ def _numerics(bundle: Path) -> Numerics | None:
     for world, sp, dtype in sorted({(k[0], k[1], k[2]) for k in ulp}):
         flags = bitwise.get((world, sp, dtype, "exact"), {})
         ulp_rows.append(
-            UlpRow(world=world,
-                   sp=sp,
-                   dtype=dtype,
-                   before=ulp.get((world, sp, dtype, "random", "avg_scatter[before]")),
-                   forms=[ulp.get((world, sp, dtype, "random", f"avg_scatter[{n}]")) for n in forms],
-                   contiguous=ulp.get((world, sp, dtype, "random", "contiguous")),
+            UlpRow(world=world, sp=sp, dtype=dtype, before=ulp.get(
+                (world, sp, dtype, "random", "avg_scatter[before]")),
+                   forms=[ulp.get((world, sp, dtype, "random", f"avg_scatter[{n}]"))
+                          for n in forms], contiguous=ulp.get((world, sp, dtype, "random", "contiguous")),
                    equal=[flags.get(f"contiguous==avg_scatter[{n}]") for n in forms]))
     target = data.get("target", {})
-    return Numerics(report=rel(bundle, path),
-                    recommended=recommended,
-                    forms=forms,
-                    impls=impls,
-                    target_max_ratio=target.get("max_ratio", "?"),
-                    target_case=target.get("case", "?"),
-                    timing=[
-                        TimingRow(case=row["case"],
-                                  params=row["params"],
-                                  numel_each=row["numel_each"],
-                                  dtype=row["dtype"],
-                                  ratios=[row["wall_ratio_vs_before"][n]["median_paired"] for n in impls],
-                                  extra=[row.get("analytic_extra_bytes_rank0", {}).get(n, "-") for n in forms])
-                        for row in timing
-                    ],
-                    ulp=ulp_rows,
-                    conclusion=data.get("conclusion") or None)
+    return Numerics(
+        report=rel(bundle, path), recommended=recommended, forms=forms, impls=impls,
+        target_max_ratio=target.get("max_ratio", "?"), target_case=target.get("case", "?"), timing=[
+            TimingRow(case=row["case"], params=row["params"], numel_each=row["numel_each"], dtype=row["dtype"],
+                      ratios=[row["wall_ratio_vs_before"][n]["median_paired"] for n in impls],
+                      extra=[row.get("analytic_extra_bytes_rank0", {}).get(n, "-") for n in forms]) for row in timing
+        ], ulp=ulp_rows, conclusion=data.get("conclusion") or None)
 
 
 def _environment(verdicts: dict[str, Verdict]) -> list[tuple[HostEnvironment, list[str]]]:

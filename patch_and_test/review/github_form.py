@@ -164,13 +164,8 @@ def write(bundle: Path, series: Series, mirror: Path | None) -> list[str]:
         repo, head = build_branch(mirror, series, Path(tmp))
         git(repo, "bundle", "create", str(out / BUNDLE_FILE), BRANCH, f"^{series.base_commit}")
     (out / "README.md").write_text(
-        README.format(bundle=BUNDLE_FILE,
-                      branch=BRANCH,
-                      version=series.version,
-                      base=series.base_commit,
-                      base_short=series.base_commit[:12],
-                      base_ref=series.base_ref,
-                      head=head,
+        README.format(bundle=BUNDLE_FILE, branch=BRANCH, version=series.version, base=series.base_commit,
+                      base_short=series.base_commit[:12], base_ref=series.base_ref, head=head,
                       where=WHERE.get(series.base_ref, "\n")))
     return []
 

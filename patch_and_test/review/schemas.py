@@ -148,8 +148,7 @@ def write(directory: Path, models: dict[str, Any], skipped: dict[str, str] | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.schemas",
-                           description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.schemas", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is stale")
     parser.add_argument("--dir", type=Path, default=SCHEMAS_DIR, help=f"default: {SCHEMAS_DIR}")

@@ -180,9 +180,7 @@ def run_tools(tree: Path, files: list[str]) -> list[Finding]:
     py = [f for f in files if f.endswith(".py") and (tree / f).is_file()]
     style = str(tree / ".style.yapf") if (tree / ".style.yapf").is_file() else DEFAULT_YAPF_STYLE
     if py:
-        out = subprocess.run([*_tool("yapf"), "--diff", f"--style={style}", *py],
-                             cwd=tree,
-                             capture_output=True,
+        out = subprocess.run([*_tool("yapf"), "--diff", f"--style={style}", *py], cwd=tree, capture_output=True,
                              text=True)
         if out.returncode != 0 and not out.stdout:
             findings.append(Finding(",".join(py), "yapf", f"yapf failed: {out.stderr.strip()[:200]}"))
@@ -202,9 +200,7 @@ def run_tools(tree: Path, files: list[str]) -> list[Finding]:
             findings.append(Finding(",".join(py), "flake8", f"flake8 failed: {out.stderr.strip()[:200]}"))
     existing = [f for f in files if (tree / f).is_file()]
     if existing:
-        out = subprocess.run([*_tool("codespell"), *CODESPELL_ARGS, *existing],
-                             cwd=tree,
-                             capture_output=True,
+        out = subprocess.run([*_tool("codespell"), *CODESPELL_ARGS, *existing], cwd=tree, capture_output=True,
                              text=True)
         for line in out.stdout.splitlines():
             where, _, message = line.partition(": ")
@@ -222,15 +218,11 @@ def lint_series(series: Series, tree: source.SourceTree) -> LintedSeries:
     for patch in series.patches:
         findings += [Finding(patch.file, "dco", why) for why in check_signoff(patch.path)]
     findings.extend(check_cover(series))
-    return LintedSeries(series=series.name,
-                        tree=tree,
-                        files=tuple(files),
-                        findings=tuple(findings),
+    return LintedSeries(series=series.name, tree=tree, files=tuple(files), findings=tuple(findings),
                         not_linted=tuple(f"{s.file} ({s.reason})" for s in result.skipped))
 
 
-def trees_for(manifest: Manifest,
-              tree: Path | None,
+def trees_for(manifest: Manifest, tree: Path | None,
               unlinted: list[str] | None = None) -> list[tuple[Series, source.SourceTree]]:
     """(series, tree to lint it on) pairs. Without the mirror, a series whose range has no locked
     sdist cannot be linted: it is named in ``unlinted`` (with why) instead."""
@@ -258,11 +250,10 @@ def trees_for(manifest: Manifest,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = errors.CommandParser(prog="python -m patch_and_test.lint",
-                                  description=__doc__.split("\n\n")[0],
-                                  epilog=__doc__.split("\n\n", 1)[1] + "\npinned: " +
-                                  " ".join(f"{t}=={v}" for t, v in TOOLS.items()) + "\n",
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = errors.CommandParser(
+        prog="python -m patch_and_test.lint", description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1] + "\npinned: " + " ".join(f"{t}=={v}" for t, v in TOOLS.items()) + "\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, help="a DeepSpeed git checkout (only read: a copy is patched)")
     parser.add_argument("--manifest", type=Path, help="patches/series.toml (default: the package's)")
     args = parser.parse_args(argv)

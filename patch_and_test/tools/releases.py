@@ -226,10 +226,8 @@ def table_rows(report: ReleasesReport) -> list[TableRow]:
             notes.append("sha256 pinned in deepspeed-sdists.lock")
         tag = {True: f"v{row.version}", False: "**none**", None: "?"}[row.mirror_tag]
         out.append(
-            TableRow(version=f"**{row.version}**" if row.mirror_tag is False else row.version,
-                     tag=tag,
-                     sha256=f"`{row.sha256[:SHORT_SHA]}`",
-                     series=series.label if series else (row.series or "none"),
+            TableRow(version=f"**{row.version}**" if row.mirror_tag is False else row.version, tag=tag,
+                     sha256=f"`{row.sha256[:SHORT_SHA]}`", series=series.label if series else (row.series or "none"),
                      applied=", ".join(patch_label(f, series) for f in row.applied) or "none",
                      before="unfixed" if not row.fixed_before else "**fixed**",
                      after="fixed" if row.fixed_after else "**unfixed**",
@@ -240,10 +238,7 @@ def table_rows(report: ReleasesReport) -> list[TableRow]:
 
 def render_markdown(report: ReleasesReport, json_link: str) -> str:
     """docs/releases.md from the report alone. Pure."""
-    return templating.render("releases.md.j2",
-                             report=report,
-                             rows=table_rows(report),
-                             json_link=json_link,
+    return templating.render("releases.md.j2", report=report, rows=table_rows(report), json_link=json_link,
                              short=SHORT_SHA)
 
 
@@ -255,13 +250,11 @@ def json_link(json_path: Path, markdown_path: Path) -> str:
 
 
 def series_used(series: Series) -> SeriesUsed:
-    return SeriesUsed(name=series.name,
-                      version=series.version,
-                      range=series.range_text,
-                      patches=[
-                          SeriesPatch(file=p.file, role=p.role, needs=list(p.needs_dirs), sha256=sha256_file(p.path))
-                          for p in series.patches
-                      ])
+    return SeriesUsed(
+        name=series.name, version=series.version, range=series.range_text, patches=[
+            SeriesPatch(file=p.file, role=p.role, needs=list(p.needs_dirs), sha256=sha256_file(p.path))
+            for p in series.patches
+        ])
 
 
 def select_versions(available: list[str], low: str, high: str) -> list[str]:
@@ -301,10 +294,7 @@ def mirror_release_tags(mirror: Path) -> set[str] | None:
     return {t for t in listed.stdout.split() if t.count(".") == 2 and t[1:].replace(".", "").isdigit()}
 
 
-def check_release(version: str,
-                  manifest: Manifest,
-                  lock: dict,
-                  tags: set[str] | None,
+def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] | None,
                   cache: Path | None = None) -> ReleaseRow:
     """Download, unpack, apply, read: one row. Raises BadInput when a step could not run."""
     start = time.monotonic()
@@ -331,20 +321,11 @@ def check_release(version: str,
         after = tree_has_fix(tree.path)
     finally:
         tree.release()
-    return ReleaseRow(version=version,
-                      sdist=archive.name,
-                      sha256=digest,
-                      downloaded=not cached,
-                      locked=version in lock,
-                      version_txt=tree.version,
-                      mirror_tag=None if tags is None else f"v{version}" in tags,
-                      series=series.name if series else None,
-                      applied=list(applied),
-                      left_out=[LeftOut(file=s.file, reason=s.reason) for s in left_out],
-                      fixed_before=before,
-                      fixed_after=after,
-                      error=error,
-                      seconds=round(time.monotonic() - start, 2))
+    return ReleaseRow(version=version, sdist=archive.name, sha256=digest, downloaded=not cached, locked=version
+                      in lock, version_txt=tree.version, mirror_tag=None if tags is None else f"v{version}" in tags,
+                      series=series.name if series else None, applied=list(applied),
+                      left_out=[LeftOut(file=s.file, reason=s.reason) for s in left_out], fixed_before=before,
+                      fixed_after=after, error=error, seconds=round(time.monotonic() - start, 2))
 
 
 def _tool_version(cmd: list[str]) -> str:
@@ -354,14 +335,8 @@ def _tool_version(cmd: list[str]) -> str:
     return next((w for w in words if w[:1].isdigit()), "unknown")
 
 
-def build(versions: list[str],
-          listed_by: str,
-          version_from: str | None,
-          version_to: str | None,
-          manifest: Manifest,
-          command: str,
-          cache: Path | None = None,
-          progress=print) -> ReleasesReport:
+def build(versions: list[str], listed_by: str, version_from: str | None, version_to: str | None, manifest: Manifest,
+          command: str, cache: Path | None = None, progress=print) -> ReleasesReport:
     start, started_at = time.monotonic(), datetime.datetime.now(datetime.timezone.utc)
     lock = source.load_lock()
     mirror = source.mirror_path()
@@ -376,18 +351,12 @@ def build(versions: list[str],
                  f"{'' if problem is None else ' FAILS: ' + problem} ({row.seconds:.1f} s)")
         rows.append(row)
     used = {r.series for r in rows}
-    return ReleasesReport(command=command,
-                          listed_by=listed_by,
-                          version_from=version_from,
-                          version_to=version_to,
-                          listed=versions,
-                          mirror_newest_tag=max(tags, key=parse_version) if tags else None,
-                          series=[every_series[s.name] for s in manifest.series if s.name in used],
-                          rows=rows,
-                          python_version=platform.python_version(),
-                          git_version=_tool_version(["git", "--version"]),
-                          pip_version=_tool_version([*source.pip_command(), "--version"]),
-                          started_at=started_at.isoformat(timespec="seconds"),
+    return ReleasesReport(command=command, listed_by=listed_by, version_from=version_from, version_to=version_to,
+                          listed=versions, mirror_newest_tag=max(tags, key=parse_version) if tags else None,
+                          series=[every_series[s.name] for s in manifest.series if s.name in used], rows=rows,
+                          python_version=platform.python_version(), git_version=_tool_version(["git", "--version"]),
+                          pip_version=_tool_version([*source.pip_command(), "--version"
+                                                     ]), started_at=started_at.isoformat(timespec="seconds"),
                           wall_time_s=round(time.monotonic() - start, 1))
 
 
@@ -418,27 +387,18 @@ def stale(json_path: Path, markdown_path: Path, manifest: Manifest) -> list[str]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = errors.CommandParser(prog=COMMAND,
-                                  description=__doc__,
+    parser = errors.CommandParser(prog=COMMAND, description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--from",
-                        dest="version_from",
-                        metavar="VERSION",
+    parser.add_argument("--from", dest="version_from", metavar="VERSION",
                         help="oldest release to check (default: the manifest's lowest version)")
-    parser.add_argument("--to",
-                        dest="version_to",
-                        metavar="VERSION",
+    parser.add_argument("--to", dest="version_to", metavar="VERSION",
                         help="newest release to check (default: the newest listed release the manifest covers)")
-    parser.add_argument("--version",
-                        dest="versions",
-                        action="append",
-                        metavar="VERSION",
+    parser.add_argument("--version", dest="versions", action="append", metavar="VERSION",
                         help="check this release (repeat; no listing: a yanked release too)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="default: docs/releases/releases.json")
     parser.add_argument("--markdown", type=Path, default=DEFAULT_MARKDOWN, help="default: docs/releases.md")
     parser.add_argument("--manifest", type=Path, default=None, help="default: patches/series.toml")
-    parser.add_argument("--check",
-                        action="store_true",
+    parser.add_argument("--check", action="store_true",
                         help="download nothing: exit 1 when the JSON's rows fail or the files are stale")
     args = parser.parse_args(argv)
     if args.versions and (args.version_from or args.version_to):
@@ -479,12 +439,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise errors.BadInput(f"pip lists no DeepSpeed release from {low} to {high}")
             listed_by = LISTED_BY_INDEX
         print(f"{len(versions)} release(s): {', '.join(versions)}", flush=True)
-        report = build(versions,
-                       listed_by,
-                       low,
-                       high,
-                       manifest,
-                       " ".join([COMMAND, *argv]),
+        report = build(versions, listed_by, low, high, manifest, " ".join([COMMAND, *argv]),
                        progress=lambda line: print(line, flush=True))
     except errors.PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -220,18 +220,9 @@ def _manifest_base(manifest_path: Path, name: str) -> str:
     raise errors.BadInput(f"series {name!r} has no base_commit in {manifest_path}: pass --upstream")
 
 
-def reroll(repo: Path,
-           branch: str,
-           series_name: str,
-           version: int,
-           *,
-           upstream: str | None = None,
-           base_ref: str | None = None,
-           cover: Path | None = None,
-           out: Path | None = None,
-           previous: Path | None = None,
-           manifest_path: Path = DEFAULT_MANIFEST,
-           update: bool = True) -> Reroll:
+def reroll(repo: Path, branch: str, series_name: str, version: int, *, upstream: str | None = None,
+           base_ref: str | None = None, cover: Path | None = None, out: Path | None = None,
+           previous: Path | None = None, manifest_path: Path = DEFAULT_MANIFEST, update: bool = True) -> Reroll:
     repo = repo.resolve()
     if version < 1:
         raise errors.BadInput("-v must be 1 or more")
@@ -275,19 +266,8 @@ def reroll(repo: Path,
         # The cover letter is from the series' author, not from whoever runs this (a project identity).
         name, email = git_out(repo, "log", "-1", "--format=%an%n%ae", head).splitlines()
         as_author = {**os.environ, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
-        git_out(where,
-                *FORMAT_CONFIG,
-                "format-patch",
-                "-q",
-                "--cover-letter",
-                f"--base={local_base}",
-                "-v",
-                str(version),
-                *extra,
-                "-o",
-                str(formatted),
-                f"{local_base}..{head}",
-                env=as_author)
+        git_out(where, *FORMAT_CONFIG, "format-patch", "-q", "--cover-letter", f"--base={local_base}", "-v",
+                str(version), *extra, "-o", str(formatted), f"{local_base}..{head}", env=as_author)
         files = sorted(formatted.glob("*.patch"))
         prefix = f"v{version}-"
         _fill_cover(files[0], subject, body, local_base, upstream, cid)
@@ -304,15 +284,8 @@ def reroll(repo: Path,
     if update and manifest_path.exists():
         update_manifest(manifest_path, series_name, version, upstream, base_ref,
                         [(path.name, role) for path, role in zip(written[1:], roles)])
-    return Reroll(series=series_name,
-                  version=version,
-                  upstream=upstream,
-                  local_base=local_base,
-                  head=head,
-                  files=tuple(written),
-                  range_diff=range_diff_text,
-                  change_id=cid,
-                  scaffolding=tuple(scaffolding))
+    return Reroll(series=series_name, version=version, upstream=upstream, local_base=local_base, head=head,
+                  files=tuple(written), range_diff=range_diff_text, change_id=cid, scaffolding=tuple(scaffolding))
 
 
 def _rebuild_previous(repo: Path, old_patches: list[Path], tmpdir: Path) -> tuple[str, str, Path]:
@@ -336,12 +309,10 @@ def _rebuild_previous(repo: Path, old_patches: list[Path], tmpdir: Path) -> tupl
 
 def main(argv: list[str] | None = None) -> int:
     parser = errors.CommandParser(
-        prog="python -m patch_and_test.reroll",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m patch_and_test.reroll", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Regenerate one patch series (format-patch --cover-letter --base -v N) from a DeepSpeed "
         "branch, write it under patches/<series>/ and update patches/series.toml; for N > 1 the cover letter "
-        "carries the range-diff against the previous version.",
-        epilog="""examples:
+        "carries the range-diff against the previous version.", epilog="""examples:
   # first version of the master series; the cover text is subject line, blank line, body
   python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 1 --cover cover.txt
 
@@ -358,37 +329,24 @@ must be signed off by its author (git commit -s). Exit codes: 0 done, 2 bad inpu
     parser.add_argument("--repo", type=Path, required=True, help="DeepSpeed git repo holding the branch")
     parser.add_argument("--branch", required=True, help="branch (or commit) whose commits form the series")
     parser.add_argument("--series", required=True, help="series name in patches/series.toml, e.g. master")
-    parser.add_argument("-v",
-                        "--reroll-count",
-                        dest="version",
-                        type=int,
-                        required=True,
+    parser.add_argument("-v", "--reroll-count", dest="version", type=int, required=True,
                         help="series version N (format-patch -v N)")
-    parser.add_argument("--upstream",
-                        help="real upstream commit the branch is built on "
-                        "(default: the series' base_commit in the manifest)")
+    parser.add_argument(
+        "--upstream", help="real upstream commit the branch is built on "
+        "(default: the series' base_commit in the manifest)")
     parser.add_argument("--base-ref", help="tag or branch name of --upstream, recorded in the manifest")
-    parser.add_argument("--cover",
-                        type=Path,
-                        help="cover letter text: subject line, blank line, body "
-                        "(default: reuse the previous version's)")
+    parser.add_argument(
+        "--cover", type=Path, help="cover letter text: subject line, blank line, body "
+        "(default: reuse the previous version's)")
     parser.add_argument("--previous", type=Path, help="folder of the previous version (default: --out)")
     parser.add_argument("--out", type=Path, help="where to write the series (default: patches/<series>)")
     parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="default: %(default)s")
     parser.add_argument("--no-manifest-update", action="store_true", help="leave series.toml alone")
     args = parser.parse_args(argv)
     try:
-        result = reroll(args.repo,
-                        args.branch,
-                        args.series,
-                        args.version,
-                        upstream=args.upstream,
-                        base_ref=args.base_ref,
-                        cover=args.cover,
-                        out=args.out,
-                        previous=args.previous,
-                        manifest_path=args.manifest,
-                        update=not args.no_manifest_update)
+        result = reroll(args.repo, args.branch, args.series, args.version, upstream=args.upstream,
+                        base_ref=args.base_ref, cover=args.cover, out=args.out, previous=args.previous,
+                        manifest_path=args.manifest, update=not args.no_manifest_update)
     except errors.PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(exc.exit_code)

@@ -59,15 +59,11 @@ def pytest_command(extra: list[str], version: str, tier: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.selftest",
-                           description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.selftest", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version",
-                        default=os.environ.get("DEEPSPEED_VERSION") or None,
+    parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
                         help="a supported DeepSpeed release (default: the newest; env DEEPSPEED_VERSION)")
-    parser.add_argument("--tier",
-                        choices=TIERS,
-                        default=os.environ.get("ZERO3_SP_TEST_TIER") or "fast",
+    parser.add_argument("--tier", choices=TIERS, default=os.environ.get("ZERO3_SP_TEST_TIER") or "fast",
                         help="fast (default), slow, or all (env ZERO3_SP_TEST_TIER)")
     args, pytest_args = parser.parse_known_args(argv)
     version = args.version or newest()

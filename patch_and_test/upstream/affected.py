@@ -293,10 +293,7 @@ def select(changes: list[FileChange], tree: Path) -> Selection:
         if why:
             helpers.append(SelectedFile(path=h, reasons=why))
     files = tuple(SelectedFile(path=p, reasons=tuple(dict.fromkeys(r))) for p, r in sorted(reasons.items()))
-    return Selection(files=files,
-                     names=tuple(names),
-                     generic=tuple(sorted(set(generic))),
-                     helpers=tuple(helpers),
+    return Selection(files=files, names=tuple(names), generic=tuple(sorted(set(generic))), helpers=tuple(helpers),
                      test_files_scanned=len(tests))
 
 

@@ -88,16 +88,9 @@ def series_from_dir(directory: Path) -> series_mod.Series:
         if not p.name.startswith("0000-"))
     if not patches:
         raise PipelineError(f"{directory} holds no numbered patches")
-    return series_mod.Series(name=directory.name,
-                             version=0,
-                             min_version=(0, 0, 0),
-                             below_version=(999, 0, 0),
-                             base_commit="",
-                             base_ref="",
-                             directory=directory,
-                             cover_letter=directory / "0000",
-                             patches=patches,
-                             verified=())
+    return series_mod.Series(name=directory.name, version=0, min_version=(0, 0, 0), below_version=(999, 0, 0),
+                             base_commit="", base_ref="", directory=directory, cover_letter=directory / "0000",
+                             patches=patches, verified=())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +110,7 @@ PARTIALS = (
             "TestZero3SequenceParallelGradientScale"),
     # the companion's reason: the recipe that relied on the bug fails with the fix alone
     Partial("ALST test with the fix alone", ("fix", ), ("tests/unit/ulysses_alst/test_ulysses_sp_hf.py", ),
-            "TestUlyssesSPHF",
-            needs="companion"),
+            "TestUlyssesSPHF", needs="companion"),
 )
 
 
@@ -143,11 +135,7 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
         subset = dataclasses.replace(series, patches=patches)
         series_mod.apply_series(tree.path, subset)
         try:
-            run = upstream_suite.run_tier(part.name,
-                                          tree.path,
-                                          files,
-                                          results / "partial",
-                                          keep=(part.test_class, ),
+            run = upstream_suite.run_tier(part.name, tree.path, files, results / "partial", keep=(part.test_class, ),
                                           **kwargs)
             # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
             runs.append(
@@ -159,20 +147,13 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
     return runs
 
 
-def run(src: Path | None,
-        series_dir: Path,
-        results: Path,
-        *,
-        tier: str = "quick",
-        only: list[str] | None = None,
+def run(src: Path | None, series_dir: Path, results: Path, *, tier: str = "quick", only: list[str] | None = None,
         workers: int = 0) -> AffectedVerdict:
     """DeepSpeed's affected tests of ``src`` (a checkout; None: the newest-upstream tree), before and after."""
     results.mkdir(parents=True, exist_ok=True)
     # Names, not this machine's paths: the base commit says which tree it was.
     name = src.resolve().name if src is not None else source_mod.NEWEST_UPSTREAM
-    verdict = AffectedVerdict(source=name,
-                              series=series_dir.name,
-                              only=list(only or []),
+    verdict = AffectedVerdict(source=name, series=series_dir.name, only=list(only or []),
                               environment=host_environment("gloo"))
     tree = None
     try:
@@ -198,12 +179,8 @@ def run(src: Path | None,
         verdict.head = applied.head
         after = upstream_suite.run_tier("after", tree.path, files, results / "after", **kwargs)
         print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
-        verdict.suite = upstream_suite.compare_after_reruns("upstream affected tests",
-                                                            tree.path,
-                                                            before,
-                                                            after,
-                                                            results / "after",
-                                                            workers=workers)
+        verdict.suite = upstream_suite.compare_after_reruns("upstream affected tests", tree.path, before, after,
+                                                            results / "after", workers=workers)
         print("\n".join(verdict.suite.describe()), flush=True)
     except PipelineError as err:
         verdict.error, verdict.error_exit = str(err), int(err.exit_code)
@@ -217,39 +194,27 @@ def run(src: Path | None,
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    parser = CommandParser(prog="python -m patch_and_test.affected_job",
-                           description=__doc__,
+    parser = CommandParser(prog="python -m patch_and_test.affected_job", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--src", type=Path, help="a clean DeepSpeed checkout (only read)")
-    where.add_argument("--newest-upstream",
-                       action="store_true",
-                       help="the newest locked sdist's code on the mirror's master, with master's tests/ "
-                       "(deepspeed-sdists.lock [newest-upstream]; needs the mirror, DEEPSPEED_MIRROR)")
+    where.add_argument(
+        "--newest-upstream", action="store_true",
+        help="the newest locked sdist's code on the mirror's master, with master's tests/ "
+        "(deepspeed-sdists.lock [newest-upstream]; needs the mirror, DEEPSPEED_MIRROR)")
     parser.add_argument("--series", type=Path, required=True, help="a folder of git format-patch files")
-    parser.add_argument("--results",
-                        type=Path,
-                        default=Path("results/affected"),
+    parser.add_argument("--results", type=Path, default=Path("results/affected"),
                         help="where the reports go (default %(default)s)")
-    parser.add_argument("--tier",
-                        choices=("quick", "full"),
-                        default="quick",
-                        help="quick: the selected tests that start no ranks plus the classes the fix changes; full: "
-                        "every selected test (hours on CPU) (default quick)")
-    parser.add_argument("--only",
-                        action="append",
-                        default=[],
+    parser.add_argument(
+        "--tier", choices=("quick", "full"), default="quick",
+        help="quick: the selected tests that start no ranks plus the classes the fix changes; full: "
+        "every selected test (hours on CPU) (default quick)")
+    parser.add_argument("--only", action="append", default=[],
                         help="run only this selected test file (tree-relative; repeatable), to check one file fast")
-    parser.add_argument("--workers",
-                        type=int,
-                        default=0,
+    parser.add_argument("--workers", type=int, default=0,
                         help="pytest-xdist workers (-n N; no --forked, see docs/affected-tests.md)")
     args = parser.parse_args(argv)
-    verdict = run(args.src,
-                  args.series.resolve(),
-                  args.results.resolve(),
-                  tier=args.tier,
-                  only=args.only,
+    verdict = run(args.src, args.series.resolve(), args.results.resolve(), tier=args.tier, only=args.only,
                   workers=args.workers)
     if verdict.error:
         print(f"error: {verdict.error}", file=sys.stderr)

@@ -175,9 +175,7 @@ def _merge(outcomes: dict[str, str], messages: dict[str, str], e: dict) -> None:
             messages[test] = e["message"]
 
 
-def compare(name: str,
-            before: SuiteRun,
-            after: SuiteRun,
+def compare(name: str, before: SuiteRun, after: SuiteRun,
             reruns: dict[str, list[str]] | None = None) -> SuiteComparison:
     """Every test id's category and the suite's status (see the module docstring). Pure."""
     reruns = reruns or {}
@@ -227,27 +225,13 @@ def compare(name: str,
     regressions = [r.test for r in results if r.category in ("regression", "new-failed")]
     status = "error" if errors else ("regression" if regressions else "ok")
     by = lambda cat: [r.test for r in results if r.category == cat]  # noqa: E731
-    return SuiteComparison(name=name,
-                           tier=after.tier,
-                           files=after.files,
-                           before=before.counts,
-                           after=after.counts,
-                           status=status,
-                           errors=errors,
-                           results=results,
-                           regressions=regressions,
-                           fixed=by("fixed"),
-                           pre_existing=by("pre-existing"),
-                           flaky=by("flaky"),
-                           not_collectable={
+    return SuiteComparison(name=name, tier=after.tier, files=after.files, before=before.counts, after=after.counts,
+                           status=status, errors=errors, results=results, regressions=regressions, fixed=by("fixed"),
+                           pre_existing=by("pre-existing"), flaky=by("flaky"), not_collectable={
                                **before.not_collectable,
                                **after.not_collectable
-                           },
-                           collected_before=before.collected,
-                           collected_after=after.collected,
-                           wall_s_before=before.wall_s,
-                           wall_s_after=after.wall_s,
-                           deselected_by_tier=after.deselected)
+                           }, collected_before=before.collected, collected_after=after.collected,
+                           wall_s_before=before.wall_s, wall_s_after=after.wall_s, deselected_by_tier=after.deselected)
 
 
 def rerun_candidates(before: SuiteRun, after: SuiteRun) -> list[str]:
@@ -300,16 +284,9 @@ def _in_tests(path: str) -> str:
     return path[len("tests/"):] if path.startswith("tests/") else path
 
 
-def run_suite(name: str,
-              tree: Path,
-              files: list[str],
-              out_dir: Path,
-              *,
-              tier: str = "full",
-              keep: tuple[str, ...] = (),
-              timeout: float = 3600,
-              workers: int = 0,
-              node_ids: list[str] | None = None) -> SuiteRun:
+def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, tier: str = "full", keep: tuple[str,
+                                                                                                         ...] = (),
+              timeout: float = 3600, workers: int = 0, node_ids: list[str] | None = None) -> SuiteRun:
     """Run ``files`` (or just ``node_ids``) of DeepSpeed's tests in ``tree``; never raises on test failures."""
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = name.replace("/", "_").replace(" ", "_")
@@ -327,39 +304,18 @@ def run_suite(name: str,
         code, wall = 5, 0.0
     else:
         _drop_bytecode(tree)
-        code, wall = run_logged(cmd,
-                                log,
-                                timeout=timeout,
-                                cwd=tree / "tests",
-                                env={
-                                    **os.environ,
-                                    **pytest_env(tree),
-                                    **hub_env()
-                                })
+        code, wall = run_logged(cmd, log, timeout=timeout, cwd=tree / "tests", env={
+            **os.environ,
+            **pytest_env(tree),
+            **hub_env()
+        })
     outcomes, messages, broken, ranks, deselected = read_record(record)
-    return SuiteRun(name=name,
-                    tier=tier,
-                    files=files,
-                    log=str(log),
-                    record=str(record),
-                    workers=workers,
-                    exit_code=code,
-                    timed_out=wall > 0 and wall >= timeout,
-                    wall_s=wall,
-                    outcomes=outcomes,
-                    messages=messages,
-                    not_collectable=broken,
-                    ranks=ranks,
-                    deselected=deselected)
+    return SuiteRun(name=name, tier=tier, files=files, log=str(log), record=str(record), workers=workers,
+                    exit_code=code, timed_out=wall > 0 and wall >= timeout, wall_s=wall, outcomes=outcomes,
+                    messages=messages, not_collectable=broken, ranks=ranks, deselected=deselected)
 
 
-def run_tier(name: str,
-             tree: Path,
-             files: list[str],
-             out_dir: Path,
-             *,
-             tier: str,
-             workers: int,
+def run_tier(name: str, tree: Path, files: list[str], out_dir: Path, *, tier: str, workers: int,
              keep: tuple[str, ...] = QUICK_TIER_CLASSES) -> SuiteRun:
     """``files`` of the selection in ``tier``, with the tier's deadline (the jobs' before and after runs)."""
     return run_suite(name, tree, files, out_dir, tier=tier, keep=keep, timeout=TIMEOUT[tier], workers=workers)
@@ -383,12 +339,7 @@ def _drop_bytecode(tree: Path) -> None:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def rerun(tree: Path,
-          tests: list[str],
-          out_dir: Path,
-          *,
-          times: int = RERUNS,
-          timeout: float = 1800,
+def rerun(tree: Path, tests: list[str], out_dir: Path, *, times: int = RERUNS, timeout: float = 1800,
           workers: int = 0) -> dict[str, list[str]]:
     """Each test's outcomes on ``times`` more runs (all of them in one pytest run per round)."""
     seen: dict[str, list[str]] = {t: [] for t in tests}

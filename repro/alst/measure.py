@@ -102,11 +102,8 @@ def register_ulysses(model_dir: Path, sp: int):
     """``UlyssesSPAttentionHF.register_with_transformers``; its keyword for the length changed in 0.18."""
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
 
-    kwargs = dict(model_name_or_path=str(model_dir),
-                  core_attn_implementation=ATTN,
-                  sequence_parallel_size=sp,
-                  micro_batch_size=1,
-                  seq_length_is_variable=True)
+    kwargs = dict(model_name_or_path=str(model_dir), core_attn_implementation=ATTN, sequence_parallel_size=sp,
+                  micro_batch_size=1, seq_length_is_variable=True)
     params = inspect.signature(UlyssesSPAttentionHF.register_with_transformers).parameters
     kwargs["seq_length" if "seq_length" in params else "max_length"] = SEQ_LEN
     return UlyssesSPAttentionHF.register_with_transformers(**kwargs)
@@ -216,14 +213,9 @@ def sp_shard(engine, dp_index: int, notes: dict[str, str]):
     input_ids, position_ids, labels = sample(dp_index)
     dataset = torch.utils.data.TensorDataset(input_ids, position_ids, labels)
     loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=1,
-        collate_fn=lambda b: dict(
-            input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0), labels=b[0][2].unsqueeze(0)))
-    adapter = UlyssesSPDataLoaderAdapter(loader,
-                                         sp_rank=sp_rank,
-                                         sp_group=sp_group,
-                                         sp_world_size=sp_world_size,
+        dataset, batch_size=1, collate_fn=lambda b: dict(input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].
+                                                         unsqueeze(0), labels=b[0][2].unsqueeze(0)))
+    adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp_world_size,
                                          device=engine.device)
     # Every rank of an sp group holds the same sample, so the first micro-batch is it, sharded.
     batch = _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size, notes)
@@ -242,9 +234,7 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         shift_labels = batch["shift_labels"].to(engine.device)
         outputs = engine(input_ids=batch["input_ids"].to(engine.device),
                          position_ids=batch["position_ids"].to(engine.device))
-        loss_local = engine.module.loss_function(logits=outputs.logits,
-                                                 labels=None,
-                                                 shift_labels=shift_labels,
+        loss_local = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
                                                  vocab_size=engine.module.config.vocab_size)
         to_backprop, full_loss = sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp_world_size,
                                                   gather_impl)
@@ -340,29 +330,19 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
             "ok": False,
             "note": "another dp group's loss mismatched"
         })
-    report = AlstReport(script=SCRIPT,
-                        deepspeed_version=dist_version("deepspeed") or "none",
-                        torch_version=torch.__version__,
-                        transformers_version=transformers.__version__,
-                        backend=ctx.backend,
-                        device=ctx.device.split(":")[0],
-                        launcher="external" if ctx.external_launcher else "local",
-                        world_size=ctx.world_size,
-                        sp=sp,
-                        dp=dp,
-                        expect=ctx.args.expect,
-                        rows=rows,
-                        losses=losses,
-                        python_version=platform.python_version(),
-                        extra={
-                            "model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
-                            "model_dir": str(model_dir),
-                            "attn_implementation": ATTN,
-                            "all_gather": gather_impl,
-                            "seq_len": SEQ_LEN,
-                            "masked_prefix": MASKED_PREFIX,
-                            "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
-                            "dtype": "float32",
-                            **notes
-                        })
+    report = AlstReport(
+        script=SCRIPT, deepspeed_version=dist_version("deepspeed") or "none", torch_version=torch.__version__,
+        transformers_version=transformers.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
+        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size, sp=sp, dp=dp,
+        expect=ctx.args.expect, rows=rows, losses=losses, python_version=platform.python_version(), extra={
+            "model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
+            "model_dir": str(model_dir),
+            "attn_implementation": ATTN,
+            "all_gather": gather_impl,
+            "seq_len": SEQ_LEN,
+            "masked_prefix": MASKED_PREFIX,
+            "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
+            "dtype": "float32",
+            **notes
+        })
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)

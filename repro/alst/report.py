@@ -119,22 +119,11 @@ def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, e
     scalar = scales.fit(observed, expected)
     fits = {t: fit(observed, expected, t, scalar) for t in set(targets.values())}
     f = fits[target]
-    return AlstRow(recipe=recipe,
-                   stage=stage,
-                   param=param,
-                   numel=int(expected.numel()),
-                   path=path,
-                   observed_norm=f.scalar.observed_norm,
-                   expected_norm=f.scalar.expected_norm,
-                   ratio=f.scalar.ratio,
-                   residual=f.scalar.residual,
-                   max_abs_err=f.max_abs_err,
-                   max_abs_expected=float(expected.detach().abs().max()),
-                   target=target,
-                   ok=f.ok,
-                   buggy_target=targets["buggy"],
-                   buggy_ok=fits[targets["buggy"]].ok,
-                   fixed_target=targets["fixed"],
+    return AlstRow(recipe=recipe, stage=stage, param=param, numel=int(expected.numel()), path=path,
+                   observed_norm=f.scalar.observed_norm, expected_norm=f.scalar.expected_norm, ratio=f.scalar.ratio,
+                   residual=f.scalar.residual, max_abs_err=f.max_abs_err,
+                   max_abs_expected=float(expected.detach().abs().max()), target=target, ok=f.ok,
+                   buggy_target=targets["buggy"], buggy_ok=fits[targets["buggy"]].ok, fixed_target=targets["fixed"],
                    fixed_ok=fits[targets["fixed"]].ok)
 
 

@@ -170,9 +170,7 @@ def hub_cache_repo_dir(hf_home: Path, repo_id: str = HUB_REPO_ID) -> Path:
     return Path(hf_home) / "hub" / ("models--" + repo_id.replace("/", "--"))
 
 
-def populate_hub_cache(hf_home: Path,
-                       repo_id: str = HUB_REPO_ID,
-                       seed: int = SEED,
+def populate_hub_cache(hf_home: Path, repo_id: str = HUB_REPO_ID, seed: int = SEED,
                        revision: str = CACHE_REVISION) -> Path:
     """Put the tiny model into ``hf_home``'s hub cache under ``repo_id``; return the snapshot folder.
 
@@ -200,8 +198,7 @@ def offline_env(hf_home: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.tiny_llama",
-                                     description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m repro.tiny_llama", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_build = sub.add_parser("build", help="save the tiny Llama to DIR")

@@ -187,15 +187,9 @@ def load_known(path: Path | str = DEFAULT_KNOWN_FILE, root: Path | None = None) 
         if bad:
             raise ValueError(f"{path}: {entry['id']}: unknown predicate keys {bad}; allowed: {PREDICATE_KEYS}")
         when = {k: tuple(v) if isinstance(v, list) else (v, ) for k, v in entry["when"].items()}
-        item = KnownDiscrepancy(id=entry["id"],
-                                title=entry["title"],
-                                when=when,
-                                factor=entry["factor"],
-                                writeup=entry["writeup"],
-                                code=tuple(entry["code"]),
-                                upstream=entry["upstream"],
-                                measured_on=tuple(entry["measured_on"]),
-                                versions=entry.get("versions", ""))
+        item = KnownDiscrepancy(id=entry["id"], title=entry["title"], when=when, factor=entry["factor"],
+                                writeup=entry["writeup"], code=tuple(entry["code"]), upstream=entry["upstream"],
+                                measured_on=tuple(entry["measured_on"]), versions=entry.get("versions", ""))
         if item.is_scale:  # syntax check
             eval_factor(item.factor, {"sp": 2, "dp": 1, "world": 2, "predivide_factor": 2.0, "gas": 1})
         if item.versions:
@@ -232,13 +226,8 @@ class Judgement:
     at_sp_bug: bool  # __avg_scatter_grads, sp > 1, observed at 1/sp
 
 
-def judge_row(point_fields: dict[str, Any],
-              path: str,
-              param: str,
-              ratio: float,
-              residual: float,
-              known: Sequence[KnownDiscrepancy],
-              version: str | None = None) -> Judgement:
+def judge_row(point_fields: dict[str, Any], path: str, param: str, ratio: float, residual: float,
+              known: Sequence[KnownDiscrepancy], version: str | None = None) -> Judgement:
     fields = dict(point_fields, path=path, param=param)
     covering = [k for k in known if k.covers(fields, version)]
     factor = math.prod(k.factor_for(fields) for k in covering)

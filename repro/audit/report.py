@@ -230,24 +230,14 @@ class Summary(Record):
 def raw_row(param: str, numel: int, path: str, grad_dtype: str, ratio: float, residual: float,
             max_rel_dev: float) -> MeasuredRow:
     """What a rank measures for one parameter at one point (judged later, see ``judge``)."""
-    return MeasuredRow(param=param,
-                       numel=numel,
-                       path=path,
-                       grad_dtype=grad_dtype,
-                       ratio=ratio,
-                       residual=residual,
+    return MeasuredRow(param=param, numel=numel, path=path, grad_dtype=grad_dtype, ratio=ratio, residual=residual,
                        max_rel_dev=max_rel_dev)
 
 
 def raw_point(point_id: str, fields: Mapping[str, Any], status: str, message: str, optimizer: str, seconds: float,
               rows: Sequence[MeasuredRow]) -> MeasuredPoint:
-    return MeasuredPoint(id=point_id,
-                         point=PointFields(**fields),
-                         status=status,
-                         message=message,
-                         optimizer=optimizer,
-                         seconds=round(seconds, 4),
-                         rows=tuple(rows))
+    return MeasuredPoint(id=point_id, point=PointFields(**fields), status=status, message=message, optimizer=optimizer,
+                         seconds=round(seconds, 4), rows=tuple(rows))
 
 
 def _measured(point: MeasuredPoint | Mapping[str, Any]) -> MeasuredPoint:
@@ -257,9 +247,7 @@ def _measured(point: MeasuredPoint | Mapping[str, Any]) -> MeasuredPoint:
     return MeasuredPoint.model_validate({k: data[k] for k in MeasuredPoint.model_fields if k in data})
 
 
-def judge_point(point: MeasuredPoint | Mapping[str, Any],
-                known: Sequence[KnownDiscrepancy],
-                expect: str,
+def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownDiscrepancy], expect: str,
                 version: str | None = None) -> Point:
     """Label and judge every row, categorize the point (see ``judge``)."""
     p = _measured(point)
@@ -268,23 +256,15 @@ def judge_point(point: MeasuredPoint | Mapping[str, Any],
     for r in p.rows:
         j: Judgement = judge_row(fields, r.path, r.param, r.ratio, r.residual, known, version)
         rows.append(
-            Row(**r.model_dump(),
-                label=scales.label(r.ratio, r.residual, tol=TOLERANCES[p.point.dtype].rel),
-                known=j.known,
-                target=Targets(**j.target),
-                ok=Verdicts(**j.ok),
-                at_oracle=j.at_oracle,
-                at_sp_bug=j.at_sp_bug))
+            Row(**r.model_dump(), label=scales.label(r.ratio, r.residual,
+                                                     tol=TOLERANCES[p.point.dtype].rel), known=j.known,
+                target=Targets(**j.target), ok=Verdicts(**j.ok), at_oracle=j.at_oracle, at_sp_bug=j.at_sp_bug))
     return Point(**{
         **p.model_dump(), "rows": rows
-    },
-                 category=point_category(p.status, rows),
-                 holds=point_holds(p.status, rows, expect))
+    }, category=point_category(p.status, rows), holds=point_holds(p.status, rows, expect))
 
 
-def judge(points: Iterable[MeasuredPoint | Point | Mapping[str, Any]],
-          known: Sequence[KnownDiscrepancy],
-          expect: str,
+def judge(points: Iterable[MeasuredPoint | Point | Mapping[str, Any]], known: Sequence[KnownDiscrepancy], expect: str,
           version: str | None = None) -> list[Point]:
     """Judge every point: label / known / target / ok / at_oracle / at_sp_bug on every row,
     category / holds on every point. ``version``: the DeepSpeed version the points ran on (for the
@@ -323,19 +303,13 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
             known_points[k] += 1
     by_id = {k.id: k for k in known}
     disagreements = [
-        Disagreement(path=g["path"],
-                     cause=g["cause"],
-                     code=_code(g["cause"], by_id),
-                     rows=g["rows"],
-                     points=len(g["points"]),
-                     stages=sorted(g["stages"]),
-                     ratios=dict(sorted(g["ratios"].items())),
-                     examples=g["points"][:5])
+        Disagreement(path=g["path"], cause=g["cause"], code=_code(g["cause"],
+                                                                  by_id), rows=g["rows"], points=len(g["points"]),
+                     stages=sorted(g["stages"]), ratios=dict(sorted(g["ratios"].items())), examples=g["points"][:5])
         for g in sorted(groups.values(), key=lambda g: (g["cause"] == "unexplained", g["path"], g["cause"]))
     ]
     return Summary(
-        counts=Counts(points=len(points),
-                      ran=sum(p.status == "ran" for p in points),
+        counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
                       **{c: counts.get(c, 0)
                          for c in CATEGORIES}),
         failing_points=[p.id for p in points if not p.holds],
@@ -408,12 +382,8 @@ class AuditReport(JsonReport):
     def build(cls, *, known: Sequence[KnownDiscrepancy], known_file: str, expect: str,
               points: Sequence[MeasuredPoint | Point | Mapping[str, Any]], **kwargs) -> AuditReport:
         judged = judge(points, known, expect, kwargs.get("deepspeed_version"))
-        return cls(expect=expect,
-                   known_file=known_file,
-                   points=judged,
-                   known=[_known_entry(k) for k in known],
-                   summary=summarize(judged, known, expect),
-                   **kwargs)
+        return cls(expect=expect, known_file=known_file, points=judged, known=[_known_entry(k) for k in known],
+                   summary=summarize(judged, known, expect), **kwargs)
 
     def rejudge(self, known: Sequence[KnownDiscrepancy], known_file: str, expect: str) -> AuditReport:
         fields = {
@@ -443,13 +413,8 @@ class AuditReport(JsonReport):
 
 
 def _known_entry(k: KnownDiscrepancy) -> KnownEntry:
-    return KnownEntry(id=k.id,
-                      title=k.title,
-                      factor=k.factor,
-                      versions=k.versions,
-                      writeup=k.writeup,
-                      upstream=k.upstream,
-                      measured_on=k.measured_on)
+    return KnownEntry(id=k.id, title=k.title, factor=k.factor, versions=k.versions, writeup=k.writeup,
+                      upstream=k.upstream, measured_on=k.measured_on)
 
 
 # --------------------------------------------------------------------------- text

@@ -59,53 +59,37 @@ def _add_arguments(parser) -> None:
     parser.set_defaults(timeout=DEFAULT_TIMEOUT_S)
     # Unset, --world-size and --sp mean every topology of the audit's space and --backend a choice per topology:
     # defaults of None tell them apart from given values (abbreviated ones included).
-    parser.add_argument("--world-size",
-                        type=int,
-                        help="only the topologies of this world size (default: every one, up to 4 ranks; under "
-                        "torchrun its world size)")
-    parser.add_argument("--sp",
-                        type=int,
-                        help=f"only the topologies of this sp (default: every one of {', '.join(map(str, SP_VALUES))} "
-                        "that divides the world size)")
-    parser.add_argument("--backend",
-                        choices=["gloo", "nccl", "auto"],
-                        help="gloo: CPU ranks; nccl: one GPU per rank; auto (default): for each topology, nccl when "
-                        "there is a GPU for every rank, else gloo")
-    parser.add_argument("--mode",
-                        choices=MODES,
-                        default="quick",
-                        help="quick: a covering subset (every factor level, every reduce path); full: the whole "
-                        "space (default quick)")
-    parser.add_argument("--stage",
-                        type=int,
-                        action="append",
-                        choices=STAGES,
+    parser.add_argument(
+        "--world-size", type=int,
+        help="only the topologies of this world size (default: every one, up to 4 ranks; under "
+        "torchrun its world size)")
+    parser.add_argument(
+        "--sp", type=int,
+        help=f"only the topologies of this sp (default: every one of {', '.join(map(str, SP_VALUES))} "
+        "that divides the world size)")
+    parser.add_argument(
+        "--backend", choices=["gloo", "nccl", "auto"],
+        help="gloo: CPU ranks; nccl: one GPU per rank; auto (default): for each topology, nccl when "
+        "there is a GPU for every rank, else gloo")
+    parser.add_argument(
+        "--mode", choices=MODES, default="quick",
+        help="quick: a covering subset (every factor level, every reduce path); full: the whole "
+        "space (default quick)")
+    parser.add_argument("--stage", type=int, action="append", choices=STAGES,
                         help="only these ZeRO stages (repeatable)")
     parser.add_argument("--dtype", action="append", choices=DTYPES, help="only these dtypes (repeatable)")
-    parser.add_argument("--gas",
-                        type=int,
-                        action="append",
-                        choices=GAS_VALUES,
+    parser.add_argument("--gas", type=int, action="append", choices=GAS_VALUES,
                         help="only these gradient_accumulation_steps (repeatable)")
-    parser.add_argument("--point",
-                        action="append",
-                        metavar="GLOB",
+    parser.add_argument("--point", action="append", metavar="GLOB",
                         help="only points whose id matches this glob, e.g. 'z3.*/sp2dp1/*' (repeatable)")
-    parser.add_argument("--known",
-                        type=Path,
-                        default=DEFAULT_KNOWN_FILE,
+    parser.add_argument("--known", type=Path, default=DEFAULT_KNOWN_FILE,
                         help="the known-discrepancy file (default repro/audit/known_discrepancies.toml)")
-    parser.add_argument("--no-known",
-                        action="store_true",
+    parser.add_argument("--no-known", action="store_true",
                         help="judge without the known discrepancies: every other upstream bug shows as unexplained")
-    parser.add_argument("--table",
-                        choices=["all", "failing", "none"],
-                        default="all",
+    parser.add_argument("--table", choices=["all", "failing", "none"], default="all",
                         help="print every point, only points off the expectation, or none (default all)")
     parser.add_argument("--list", action="store_true", help="print the selected points by topology and exit")
-    parser.add_argument("--from-json",
-                        type=Path,
-                        metavar="REPORT",
+    parser.add_argument("--from-json", type=Path, metavar="REPORT",
                         help="judge a previous audit's JSON again (with --known and --expect); runs nothing")
 
 
@@ -168,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         if not topos:
             print(
                 f"error: world size {world} (sp {sps}) is outside the audit's space "
-                f"(sp in {SP_VALUES}, dp in {DP_VALUES})",
-                file=sys.stderr)
+                f"(sp in {SP_VALUES}, dp in {DP_VALUES})", file=sys.stderr)
             return EXIT_ERROR
         if args.extra["list"]:
             return _list(selection, topos)
@@ -186,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"error: no topology of the audit's space has world size {args.world_size if explicit_ws else 'any'} "
             f"and sp {args.sp if explicit_sp else 'any'} (sp in {SP_VALUES}, dp in {DP_VALUES}, "
-            f"at most 4 ranks)",
-            file=sys.stderr)
+            f"at most 4 ranks)", file=sys.stderr)
         return EXIT_ERROR
     if args.extra["list"]:
         return _list(selection, topos)
@@ -201,9 +183,8 @@ def _repro_args(ns: argparse.Namespace) -> ReproArgs:
     ``sp_given``) and the --backend choice (``backend_choice``, "auto" when unset); where they were
     not, the contract's checks see a world size and sp every topology accepts (sp 1; world size sp).
     """
-    given = dict(world_size_given=ns.world_size is not None,
-                 sp_given=ns.sp is not None,
-                 backend_choice=ns.backend or "auto")
+    given = dict(world_size_given=ns.world_size is not None, sp_given=ns.sp is not None, backend_choice=ns.backend
+                 or "auto")
     sp = ns.sp if given["sp_given"] else 1
     world_size = ns.world_size if given["world_size_given"] else sp
     filled = argparse.Namespace(**{
@@ -244,18 +225,12 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
         entry = dict(world_size=topo.world_size, sp=topo.sp, dp=topo.dp, points=len(topo_points))
         if left < MIN_LAUNCH_S:
             topo_runs.append(
-                dict(entry,
-                     exit_code=EXIT_ERROR,
-                     wall_time_s=0.0,
+                dict(entry, exit_code=EXIT_ERROR, wall_time_s=0.0,
                      message=f"not started: {left:.0f} s left of the {args.timeout:.0f} s deadline"))
             continue
         backend = backend_choice if backend_choice != "auto" else (
             "nccl" if gpu_count() >= topo.world_size else "gloo")
-        child_args = dataclasses.replace(args,
-                                         world_size=topo.world_size,
-                                         sp=topo.sp,
-                                         timeout=left,
-                                         backend=backend,
+        child_args = dataclasses.replace(args, world_size=topo.world_size, sp=topo.sp, timeout=left, backend=backend,
                                          json=None)
         child_argv = [
             "--world-size",
@@ -267,13 +242,9 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
         received: list[dict] = []
         print(
             f"[parity-audit] launch {topo.label()} (world {topo.world_size}, {backend}): {len(topo_points)} points, "
-            f"{left:.0f} s left",
-            file=sys.stderr,
-            flush=True)
+            f"{left:.0f} s left", file=sys.stderr, flush=True)
         launch_start = time.monotonic()
-        code = launch.run(child_args,
-                          None,
-                          lambda report, wall: received.append(report),
+        code = launch.run(child_args, None, lambda report, wall: received.append(report),
                           rank_argv=[str(ENTRY_SCRIPT), *child_argv])
         wall = round(time.monotonic() - launch_start, 3)
         message = ""
@@ -298,25 +269,15 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
 
 def _final(args: ReproArgs, known, topo_runs, points, meta, launcher: str) -> AuditReport:
     known_file = "(none: --no-known)" if args.extra["no_known"] else _rel(args.extra["known"])
-    return AuditReport.build(known=known,
-                             known_file=known_file,
-                             expect=args.expect,
-                             points=points,
-                             script=SCRIPT,
-                             deepspeed_version=meta["deepspeed_version"],
-                             torch_version=meta["torch_version"],
-                             backend=meta.get("backend", args.backend),
-                             device=meta.get("device", "cpu"),
-                             launcher=launcher,
-                             mode=args.extra["mode"],
-                             topologies=topo_runs)
+    return AuditReport.build(known=known, known_file=known_file, expect=args.expect, points=points, script=SCRIPT,
+                             deepspeed_version=meta["deepspeed_version"], torch_version=meta["torch_version"],
+                             backend=meta.get("backend", args.backend), device=meta.get("device", "cpu"),
+                             launcher=launcher, mode=args.extra["mode"], topologies=topo_runs)
 
 
 def _local_meta(args: ReproArgs) -> dict:
-    return dict(deepspeed_version=dist_version("deepspeed") or "none",
-                torch_version=dist_version("torch") or "none",
-                backend=args.backend,
-                device="cpu")
+    return dict(deepspeed_version=dist_version("deepspeed") or "none", torch_version=dist_version("torch") or "none",
+                backend=args.backend, device="cpu")
 
 
 def _rel(path: Path) -> str:
@@ -376,9 +337,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
             for p in points:
                 key = (p.gas, p.dtype)
                 if key not in oracle:
-                    oracle[key] = expected_gradients(SMALL_AND_LARGE,
-                                                     topology,
-                                                     micro_steps=p.gas,
+                    oracle[key] = expected_gradients(SMALL_AND_LARGE, topology, micro_steps=p.gas,
                                                      model_dtype=TORCH_DTYPES[p.dtype])
                 outcome = run_point(p, SMALL_AND_LARGE, ctx.rank, ctx.device, mpu)
                 rows = []
@@ -395,9 +354,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         # Unlinked after the last collective: the mapping stays valid for the rest of the run.
         if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
             launch.remove_shm_buffers(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], ctx.rank)
-        meta = dict(deepspeed_version=deepspeed_version(),
-                    torch_version=torch.__version__,
-                    backend=ctx.backend,
+        meta = dict(deepspeed_version=deepspeed_version(), torch_version=torch.__version__, backend=ctx.backend,
                     device=ctx.device.split(":")[0])
         partial = dict(topologies=topos_out, points=[p.model_dump(mode="json") for p in points_out], meta=meta)
         if ctx.external_launcher:

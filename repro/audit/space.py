@@ -130,8 +130,7 @@ class AuditPoint:
     def zero_section(self) -> dict:
         section: dict = {"stage": self.stage}
         if self.stage != 0:
-            section.update(reduce_scatter=self.reduce_scatter,
-                           contiguous_gradients=self.contiguous_gradients,
+            section.update(reduce_scatter=self.reduce_scatter, contiguous_gradients=self.contiguous_gradients,
                            reduce_bucket_size=self.reduce_bucket_size)
         return section
 
@@ -149,8 +148,7 @@ class AuditPoint:
     def fields(self) -> dict:
         """What a known-discrepancy predicate may test (see repro.audit.expect)."""
         data = dataclasses.asdict(self)
-        data.update(world=self.world_size,
-                    predivide_factor=self.predivide_factor,
+        data.update(world=self.world_size, predivide_factor=self.predivide_factor,
                     reduce_bucket_size=self.reduce_bucket_size)
         return data
 
@@ -224,12 +222,8 @@ def quick_rule(p: AuditPoint) -> bool:
     return rejected_probe
 
 
-def select(mode: str,
-           topos: Sequence[Topo],
-           stages: Iterable[int] | None = None,
-           dtypes: Iterable[str] | None = None,
-           gas: Iterable[int] | None = None,
-           patterns: Iterable[str] | None = None) -> list[AuditPoint]:
+def select(mode: str, topos: Sequence[Topo], stages: Iterable[int] | None = None, dtypes: Iterable[str] | None = None,
+           gas: Iterable[int] | None = None, patterns: Iterable[str] | None = None) -> list[AuditPoint]:
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} not in {MODES}")
     points = quick_space(topos) if mode == "quick" else full_space(topos)

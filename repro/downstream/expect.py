@@ -108,11 +108,9 @@ def expected_ratio(client: ClientKind, stage: int, sp: int, deepspeed_fixed: boo
         raise ValueError(f"stage {stage} is not covered by the rule; known: {STAGES}")
     if sp < 1:
         raise ValueError(f"sp must be >= 1, got {sp}")
-    return scales.expected_scale(scales.default_path(stage),
-                                 sp,
-                                 "fixed" if deepspeed_fixed else "buggy",
-                                 recipe=client.kind,
-                                 compensates=(stage == 3 and compensates(client, deepspeed_version, marker)),
+    return scales.expected_scale(scales.default_path(stage), sp, "fixed" if deepspeed_fixed else "buggy",
+                                 recipe=client.kind, compensates=(stage == 3
+                                                                  and compensates(client, deepspeed_version, marker)),
                                  divides_by_sp=client.divides_by_sp)
 
 

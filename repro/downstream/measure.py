@@ -197,12 +197,8 @@ def find_transformers() -> Client | None:
     try:
         fn, fn_name, trainer_cls = transformers_sp_loss()
     except Exception as err:  # noqa: BLE001 - any import failure is the row's content
-        return Client("transformers",
-                      version,
-                      "transformers.integrations.deepspeed.deepspeed_sp_compute_loss",
-                      None,
-                      None,
-                      error=last_line(err))
+        return Client("transformers", version, "transformers.integrations.deepspeed.deepspeed_sp_compute_loss", None,
+                      None, error=last_line(err))
     if fn is None:
         return Client("transformers", version, "-", None, None, why_not=no_transformers_sp_loss(version))
 
@@ -230,41 +226,27 @@ def find_trl() -> Client | None:
     except Exception as err:  # noqa: BLE001
         return Client("trl", version, entry_name, None, None, error=last_line(err))
     if loss_fn is None:
-        return Client("trl",
-                      version,
-                      entry_name,
-                      None,
-                      None,
-                      why_not="its SFTTrainer hands the sp loss to transformers' Trainer.compute_loss, and " +
-                      no_transformers_sp_loss(dist_version("transformers")))
+        return Client(
+            "trl", version, entry_name, None, None,
+            why_not="its SFTTrainer hands the sp loss to transformers' Trainer.compute_loss, and " +
+            no_transformers_sp_loss(dist_version("transformers")))
     if not hasattr(sft, "add_fused_lm_head"):
-        return Client("trl",
-                      version,
-                      entry_name,
-                      None,
-                      None,
-                      why_not=f"not called: this reproducer drives SFTTrainer.compute_loss as trl 1.16 writes it "
-                      f"(the model's forward given trl's fused LM head, add_fused_lm_head); trl {version}'s "
-                      "sft_trainer has no add_fused_lm_head")
+        return Client(
+            "trl", version, entry_name, None, None,
+            why_not=f"not called: this reproducer drives SFTTrainer.compute_loss as trl 1.16 writes it "
+            f"(the model's forward given trl's fused LM head, add_fused_lm_head); trl {version}'s "
+            "sft_trainer has no add_fused_lm_head")
 
     def call(engine, batch, sp_group, sp, ds_config):
         # SFTTrainer.__init__ gives the model trl's fused LM head; compute_loss asks for it (fused_lm_head=True).
         sft.add_fused_lm_head(engine.module, outputs=("log_probs", "entropy", "is_top1"))
-        trainer = trainer_instance(sft.SFTTrainer,
-                                   accelerator=sp_accelerator(sp_group, sp),
-                                   model=engine,
-                                   aux_loss_enabled=False,
-                                   _metrics={"train": defaultdict(list)},
-                                   _total_train_tokens=0,
-                                   _tp_size=1)
+        trainer = trainer_instance(sft.SFTTrainer, accelerator=sp_accelerator(sp_group, sp), model=engine,
+                                   aux_loss_enabled=False, _metrics={"train": defaultdict(list)},
+                                   _total_train_tokens=0, _tp_size=1)
         with hf_deepspeed_config(ds_config):
             return entry(trainer, engine, dict(batch), False)
 
-    return Client("trl",
-                  version,
-                  entry_name,
-                  call,
-                  classify(client_source(loss_fn), client_source(entry)),
+    return Client("trl", version, entry_name, call, classify(client_source(loss_fn), client_source(entry)),
                   reaches=(loss_name, loss_fn.__code__))
 
 
@@ -280,31 +262,20 @@ def find_axolotl() -> Client | None:
     except Exception as err:  # noqa: BLE001
         return Client("axolotl", version, entry_name, None, None, error=last_line(err))
     if loss_fn is None:
-        return Client("axolotl",
-                      version,
-                      entry_name,
-                      None,
-                      None,
-                      why_not="its trainer hands the sp loss to transformers' Trainer.compute_loss, and " +
-                      no_transformers_sp_loss(dist_version("transformers")))
+        return Client(
+            "axolotl", version, entry_name, None, None,
+            why_not="its trainer hands the sp loss to transformers' Trainer.compute_loss, and " +
+            no_transformers_sp_loss(dist_version("transformers")))
 
     def call(engine, batch, sp_group, sp, ds_config):
         # What compute_loss reads on the sp path: no token counting, no packing, no ORPO, no multimodal ids.
         args = types.SimpleNamespace(include_tkps=False, sample_packing=False, orpo_alpha=None)
-        trainer = trainer_instance(base.AxolotlTrainer,
-                                   accelerator=sp_accelerator(sp_group, sp),
-                                   model=engine,
-                                   args=args,
-                                   _inject_mm_token_type_ids=False,
-                                   _model_type="llama")
+        trainer = trainer_instance(base.AxolotlTrainer, accelerator=sp_accelerator(sp_group, sp), model=engine,
+                                   args=args, _inject_mm_token_type_ids=False, _model_type="llama")
         with hf_deepspeed_config(ds_config):
             return entry(trainer, engine, dict(batch), False)
 
-    return Client("axolotl",
-                  version,
-                  entry_name,
-                  call,
-                  classify(client_source(loss_fn), client_source(entry)),
+    return Client("axolotl", version, entry_name, call, classify(client_source(loss_fn), client_source(entry)),
                   reaches=(loss_name, loss_fn.__code__))
 
 
@@ -338,11 +309,7 @@ def find_arctic_training() -> Client | None:
     lm_head = ("not the sp recipe's scale: SFTTrainer.loss's tiled logits+loss (DeepSpeed's TiledFusedLogitsLoss) "
                "computes lm_head's gradient inside forward with an incoming gradient of 1.0 and never rescales it "
                "(backward scales only the hidden states' gradient), so it is the gradient of the loss-token sum")
-    return Client("arctic_training",
-                  version,
-                  fn_name,
-                  call,
-                  classify(client_source(fn)),
+    return Client("arctic_training", version, fn_name, call, classify(client_source(fn)),
                   exclude={"lm_head.weight": lm_head})
 
 
@@ -355,21 +322,14 @@ def find_accelerate() -> Client | None:
     except Exception as err:  # noqa: BLE001
         return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, error=last_line(err))
     if spec is None or not spec.origin:
-        return Client("accelerate",
-                      version,
-                      "-",
-                      None,
-                      None,
-                      why_not=f"accelerate {version} has no {ACCELERATE_SCRIPT} (no ALST recipe shipped) and no sp "
-                      "loss code of its own")
+        return Client(
+            "accelerate", version, "-", None, None,
+            why_not=f"accelerate {version} has no {ACCELERATE_SCRIPT} (no ALST recipe shipped) and no sp "
+            "loss code of its own")
     why = module_level_recipe(Path(spec.origin).read_text())
     if why:
         return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, why_not=why)
-    return Client("accelerate",
-                  version,
-                  ACCELERATE_SCRIPT,
-                  None,
-                  None,
+    return Client("accelerate", version, ACCELERATE_SCRIPT, None, None,
                   why_not="its loss code is in a function this reproducer does not know how to call yet")
 
 
@@ -419,15 +379,8 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
         gc.collect()
 
 
-def measured_row(client: Client,
-                 stage: int,
-                 grads: dict,
-                 expected_grads: dict,
-                 sp: int,
-                 assume_fixed: bool,
-                 deepspeed_version: str,
-                 marker: bool,
-                 reached: list[str] = ()) -> ClientRow:
+def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, sp: int, assume_fixed: bool,
+                 deepspeed_version: str, marker: bool, reached: list[str] = ()) -> ClientRow:
     """The row: the fit of all compared gradients at once against the rule's value.
 
     A wrapping entry that did not reach the loss function it was classified by cannot match the rule.
@@ -446,34 +399,20 @@ def measured_row(client: Client,
     missed = client.reaches is not None and client.reaches[0] not in reached
     if missed:
         notes.append(f"the entry did not reach {client.reaches[0]}, whose recipe the rule was given")
-    return ClientRow(client=client.name,
-                     client_version=client.version,
-                     function=client.function,
-                     stage=stage,
-                     status="measured",
-                     kind=client.kind.kind,
-                     gate=client.kind.gate,
-                     gate_version=client.kind.gate_version,
-                     divides_by_sp=client.kind.divides_by_sp,
+    return ClientRow(client=client.name, client_version=client.version, function=client.function, stage=stage,
+                     status="measured", kind=client.kind.kind, gate=client.kind.gate,
+                     gate_version=client.kind.gate_version, divides_by_sp=client.kind.divides_by_sp,
                      reached=client.reaches[0] if client.reaches and not missed else None,
                      compensates=compensates(client.kind, deepspeed_version, marker) if stage == 3 else False,
-                     ratio=f.scalar.ratio,
-                     residual=f.scalar.residual,
-                     param_ratios=per_param,
-                     expected=target,
-                     matches_rule=f.ok and not missed,
-                     note="; ".join(notes))
+                     ratio=f.scalar.ratio, residual=f.scalar.residual, param_ratios=per_param, expected=target,
+                     matches_rule=f.ok and not missed, note="; ".join(notes))
 
 
 def unmeasured_rows(client: Client) -> list[ClientRow]:
     status, note = ("error", client.error) if client.error else ("not-applicable", client.why_not)
     return [
-        ClientRow(client=client.name,
-                  client_version=client.version,
-                  function=client.function,
-                  stage=None,
-                  status=status,
-                  note=note)
+        ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
+                  status=status, note=note)
     ]
 
 
@@ -523,21 +462,10 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     rows = measure_all(clients, model_dir, mpu, sp, dp_index, expected, ctx.args.expect == "fixed", ds_version, marker,
                        notes)
     report = DownstreamReport(
-        script=SCRIPT,
-        deepspeed_version=ds_version,
-        deepspeed_fixed=fixed,
-        marker=marker,
-        torch_version=torch.__version__,
-        backend=ctx.backend,
-        device=ctx.device.split(":")[0],
-        launcher="external" if ctx.external_launcher else "local",
-        world_size=ctx.world_size,
-        sp=sp,
-        dp=dp,
-        expect=ctx.args.expect,
-        rows=rows,
-        python_version=platform.python_version(),
-        extra={
+        script=SCRIPT, deepspeed_version=ds_version, deepspeed_fixed=fixed, marker=marker,
+        torch_version=torch.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
+        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size, sp=sp, dp=dp,
+        expect=ctx.args.expect, rows=rows, python_version=platform.python_version(), extra={
             "model":
             tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
             "seq_len":

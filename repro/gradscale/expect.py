@@ -22,10 +22,7 @@ FP32_RTOL = 1e-5
 FP32_ATOL = 1e-6
 
 
-def matches(observed: torch.Tensor,
-            expected: torch.Tensor,
-            scale: float,
-            rtol: float = FP32_RTOL,
+def matches(observed: torch.Tensor, expected: torch.Tensor, scale: float, rtol: float = FP32_RTOL,
             atol: float = FP32_ATOL) -> bool:
     """Elementwise: observed == scale * expected within tolerance."""
     target = expected.detach().double().cpu() * scale

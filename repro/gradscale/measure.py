@@ -29,19 +29,13 @@ class Measured:
     path: ReducePath
 
 
-def run_config(zero: ZeroConfig,
-               specs: tuple[ParamSpec, ...],
-               rank: int,
-               device: str,
-               mpu,
+def run_config(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device: str, mpu,
                config_overrides: dict[str, Any] | None = None) -> list[Measured]:
     import deepspeed
 
     model = ProbeModel(specs)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    engine, *_ = deepspeed.initialize(model=model,
-                                      optimizer=optimizer,
-                                      mpu=mpu,
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu,
                                       config=ds_config(zero, **(config_overrides or {})))
     try:
         paths = watch_reduce_paths(engine.optimizer) if zero.stage == 3 else None

@@ -39,19 +39,14 @@ class ProbeModel(torch.nn.Module):
 _MICRO_STEP_STRIDE = 1_000_003
 
 
-def rank_inputs(specs: tuple[ParamSpec, ...],
-                rank: int,
-                dtype=torch.float32,
-                device="cpu",
+def rank_inputs(specs: tuple[ParamSpec, ...], rank: int, dtype=torch.float32, device="cpu",
                 micro_step: int = 0) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(_INPUT_SEED * 1000 + rank + _MICRO_STEP_STRIDE * micro_step)
     return tuple(
         torch.randn(s.numel, generator=gen, dtype=torch.float64).to(dtype=dtype, device=device) for s in specs)
 
 
-def local_gradients(specs: tuple[ParamSpec, ...],
-                    rank: int,
-                    micro_step: int = 0,
+def local_gradients(specs: tuple[ParamSpec, ...], rank: int, micro_step: int = 0,
                     model_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """Rank ``rank``'s own gradient, in float64 plain torch: no DeepSpeed, no collectives.
 

@@ -24,9 +24,7 @@ def expected_gradient(local: Sequence[torch.Tensor], topology: Topology) -> torc
     return torch.stack(per_sp_group).mean(0)
 
 
-def expected_gradients(specs: tuple[ParamSpec, ...],
-                       topology: Topology,
-                       micro_steps: int = 1,
+def expected_gradients(specs: tuple[ParamSpec, ...], topology: Topology, micro_steps: int = 1,
                        model_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """Every parameter's expected full gradient (float64), computed by every rank alike.
 

@@ -30,33 +30,22 @@ def make_rows(zero: ZeroConfig, measured: Sequence[Measured], expected: dict, sp
         target = scales.expected_scale(m.path, sp, expect)
         buggy_target = scales.expected_scale(m.path, sp, "buggy")
         rows.append(
-            Row(config=zero.label(),
-                stage=zero.stage,
-                reduce_scatter=zero.reduce_scatter,
-                contiguous_gradients=zero.contiguous_gradients,
-                reduce_bucket_size=zero.reduce_bucket_size,
-                param=m.name,
-                numel=m.numel,
-                path=str(m.path),
-                observed_norm=fit.observed_norm,
-                expected_norm=fit.expected_norm,
-                ratio=fit.ratio,
-                residual=fit.residual,
-                label=scales.label(fit.ratio, fit.residual),
-                target=target,
-                ok=matches(m.full_grad, expected[m.name], target),
-                buggy_target=buggy_target,
-                buggy_ok=matches(m.full_grad, expected[m.name], buggy_target),
-                fixed_ok=matches(m.full_grad, expected[m.name], 1.0)))
+            Row(config=zero.label(), stage=zero.stage, reduce_scatter=zero.reduce_scatter,
+                contiguous_gradients=zero.contiguous_gradients, reduce_bucket_size=zero.reduce_bucket_size,
+                param=m.name, numel=m.numel, path=str(m.path), observed_norm=fit.observed_norm,
+                expected_norm=fit.expected_norm, ratio=fit.ratio, residual=fit.residual,
+                label=scales.label(fit.ratio,
+                                   fit.residual), target=target, ok=matches(m.full_grad, expected[m.name],
+                                                                            target), buggy_target=buggy_target,
+                buggy_ok=matches(m.full_grad, expected[m.name],
+                                 buggy_target), fixed_ok=matches(m.full_grad, expected[m.name], 1.0)))
     return rows
 
 
 Check = Callable[[list[Row]], None]  # raises when a run did not exercise what the script is about
 
 
-def rank_program(script: str,
-                 configs: Sequence[ZeroConfig],
-                 specs: tuple[ParamSpec, ...],
+def rank_program(script: str, configs: Sequence[ZeroConfig], specs: tuple[ParamSpec, ...],
                  check: Check | None = None) -> launch.RankProgram:
 
     def program(ctx: launch.RankContext) -> launch.RankResult:
@@ -70,30 +59,19 @@ def rank_program(script: str,
             rows += make_rows(zero, measured, expected, ctx.topology.sp, ctx.args.expect)
         if check is not None:
             check(rows)
-        report = Report(script=script,
-                        deepspeed_version=deepspeed_version(),
-                        torch_version=torch.__version__,
-                        backend=ctx.backend,
-                        device=ctx.device.split(":")[0],
-                        launcher="external" if ctx.external_launcher else "local",
-                        world_size=ctx.world_size,
-                        sp=ctx.topology.sp,
-                        dp=ctx.topology.dp,
-                        expect=ctx.args.expect,
-                        rows=rows,
+        report = Report(script=script, deepspeed_version=deepspeed_version(), torch_version=torch.__version__,
+                        backend=ctx.backend, device=ctx.device.split(":")[0],
+                        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size,
+                        sp=ctx.topology.sp, dp=ctx.topology.dp, expect=ctx.args.expect, rows=rows,
                         python_version=platform.python_version())
         return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
 
     return program
 
 
-def main(description: str,
-         script: str,
-         select_configs: Callable[[ReproArgs], Sequence[ZeroConfig]],
-         specs: tuple[ParamSpec, ...],
-         add_arguments=None,
-         check: Check | None = None,
-         argv: list[str] | None = None) -> int:
+def main(description: str, script: str, select_configs: Callable[[ReproArgs],
+                                                                 Sequence[ZeroConfig]], specs: tuple[ParamSpec, ...],
+         add_arguments=None, check: Check | None = None, argv: list[str] | None = None) -> int:
 
     def launch_ranks(args: ReproArgs) -> int:
         program = rank_program(script, select_configs(args), specs, check)

@@ -62,26 +62,19 @@ EXPECT_HELP = ("what must hold: fixed: every gradient equals the plain-torch ora
 
 
 def build_parser(description: str, prog: str | None = None, expect_help: str = EXPECT_HELP) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog,
-                                     description=description,
-                                     epilog=LAUNCH_HELP + "\n" + EXIT_CODES_HELP,
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=LAUNCH_HELP + "\n" + EXIT_CODES_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      conflict_handler="resolve")  # a family may declare a flag again, its way
-    parser.add_argument("--world-size",
-                        type=int,
-                        default=2,
+    parser.add_argument("--world-size", type=int, default=2,
                         help="ranks to start for a local launch (default 2; under torchrun its world size wins)")
     parser.add_argument("--sp", type=int, default=2, help="sequence-parallel size; dp = world size / sp (default 2)")
-    parser.add_argument("--backend",
-                        choices=["gloo", "nccl", "auto"],
-                        default="auto",
-                        help="gloo: CPU ranks; nccl: one GPU per rank (too few GPUs: exit 77); auto: nccl when "
-                        "there is a GPU for every rank, else gloo (default auto)")
+    parser.add_argument(
+        "--backend", choices=["gloo", "nccl", "auto"], default="auto",
+        help="gloo: CPU ranks; nccl: one GPU per rank (too few GPUs: exit 77); auto: nccl when "
+        "there is a GPU for every rank, else gloo (default auto)")
     parser.add_argument("--expect", choices=["fixed", "buggy"], default="fixed", help=expect_help)
     parser.add_argument("--json", type=Path, default=None, help="write the results file here")
-    parser.add_argument("--timeout",
-                        type=float,
-                        default=300.0,
+    parser.add_argument("--timeout", type=float, default=300.0,
                         help="deadline for the whole launch, s (default %(default)s)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the ranks' log folder (local launch)")
     # Passed by the deepspeed launcher to every rank; LOCAL_RANK carries the same.
@@ -109,14 +102,8 @@ def validate(ns: argparse.Namespace) -> ReproArgs:
         _check_writable(ns.json)
     common = {"world_size", "sp", "backend", "expect", "json", "timeout", "keep_logs", "local_rank"}
     extra = {k: v for k, v in vars(ns).items() if k not in common}
-    return ReproArgs(world_size=world_size,
-                     sp=ns.sp,
-                     backend=_resolve_backend(ns.backend, world_size),
-                     expect=ns.expect,
-                     json=ns.json,
-                     timeout=ns.timeout,
-                     keep_logs=ns.keep_logs,
-                     extra=extra)
+    return ReproArgs(world_size=world_size, sp=ns.sp, backend=_resolve_backend(ns.backend, world_size),
+                     expect=ns.expect, json=ns.json, timeout=ns.timeout, keep_logs=ns.keep_logs, extra=extra)
 
 
 def _check_writable(path: Path) -> None:
@@ -156,10 +143,7 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0  #ignore-cuda
 
 
-def main_guard(description: str,
-               run,
-               add_arguments=None,
-               argv: list[str] | None = None,
+def main_guard(description: str, run, add_arguments=None, argv: list[str] | None = None,
                expect_help: str = EXPECT_HELP) -> int:
     """Parse flags, turn usage errors into one line + exit 2, then hand over to ``run``."""
     parser = build_parser(description, expect_help=expect_help)

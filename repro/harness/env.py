@@ -82,12 +82,7 @@ class HostEnvironment(Record):
 def host_environment(backend: str) -> HostEnvironment:
     from repro.harness.cli import gpu_count
 
-    return HostEnvironment(os=platform.platform(),
-                           python=platform.python_version(),
-                           torch=dist_version("torch"),
-                           transformers=dist_version("transformers"),
-                           backend=backend,
-                           device="cuda" if backend == "nccl" else "cpu",
-                           gpus=gpu_count(),
-                           cpus=os.cpu_count(),
+    return HostEnvironment(os=platform.platform(), python=platform.python_version(), torch=dist_version("torch"),
+                           transformers=dist_version("transformers"), backend=backend,
+                           device="cuda" if backend == "nccl" else "cpu", gpus=gpu_count(), cpus=os.cpu_count(),
                            machine=platform.machine())

@@ -29,8 +29,7 @@ def _self_method_calls(func: ast.FunctionDef) -> set[str]:
     return calls
 
 
-def source_has_fix(source: str,
-                   function: str = "__avg_scatter_grads",
+def source_has_fix(source: str, function: str = "__avg_scatter_grads",
                    markers: Sequence[str] = ("sequence_parallel", )) -> bool:
     """Whether ``function`` (a method of any class in ``source``) accounts for sequence parallelism.
 

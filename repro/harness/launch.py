@@ -140,10 +140,7 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> 
 
     # The parent hosts the store; the kernel picks the port, and the parent holds it until
     # every rank is gone, so two launches at once can never pick the same one.
-    store = tdist.TCPStore("127.0.0.1",
-                           0,
-                           is_master=True,
-                           wait_for_workers=False,
+    store = tdist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=args.timeout))
     workdir = Path(tempfile.mkdtemp(prefix="repro-launch-"))
     script = Path(rank_argv[0]).resolve()
@@ -154,24 +151,15 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> 
         for rank in range(args.world_size):
             env = dict(os.environ)
             env.update(rank_environment(args.backend, args.world_size, args.world_size))
-            env.update(RANK=str(rank),
-                       LOCAL_RANK=str(rank),
-                       WORLD_SIZE=str(args.world_size),
-                       LOCAL_WORLD_SIZE=str(args.world_size),
-                       MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(store.port),
-                       **{
+            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.world_size),
+                       LOCAL_WORLD_SIZE=str(args.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), **{
                            CHILD_DIR_VAR: str(workdir),
                            DEADLINE_VAR: rank_deadline
                        })
             log = workdir / f"rank{rank}.log"
             with open(log, "wb") as out:
-                proc = subprocess.Popen([sys.executable, str(script), *rank_argv[1:]],
-                                        env=env,
-                                        stdout=out,
-                                        stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
+                proc = subprocess.Popen([sys.executable, str(script), *rank_argv[1:]], env=env, stdout=out,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             children.append(_Child(rank, proc, log))
         try:
             code = _wait(children, workdir, deadline, args)
@@ -233,8 +221,7 @@ def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArg
                 # Reported, then died in teardown (the known abort at exit): the work is done.
                 print(
                     f"note: rank {rank} reported exit {status.exit_code} and then exited with "
-                    f"{_describe_exit(code)} during teardown; its report stands",
-                    file=sys.stderr)
+                    f"{_describe_exit(code)} during teardown; its report stands", file=sys.stderr)
             results[rank] = status
         if pending and time.monotonic() > deadline:
             stuck = sorted(pending)
@@ -274,8 +261,7 @@ def _report_failure(children: list[_Child], workdir: Path) -> int:
     else:
         print(
             f"error: rank {first.rank} exited with {_describe_exit(code)} before reporting; "
-            f"last lines of its log:",
-            file=sys.stderr)
+            f"last lines of its log:", file=sys.stderr)
         _print_log_tail(first, lines=25)
     for child, code, status in others:
         why = status.message if status is not None else f"exited with {_describe_exit(code)} before reporting"
@@ -372,13 +358,7 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
             args = dataclasses.replace(args, world_size=world_size)
         topology = Topology.create(world_size, args.sp)
         device = _init_process_group(args, rank, world_size, local_rank, status_dir is not None)
-        ctx = RankContext(rank,
-                          local_rank,
-                          world_size,
-                          topology,
-                          args.backend,
-                          device,
-                          args,
+        ctx = RankContext(rank, local_rank, world_size, topology, args.backend, device, args,
                           external_launcher=status_dir is None)
         result = program(ctx)
         _destroy_process_group()
@@ -446,9 +426,7 @@ def _init_process_group(args: ReproArgs, rank: int, world_size: int, local_rank:
         device = f"cuda:{local_rank}"
     timeout = timedelta(seconds=args.timeout)
     if spawned:
-        store = tdist.TCPStore(os.environ["MASTER_ADDR"],
-                               int(os.environ["MASTER_PORT"]),
-                               is_master=False,
+        store = tdist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                                timeout=timeout)
         tdist.init_process_group(args.backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     else:

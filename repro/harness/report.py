@@ -134,8 +134,7 @@ class LaunchReport(JsonReport):
             report.write(json_path)
 
 
-def text_table(header: Sequence[str],
-               lines: Sequence[Sequence[str]],
+def text_table(header: Sequence[str], lines: Sequence[Sequence[str]],
                max_widths: Mapping[int, int] | None = None) -> list[str]:
     """Left-aligned columns under a header and a rule; column i padded to at most ``max_widths[i]``."""
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]

@@ -77,11 +77,7 @@ def recipe_factor(recipe: str, sp: int, compensates: bool = False, divides_by_sp
     return m / sp if divides_by_sp else m
 
 
-def expected_scale(path: ReducePath | str,
-                   sp: int,
-                   expect: str,
-                   recipe: str = "none",
-                   compensates: bool = False,
+def expected_scale(path: ReducePath | str, sp: int, expect: str, recipe: str = "none", compensates: bool = False,
                    divides_by_sp: bool = False) -> float:
     """The rule: the scale of the gradient over the true gradient (module docstring)."""
     return float(recipe_factor(recipe, sp, compensates, divides_by_sp) * deepspeed_factor(path, sp, expect))

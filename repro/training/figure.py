@@ -53,15 +53,9 @@ def draw(unpatched: TrainingReport, patched: TrainingReport, out: Path) -> Path:
     steps = [s.step for s in unpatched.reference]
     for col, recipe in enumerate(RECIPES):
         norm_ax, loss_ax = axes[0][col], axes[1][col]
-        norm_ax.plot(steps, [s.grad_norm for s in unpatched.reference],
-                     color="black",
-                     lw=2.5,
-                     alpha=0.35,
+        norm_ax.plot(steps, [s.grad_norm for s in unpatched.reference], color="black", lw=2.5, alpha=0.35,
                      label="reference, no sp (true gradient)")
-        loss_ax.plot(steps, [s.loss for s in unpatched.reference],
-                     color="black",
-                     lw=2.5,
-                     alpha=0.35,
+        loss_ax.plot(steps, [s.loss for s in unpatched.reference], color="black", lw=2.5, alpha=0.35,
                      label="reference, no sp")
         for report, patched_build in ((unpatched, False), (patched, True)):
             for run in (r for r in report.runs if r.recipe == recipe):
@@ -85,8 +79,7 @@ def draw(unpatched: TrainingReport, patched: TrainingReport, out: Path) -> Path:
         loss_ax.grid(True, alpha=0.3)
     fig.suptitle(
         f"Tiny Llama, sp={unpatched.sp}, AdamW lr {unpatched.extra.get('lr')}, same batches: DeepSpeed "
-        f"{unpatched.deepspeed_version} unpatched vs patched",
-        fontsize=11)
+        f"{unpatched.deepspeed_version} unpatched vs patched", fontsize=11)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110, metadata={"Software": None})
@@ -101,8 +94,7 @@ def _fraction(value: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m repro.training.figure",
-                                     description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m repro.training.figure", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--unpatched", type=Path, required=True, help="training-effect report of unpatched DeepSpeed")
     parser.add_argument("--patched", type=Path, required=True, help="training-effect report of patched DeepSpeed")

@@ -50,8 +50,7 @@ def reference(model_dir: Path, steps: int) -> list[StepRecord]:
         out = model(input_ids=input_ids, position_ids=position_ids, labels=labels)
         out.loss.backward()
         records.append(
-            StepRecord(step=step,
-                       loss=float(out.loss),
+            StepRecord(step=step, loss=float(out.loss),
                        grad_norm=_norm([p.grad for p in model.parameters() if p.grad is not None])))
         optimizer.step()
     return records
@@ -65,12 +64,9 @@ def _shard(engine, step: int) -> dict:
 
     input_ids, position_ids, labels = batch(step)
     loader = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(input_ids, position_ids, labels),
-        batch_size=1,
-        collate_fn=lambda b: dict(
+        torch.utils.data.TensorDataset(input_ids, position_ids, labels), batch_size=1, collate_fn=lambda b: dict(
             input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0), labels=b[0][2].unsqueeze(0)))
-    adapter = UlyssesSPDataLoaderAdapter(loader,
-                                         sp_rank=groups._get_sequence_parallel_rank(),
+    adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=groups._get_sequence_parallel_rank(),
                                          sp_group=groups._get_sequence_parallel_group(),
                                          sp_world_size=groups._get_sequence_parallel_world_size(),
                                          device=engine.device)
@@ -87,9 +83,7 @@ def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: 
     from repro.harness.engine import destroy_engine, ds_config, full_gradients, watch_reduce_paths
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=alst_measure.ATTN)
-    engine, *_ = deepspeed.initialize(model=model,
-                                      optimizer=_adamw(model.parameters()),
-                                      mpu=mpu,
+    engine, *_ = deepspeed.initialize(model=model, optimizer=_adamw(model.parameters()), mpu=mpu,
                                       config=ds_config({"stage": stage}, sequence_parallel_size=sp))
     try:
         seen = watch_reduce_paths(engine.optimizer) if stage == 3 else None
@@ -101,9 +95,7 @@ def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: 
             shift_labels = shard["shift_labels"].to(engine.device)
             outputs = engine(input_ids=shard["input_ids"].to(engine.device),
                              position_ids=shard["position_ids"].to(engine.device))
-            loss_local = engine.module.loss_function(logits=outputs.logits,
-                                                     labels=None,
-                                                     shift_labels=shift_labels,
+            loss_local = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
                                                      vocab_size=engine.module.config.vocab_size)
             to_backprop, full_loss = alst_measure.sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp,
                                                                    gather_impl)
@@ -112,9 +104,7 @@ def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: 
             engine.step()
             reported = engine.get_global_grad_norm()
             records.append(
-                StepRecord(step=step,
-                           loss=full_loss,
-                           grad_norm=norm,
+                StepRecord(step=step, loss=full_loss, grad_norm=norm,
                            ds_grad_norm=None if reported is None else float(reported)))
         if seen is None:
             paths = {"stage_1_and_2": len(names)}
@@ -158,31 +148,20 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     gather_impl = alst_measure.all_gather_impl(ctx.backend, dp)
     runs = [sp_run(stage, recipe, model_dir, mpu, sp, gather_impl, steps) for stage in STAGES for recipe in RECIPES]
     fixed, marker = deepspeed_state()
-    report = TrainingReport(script=SCRIPT,
-                            deepspeed_version=dist_version("deepspeed") or "none",
-                            deepspeed_fixed=fixed,
-                            marker=marker,
-                            torch_version=torch.__version__,
-                            transformers_version=transformers.__version__,
-                            backend=ctx.backend,
-                            device=ctx.device.split(":")[0],
-                            launcher="external" if ctx.external_launcher else "local",
-                            world_size=ctx.world_size,
-                            sp=sp,
-                            dp=dp,
-                            expect=ctx.args.expect,
-                            reference=ref,
-                            runs=runs,
-                            python_version=platform.python_version(),
-                            extra={
-                                "model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
-                                "optimizer": "torch.optim.AdamW",
-                                "lr": LR,
-                                "eps": EPS,
-                                "weight_decay": 0.0,
-                                "gradient_clipping": 0.0,
-                                "dtype": "float32",
-                                "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
-                                "all_gather": gather_impl
-                            })
+    report = TrainingReport(
+        script=SCRIPT, deepspeed_version=dist_version("deepspeed") or "none", deepspeed_fixed=fixed, marker=marker,
+        torch_version=torch.__version__, transformers_version=transformers.__version__, backend=ctx.backend,
+        device=ctx.device.split(":")[0], launcher="external" if ctx.external_launcher else "local",
+        world_size=ctx.world_size, sp=sp, dp=dp, expect=ctx.args.expect, reference=ref, runs=runs,
+        python_version=platform.python_version(), extra={
+            "model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
+            "optimizer": "torch.optim.AdamW",
+            "lr": LR,
+            "eps": EPS,
+            "weight_decay": 0.0,
+            "gradient_clipping": 0.0,
+            "dtype": "float32",
+            "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
+            "all_gather": gather_impl
+        })
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)

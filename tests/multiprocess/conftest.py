@@ -23,24 +23,16 @@ class Launch:
     report: dict | None
 
 
-def launch(script: Path,
-           *argv: str,
-           timeout: float = 600,
-           env: dict | None = None,
+def launch(script: Path, *argv: str, timeout: float = 600, env: dict | None = None,
            tmp_path: Path | None = None) -> Launch:
     json_path = None
     if tmp_path is not None:
         json_path = tmp_path / f"{script.stem}-{abs(hash(argv))}.json"
         argv = (*argv, "--json", str(json_path))
-    proc = subprocess.run([sys.executable, str(script), *argv],
-                          capture_output=True,
-                          text=True,
-                          timeout=timeout,
-                          env={
-                              **os.environ,
-                              **(env or {})
-                          },
-                          cwd=ROOT)
+    proc = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=timeout, env={
+        **os.environ,
+        **(env or {})
+    }, cwd=ROOT)
     report = json.loads(json_path.read_text()) if json_path is not None and json_path.exists() else None
     return Launch(proc.returncode, proc.stdout, proc.stderr, report)
 

@@ -74,18 +74,8 @@ def test_two_ranks_the_other_expectation_does_not_hold(tmp_path):
 
 @pytest.mark.slow_tier
 def test_four_ranks_sp2_dp2(tmp_path):
-    run = launch(ALST,
-                 "--world-size",
-                 "4",
-                 "--sp",
-                 "2",
-                 "--expect",
-                 "buggy",
-                 "--backend",
-                 "gloo",
-                 "--timeout",
-                 TIMEOUT,
-                 tmp_path=tmp_path)
+    run = launch(ALST, "--world-size", "4", "--sp", "2", "--expect", "buggy", "--backend", "gloo", "--timeout",
+                 TIMEOUT, tmp_path=tmp_path)
     assert run.returncode in (0, 1), run.stdout + run.stderr
     assert (run.report["world_size"], run.report["sp"], run.report["dp"]) == (4, 2, 2)
     pattern = _check(run.report, sp=2)
@@ -99,11 +89,7 @@ def test_transformers_that_cannot_import_is_a_skip(tmp_path):
     (stub / "__init__.py").write_text("raise ImportError('no transformers here')\n")
     import os
 
-    run = launch(ALST,
-                 "--backend",
-                 "gloo",
-                 "--timeout",
-                 TIMEOUT,
+    run = launch(ALST, "--backend", "gloo", "--timeout", TIMEOUT,
                  env={"PYTHONPATH": f"{stub.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
     assert run.returncode == 77, run.stdout + run.stderr
     assert "SKIP:" in run.stdout and "transformers" in run.stdout

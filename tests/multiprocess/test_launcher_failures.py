@@ -50,13 +50,7 @@ def test_a_rank_that_raises_tears_everything_down(pid_dir):
 
 
 def test_deadline(pid_dir):
-    run = launch(FAULTY,
-                 "--fault",
-                 "hang",
-                 "--backend",
-                 "gloo",
-                 "--timeout",
-                 "8",
+    run = launch(FAULTY, "--fault", "hang", "--backend", "gloo", "--timeout", "8",
                  env={"FAULTY_PID_DIR": str(pid_dir)})
     assert run.returncode == 2
     # The ranks' watchdogs fire at the parent's deadline and report first: every thread's stack, the
@@ -107,14 +101,9 @@ def test_sigint_stops_every_rank_and_exits_130(pid_dir):
     import sys
 
     # SIGINT's default action restored in the child: a shell's background job inherits it ignored.
-    proc = subprocess.Popen([sys.executable, str(FAULTY), "--fault", "hang", "--backend", "gloo"],
-                            cwd=ROOT,
-                            env={
-                                **os.environ, "FAULTY_PID_DIR": str(pid_dir)
-                            },
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE,
-                            text=True,
+    proc = subprocess.Popen([sys.executable, str(FAULTY), "--fault", "hang", "--backend", "gloo"], cwd=ROOT, env={
+        **os.environ, "FAULTY_PID_DIR": str(pid_dir)
+    }, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     end = time.monotonic() + 120
     while len(list(pid_dir.glob("rank*.pid"))) < 2 and time.monotonic() < end:
@@ -127,15 +116,8 @@ def test_sigint_stops_every_rank_and_exits_130(pid_dir):
 
 
 def test_a_results_file_that_cannot_be_written_fails_before_any_rank_starts(pid_dir):
-    run = launch(FAULTY,
-                 "--fault",
-                 "raise",
-                 "--backend",
-                 "gloo",
-                 "--json",
-                 "/dev/null/out/report.json",
-                 env={"FAULTY_PID_DIR": str(pid_dir)},
-                 timeout=60)
+    run = launch(FAULTY, "--fault", "raise", "--backend", "gloo", "--json", "/dev/null/out/report.json",
+                 env={"FAULTY_PID_DIR": str(pid_dir)}, timeout=60)
     assert run.returncode == 2
     assert run.stderr.strip() == ("error: cannot write the results file /dev/null/out/report.json: "
                                   "/dev/null is not a folder")

@@ -31,17 +31,8 @@ def _sp_bug_rows(report):
 
 @pytest.fixture(scope="module")
 def buggy_run(tmp_path_factory):
-    return launch(AUDIT,
-                  "--expect",
-                  "buggy",
-                  "--backend",
-                  "gloo",
-                  "--table",
-                  "failing",
-                  "--timeout",
-                  "2400",
-                  timeout=2700,
-                  tmp_path=tmp_path_factory.mktemp("audit"))
+    return launch(AUDIT, "--expect", "buggy", "--backend", "gloo", "--table", "failing", "--timeout", "2400",
+                  timeout=2700, tmp_path=tmp_path_factory.mktemp("audit"))
 
 
 def test_quick_expect_buggy_holds(buggy_run):
@@ -62,14 +53,7 @@ def test_quick_expect_fixed_fails_on_the_sp_bug_only(buggy_run, tmp_path):
     assert buggy_run.report is not None, buggy_run.stderr[-4000:]
     saved = tmp_path / "buggy.json"
     saved.write_text(json.dumps(buggy_run.report))
-    run = launch(AUDIT,
-                 "--from-json",
-                 str(saved),
-                 "--expect",
-                 "fixed",
-                 "--table",
-                 "none",
-                 timeout=120,
+    run = launch(AUDIT, "--from-json", str(saved), "--expect", "fixed", "--table", "none", timeout=120,
                  tmp_path=tmp_path)
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
     report = run.report

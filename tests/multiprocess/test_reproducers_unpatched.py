@@ -75,18 +75,9 @@ def test_mixed_bucket_expect_fixed_fails():
     (MIXED, 4),
     pytest.param(GRAD_SCALE, 4, marks=pytest.mark.slow_tier),
     pytest.param(MIXED, 2, marks=pytest.mark.slow_tier),
-],
-                         ids=["2-grad_scale", "4-mixed_bucket", "4-grad_scale", "2-mixed_bucket"])
+], ids=["2-grad_scale", "4-mixed_bucket", "4-grad_scale", "2-mixed_bucket"])
 def test_four_ranks(tmp_path, script, sp):
-    buggy = launch(script,
-                   "--world-size",
-                   "4",
-                   "--sp",
-                   str(sp),
-                   "--expect",
-                   "buggy",
-                   "--backend",
-                   "gloo",
+    buggy = launch(script, "--world-size", "4", "--sp", str(sp), "--expect", "buggy", "--backend", "gloo",
                    tmp_path=tmp_path)
     assert buggy.returncode == 0, buggy.stdout + buggy.stderr
     assert (buggy.report["world_size"], buggy.report["sp"], buggy.report["dp"]) == (4, sp, 4 // sp)
@@ -110,11 +101,7 @@ def test_twin_of_the_upstream_test_fails_exactly_as_upstream_does(tmp_path):
     subprocess.run([
         sys.executable, "-m", "pytest", "-q", "--run-twin", "-p", "no:cacheprovider", f"--junitxml={junit}",
         "tests/multiprocess/test_zero3_sp_gradient_scale.py"
-    ],
-                   cwd=ROOT,
-                   capture_output=True,
-                   text=True,
-                   timeout=900)
+    ], cwd=ROOT, capture_output=True, text=True, timeout=900)
     outcome = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         outcome[case.get("name")] = "failed" if case.find("failure") is not None else "passed"

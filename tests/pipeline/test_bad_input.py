@@ -31,15 +31,10 @@ def pipeline(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subpr
         for k, v in os.environ.items() if k not in ("DEEPSPEED_SRC", "DEEPSPEED_VERSION", "ZERO3_SP_BACKEND")
     }
     proc = subprocess.run([sys.executable, "-m", "patch_and_test", "--results",
-                           str(results), "--no-audit", *args],
-                          capture_output=True,
-                          text=True,
-                          cwd=ROOT,
-                          env={
-                              **clean,
-                              **(env or {})
-                          },
-                          timeout=300)
+                           str(results), "--no-audit", *args], capture_output=True, text=True, cwd=ROOT, env={
+                               **clean,
+                               **(env or {})
+                           }, timeout=300)
     verdict = json.loads((results / "verdict.json").read_text()) if (results / "verdict.json").exists() else {}
     return proc, verdict
 
@@ -80,8 +75,7 @@ def test_src_a_git_repo_but_not_deepspeed(tmp_path):
     subprocess.run([
         "git", "-C",
         str(repo), "-c", "user.name=A User", "-c", "user.email=user@example.com", "commit", "-q", "-m", "init"
-    ],
-                   check=True)
+    ], check=True)
     proc, _ = pipeline(tmp_path, "--src", str(repo))
     assert_one_line_error(proc, Exit.ERROR, "not a DeepSpeed checkout")
 
@@ -124,8 +118,7 @@ def test_series_that_does_not_apply_leaves_the_checkout_alone(tmp_path, checkout
         "git", "-C",
         str(checkout), "-c", "user.name=A User", "-c", "user.email=user@example.com", "commit", "-q", "-am",
         "a local change on the line the fix touches"
-    ],
-                   check=True)
+    ], check=True)
     before = repo_state(checkout)
     proc, verdict = pipeline(tmp_path, "--src", str(checkout))
     assert_one_line_error(proc, Exit.SERIES_DOES_NOT_APPLY, "does not apply")
@@ -152,13 +145,10 @@ def test_a_wrong_transformers_for_the_alst_steps_is_refused_before_any_download(
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: transformers\nVersion: 5.24.0\n")
     cache = tmp_path / "cache"
-    proc, verdict = pipeline(tmp_path,
-                             "--version",
-                             "0.19.8",
-                             env={
-                                 "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
-                                 "ZERO3_SP_CACHE": str(cache)
-                             })
+    proc, verdict = pipeline(tmp_path, "--version", "0.19.8", env={
+        "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
+        "ZERO3_SP_CACHE": str(cache)
+    })
     pin = (ROOT / "requirements" / "alst.txt").read_text().split("transformers==", 1)[1].split()[0]
     assert_one_line_error(proc, Exit.ERROR, f"transformers=={pin}", "5.24.0")
     assert verdict["error_exit"] == Exit.ERROR and not cache.exists()

@@ -31,13 +31,9 @@ pytestmark = [pytest.mark.pipeline, pytest.mark.network, pytest.mark.multiproces
 
 def installed_stage3_has_fix() -> bool:
     code = "import deepspeed.runtime.zero.stage3 as m; print(m.__file__)"
-    path = subprocess.run([sys.executable, "-c", code],
-                          capture_output=True,
-                          text=True,
-                          check=True,
-                          env={
-                              **os.environ, "DS_ACCELERATOR": "cpu"
-                          }).stdout.strip().splitlines()[-1]
+    path = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={
+        **os.environ, "DS_ACCELERATOR": "cpu"
+    }).stdout.strip().splitlines()[-1]
     return source_has_fix(Path(path).read_text())
 
 
@@ -48,9 +44,7 @@ def release():
     version = installed.split("+")[0]
     yield version
     # Put the unpatched release back (its wheel is cached: seconds), whatever the test did.
-    subprocess.run([sys.executable, "-m", "patch_and_test.core.install", "--pypi", version],
-                   check=True,
-                   cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "patch_and_test.core.install", "--pypi", version], check=True, cwd=ROOT,
                    capture_output=True)
     assert not installed_stage3_has_fix()
 
@@ -66,23 +60,15 @@ def job(release, tmp_path_factory):
     proc = subprocess.run([
         sys.executable, "-m", "patch_and_test", "--version", release, "--no-audit", "--results",
         str(results), "--env-name", env_name
-    ],
-                          capture_output=True,
-                          text=True,
-                          cwd=ROOT,
-                          env={
-                              **env, "DEEPSPEED_VERSION": release
-                          },
-                          timeout=3000)
+    ], capture_output=True, text=True, cwd=ROOT, env={
+        **env, "DEEPSPEED_VERSION": release
+    }, timeout=3000)
     return proc, root, results
 
 
 def bundle(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patch_and_test.review.bundle", *args],
-                          capture_output=True,
-                          text=True,
-                          cwd=ROOT,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", "patch_and_test.review.bundle", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
 
 
 def test_patch_and_test_sees_the_bug_before_and_not_after(job):

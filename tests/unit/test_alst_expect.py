@@ -168,19 +168,9 @@ def _report(sp=2, expect="fixed", ratios=None, losses_ok=True):
         for (recipe, stage), ratio in ratios.items()
     ]
     losses = [loss_entry("allgather", 2, 10.0, 10.0 if losses_ok else 11.0)]
-    return AlstReport(script="alst_recipe",
-                      deepspeed_version="0.19.8",
-                      torch_version="2.13.0",
-                      transformers_version="4.57.6",
-                      backend="gloo",
-                      device="cpu",
-                      launcher="local",
-                      world_size=sp,
-                      sp=sp,
-                      dp=1,
-                      expect=expect,
-                      rows=rows,
-                      losses=losses)
+    return AlstReport(script="alst_recipe", deepspeed_version="0.19.8", torch_version="2.13.0",
+                      transformers_version="4.57.6", backend="gloo", device="cpu", launcher="local", world_size=sp,
+                      sp=sp, dp=1, expect=expect, rows=rows, losses=losses)
 
 
 def test_report_holds_and_exit_code():

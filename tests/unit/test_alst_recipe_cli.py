@@ -15,12 +15,7 @@ SCRIPT = ROOT / "repro" / "alst_recipe.py"
 
 
 def _args(sp, world_size=None):
-    return ReproArgs(world_size=world_size or sp,
-                     sp=sp,
-                     backend="gloo",
-                     expect="fixed",
-                     json=None,
-                     timeout=60,
+    return ReproArgs(world_size=world_size or sp, sp=sp, backend="gloo", expect="fixed", json=None, timeout=60,
                      keep_logs=False)
 
 
@@ -77,10 +72,8 @@ def test_skip_reason_names_transformers(monkeypatch):
 
 
 def test_bad_sp_is_a_usage_error():
-    run = subprocess.run([sys.executable, str(SCRIPT), "--sp", "1", "--world-size", "2"],
-                         capture_output=True,
-                         text=True,
-                         timeout=60)
+    run = subprocess.run([sys.executable, str(SCRIPT), "--sp", "1", "--world-size", "2"], capture_output=True,
+                         text=True, timeout=60)
     assert run.returncode == 2 and "--sp must be >= 2" in run.stderr
 
 

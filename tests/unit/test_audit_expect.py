@@ -12,29 +12,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fields(**kw):
-    base = dict(stage=3,
-                reduce_scatter=False,
-                contiguous_gradients=False,
-                bucket="fits",
-                sp=2,
-                dp=1,
-                dtype="fp32",
-                gas=1,
-                predivide="1",
-                prescale=False)
+    base = dict(stage=3, reduce_scatter=False, contiguous_gradients=False, bucket="fits", sp=2, dp=1, dtype="fp32",
+                gas=1, predivide="1", prescale=False)
     base.update(kw)
     return AuditPoint(**base).fields()
 
 
 def _known(**kw):
-    base = dict(id="k",
-                title="t",
-                when={"stage": (3, )},
-                factor="1/predivide",
-                writeup="w.md",
-                code=("c", ),
-                upstream="u",
-                measured_on=("0.19.8", ))
+    base = dict(id="k", title="t", when={"stage": (3, )}, factor="1/predivide", writeup="w.md", code=("c", ),
+                upstream="u", measured_on=("0.19.8", ))
     base.update(kw)
     return KnownDiscrepancy(**base)
 
@@ -174,17 +160,13 @@ def test_known_versions_limit_an_entry():
 
 
 def _row(**kw):
-    base = dict(known=(),
-                target={
-                    "fixed": 1.0,
-                    "buggy": 1.0
-                },
-                at_oracle=True,
-                at_sp_bug=False,
-                ok={
-                    "fixed": True,
-                    "buggy": True
-                })
+    base = dict(known=(), target={
+        "fixed": 1.0,
+        "buggy": 1.0
+    }, at_oracle=True, at_sp_bug=False, ok={
+        "fixed": True,
+        "buggy": True
+    })
     base.update(kw)
     return Judgement(**base)
 

@@ -9,16 +9,10 @@ from repro.audit.space import AuditPoint
 from tests.conftest import FIXTURES
 
 KNOWN = [
-    KnownDiscrepancy(id="zero12-predivide",
-                     title="t",
-                     when={
-                         "stage": (1, ),
-                         "predivide": ("world", )
-                     },
-                     factor="1/sp",
-                     writeup="docs/x.md",
-                     code=("stage_1_and_2.py: the line", ),
-                     upstream="#1",
+    KnownDiscrepancy(id="zero12-predivide", title="t", when={
+        "stage": (1, ),
+        "predivide": ("world", )
+    }, factor="1/sp", writeup="docs/x.md", code=("stage_1_and_2.py: the line", ), upstream="#1",
                      measured_on=("0.19.8", ))
 ]
 
@@ -45,26 +39,12 @@ def _points(sp_ratio=0.5):
 
 
 def _report(points, expect="buggy", topo_code=0):
-    return AuditReport.build(known=KNOWN,
-                             known_file="k.toml",
-                             expect=expect,
-                             points=points,
-                             script="parity_audit",
-                             deepspeed_version="0.19.8",
-                             torch_version="2.13.0",
-                             backend="gloo",
-                             device="cpu",
-                             launcher="local",
-                             mode="quick",
-                             topologies=[
-                                 dict(world_size=2,
-                                      sp=2,
-                                      dp=1,
-                                      points=len(points),
-                                      exit_code=topo_code,
-                                      wall_time_s=1.0,
-                                      message="")
-                             ])
+    return AuditReport.build(
+        known=KNOWN, known_file="k.toml", expect=expect, points=points, script="parity_audit",
+        deepspeed_version="0.19.8", torch_version="2.13.0", backend="gloo", device="cpu", launcher="local",
+        mode="quick", topologies=[
+            dict(world_size=2, sp=2, dp=1, points=len(points), exit_code=topo_code, wall_time_s=1.0, message="")
+        ])
 
 
 def test_buggy_holds_fixed_does_not():
@@ -124,8 +104,8 @@ def test_table_and_summary_text():
     report = _report(_points(), "fixed")
     table = render_table(report)
     assert all(p.id in table for p in report.points) and "MISMATCH" in table and "rejected" in table
-    assert P_SP.id in render_table(report, only_failing=True) and P_OK.id not in render_table(report,
-                                                                                              only_failing=True)
+    assert P_SP.id in render_table(report, only_failing=True) and P_OK.id not in render_table(
+        report, only_failing=True)
     text = render_summary(report)
     assert "DOES NOT HOLD" in text and "sp-bug" in text and "zero12-predivide" in text and "not supported" in text
 
@@ -148,16 +128,12 @@ def test_points_and_rows_are_typed_records():
 
 def test_judging_again_ignores_the_old_judgement():
     report = _report(_points())
-    again = AuditReport.build(known=KNOWN,
-                              known_file="k.toml",
-                              expect="fixed",
-                              points=report.to_dict()["points"],
-                              **{
-                                  k: v
-                                  for k, v in report.to_dict().items()
-                                  if k in ("script", "deepspeed_version", "torch_version", "backend", "device",
-                                           "launcher", "mode", "topologies")
-                              })
+    again = AuditReport.build(
+        known=KNOWN, known_file="k.toml", expect="fixed", points=report.to_dict()["points"], **{
+            k: v
+            for k, v in report.to_dict().items() if k in ("script", "deepspeed_version", "torch_version", "backend",
+                                                          "device", "launcher", "mode", "topologies")
+        })
     assert again.to_dict()["points"] == report.rejudge(KNOWN, "k.toml", "fixed").to_dict()["points"]
 
 

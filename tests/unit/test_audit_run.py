@@ -128,10 +128,7 @@ def test_selection_argv_round_trip():
 
 def test_the_script_runs_as_documented():
     """``python repro/parity_audit.py ...`` from any folder: the thin entry finds the package."""
-    done = subprocess.run([sys.executable, str(run.ENTRY_SCRIPT), "--world-size", "1", "--list"],
-                          cwd="/",
-                          capture_output=True,
-                          text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, str(run.ENTRY_SCRIPT), "--world-size", "1", "--list"], cwd="/",
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "# 4 points in 1 launches (quick)"

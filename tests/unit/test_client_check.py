@@ -38,17 +38,8 @@ def test_allgather_clients_warn_for_both_stages_and_unjudged_ones_never():
 
 def test_the_verdict_records_and_shows_them():
     warning = warnings_for([TF525], "0.19.8", fixed=True, marker=True)[0]
-    v = Verdict(env="e",
-                source=None,
-                series=None,
-                deepspeed_before=None,
-                deepspeed_after=None,
-                backend="gloo",
-                steps=[Step(name="after: downstream clients", status="warning", detail="1")],
-                before=[],
-                after=[],
-                tests=[],
-                suites=[],
-                client_warnings=[warning])
+    v = Verdict(env="e", source=None, series=None, deepspeed_before=None, deepspeed_after=None, backend="gloo",
+                steps=[Step(name="after: downstream clients", status="warning",
+                            detail="1")], before=[], after=[], tests=[], suites=[], client_warnings=[warning])
     assert Verdict.from_dict(v.to_dict()).client_warnings == [warning]
     assert summary_table(v).splitlines()[-1] == f"WARNING: {warning.message}"

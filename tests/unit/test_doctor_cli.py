@@ -24,11 +24,8 @@ from tests.conftest import ROOT
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patch_and_test.doctor", *args],
-                          cwd=ROOT,
-                          capture_output=True,
-                          text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "patch_and_test.doctor", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
 
 
 def write(path: Path, config: dict | str) -> Path:
@@ -85,10 +82,7 @@ def trees(tmp_path_factory) -> dict[str, Path]:
         out[name] = tree
     fix = series_for_version(version).fix_patches[0].path
     applied = subprocess.run(["git", "apply", "--include=deepspeed/runtime/zero/stage3.py",
-                              str(fix)],
-                             cwd=out["patched"],
-                             capture_output=True,
-                             text=True)
+                              str(fix)], cwd=out["patched"], capture_output=True, text=True)
     if applied.returncode != 0:
         pytest.skip(f"the installed DeepSpeed {version} is already patched or differs: {applied.stderr.strip()}")
     return out

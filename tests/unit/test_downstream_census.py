@@ -12,8 +12,7 @@ from tests.unit.test_downstream_expect import _report, _row
 
 
 def _stage(stage, before, after):
-    return StageFactors(stage=stage,
-                        unpatched=Factor(value=float(eval(before)), label=before, measured=False),
+    return StageFactors(stage=stage, unpatched=Factor(value=float(eval(before)), label=before, measured=False),
                         patched=Factor(value=float(eval(after)), label=after, measured=False))
 
 
@@ -38,16 +37,8 @@ def test_read_factors_are_the_rule_on_the_recipe():
 
 
 def _library(**kw):
-    base = dict(label="x",
-                distribution="x",
-                version="1.0",
-                newest="1.0",
-                requires_python=">=3.10",
-                drives_sp=True,
-                how="h",
-                evidence=[],
-                loss="l",
-                gate="-")
+    base = dict(label="x", distribution="x", version="1.0", newest="1.0", requires_python=">=3.10", drives_sp=True,
+                how="h", evidence=[], loss="l", gate="-")
     return Library(**{**base, **kw})
 
 
@@ -81,13 +72,11 @@ def _tf525_rows(z3_patched=2.0, **kw):
 
 
 def _measured_tf525(recipe=ReadRecipe(kind="own_share", gate="version", gate_version="0.20.2")):
-    return _library(label="transformers 5.25",
-                    recipe=recipe,
-                    measured={
-                        "env": "downstream-tf5.25",
-                        "client": "transformers",
-                        "client_version": "5.25.0"
-                    })
+    return _library(label="transformers 5.25", recipe=recipe, measured={
+        "env": "downstream-tf5.25",
+        "client": "transformers",
+        "client_version": "5.25.0"
+    })
 
 
 def test_measured_factors_come_from_the_kept_reports(tmp_path):

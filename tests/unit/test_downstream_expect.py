@@ -87,35 +87,16 @@ def test_mis_scaled():
 
 
 def _row(**kw):
-    base = dict(client="transformers",
-                client_version="5.25.0",
-                function="f",
-                stage=3,
-                status="measured",
-                kind="own_share",
-                gate="version",
-                gate_version="0.20.2",
-                ratio=2.0,
-                residual=1e-8,
-                expected=2.0,
+    base = dict(client="transformers", client_version="5.25.0", function="f", stage=3, status="measured",
+                kind="own_share", gate="version", gate_version="0.20.2", ratio=2.0, residual=1e-8, expected=2.0,
                 matches_rule=True)
     return ClientRow(**{**base, **kw})
 
 
 def _report(rows, expect="fixed"):
-    return DownstreamReport(script="downstream_clients",
-                            deepspeed_version="0.19.8",
-                            deepspeed_fixed=True,
-                            marker=True,
-                            torch_version="2.13.0",
-                            backend="gloo",
-                            device="cpu",
-                            launcher="local",
-                            world_size=2,
-                            sp=2,
-                            dp=1,
-                            expect=expect,
-                            rows=rows)
+    return DownstreamReport(script="downstream_clients", deepspeed_version="0.19.8", deepspeed_fixed=True, marker=True,
+                            torch_version="2.13.0", backend="gloo", device="cpu", launcher="local", world_size=2, sp=2,
+                            dp=1, expect=expect, rows=rows)
 
 
 def test_row_verdicts():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-
 import toxfile
 from patch_and_test.__main__ import EXIT_HELP
 from patch_and_test.core.errors import Exit, exit_codes_help, exit_codes_markdown

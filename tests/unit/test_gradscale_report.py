@@ -10,38 +10,15 @@ KEPT = Path(__file__).resolve().parents[2] / "docs" / "master-v4-reproducers"
 
 
 def _row(path="__avg_scatter_grads", ratio=0.5, target=0.5, ok=True, buggy_target=0.5, buggy_ok=True, fixed_ok=False):
-    return Row(config="zero3 rs=True cg=True bucket=500",
-               stage=3,
-               reduce_scatter=True,
-               contiguous_gradients=True,
-               reduce_bucket_size=500,
-               param="large",
-               numel=64,
-               path=path,
-               observed_norm=1.0,
-               expected_norm=2.0,
-               ratio=ratio,
-               residual=0.0,
-               label="1/2",
-               target=target,
-               ok=ok,
-               buggy_target=buggy_target,
-               buggy_ok=buggy_ok,
-               fixed_ok=fixed_ok)
+    return Row(config="zero3 rs=True cg=True bucket=500", stage=3, reduce_scatter=True, contiguous_gradients=True,
+               reduce_bucket_size=500, param="large", numel=64, path=path, observed_norm=1.0, expected_norm=2.0,
+               ratio=ratio, residual=0.0, label="1/2", target=target, ok=ok, buggy_target=buggy_target,
+               buggy_ok=buggy_ok, fixed_ok=fixed_ok)
 
 
 def _report(rows, expect="buggy"):
-    return Report(script="zero3_sp_grad_scale",
-                  deepspeed_version="0.19.8",
-                  torch_version="2.13.0",
-                  backend="gloo",
-                  device="cpu",
-                  launcher="local",
-                  world_size=2,
-                  sp=2,
-                  dp=1,
-                  expect=expect,
-                  rows=rows)
+    return Report(script="zero3_sp_grad_scale", deepspeed_version="0.19.8", torch_version="2.13.0", backend="gloo",
+                  device="cpu", launcher="local", world_size=2, sp=2, dp=1, expect=expect, rows=rows)
 
 
 def test_round_trip(tmp_path):

@@ -66,9 +66,7 @@ def test_rendered_as_the_golden_file(golden):
     if rendered != expected:
         diff = "".join(
             difflib.unified_diff(expected.decode().splitlines(keepends=True),
-                                 rendered.decode().splitlines(keepends=True),
-                                 fromfile=f"{golden} (golden)",
-                                 tofile="rendered now",
-                                 n=2))
+                                 rendered.decode().splitlines(keepends=True), fromfile=f"{golden} (golden)",
+                                 tofile="rendered now", n=2))
         pytest.fail(f"{golden}: the rendering differs from the golden file "
                     f"(UPDATE_GOLDEN=1 rewrites it):\n{diff or '(only line endings or a final newline differ)'}")

@@ -27,36 +27,18 @@ SERIES = SeriesUsed(
 
 
 def _row(version="0.19.7", **changes) -> ReleaseRow:
-    fields = dict(version=version,
-                  sdist=f"deepspeed-{version}.tar.gz",
-                  sha256="d" * 64,
-                  downloaded=True,
-                  locked=False,
-                  version_txt=version,
-                  mirror_tag=False,
-                  series="s",
-                  applied=[FIX, MARK],
-                  left_out=[LeftOut(file=TEST, reason="needs tests/")],
-                  fixed_before=False,
-                  fixed_after=True,
-                  error=None,
-                  seconds=1.0)
+    fields = dict(version=version, sdist=f"deepspeed-{version}.tar.gz", sha256="d" * 64, downloaded=True, locked=False,
+                  version_txt=version, mirror_tag=False, series="s", applied=[FIX, MARK],
+                  left_out=[LeftOut(file=TEST, reason="needs tests/")], fixed_before=False, fixed_after=True,
+                  error=None, seconds=1.0)
     return ReleaseRow(**{**fields, **changes})
 
 
 def _report(rows, listed=None, series=(SERIES, )) -> ReleasesReport:
-    return ReleasesReport(command="python -m patch_and_test.releases",
-                          listed_by="--version",
-                          version_from=None,
-                          version_to=None,
-                          listed=listed if listed is not None else [r.version for r in rows],
-                          mirror_newest_tag="v0.19.5",
-                          series=list(series),
-                          rows=rows,
-                          python_version="3.11.7",
-                          git_version="2.39.5",
-                          pip_version="23.2.1",
-                          started_at="2026-01-01T00:00:00+00:00",
+    return ReleasesReport(command="python -m patch_and_test.releases", listed_by="--version", version_from=None,
+                          version_to=None, listed=listed if listed is not None else [r.version for r in rows],
+                          mirror_newest_tag="v0.19.5", series=list(series), rows=rows, python_version="3.11.7",
+                          git_version="2.39.5", pip_version="23.2.1", started_at="2026-01-01T00:00:00+00:00",
                           wall_time_s=3.0)
 
 

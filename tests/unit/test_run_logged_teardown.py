@@ -32,9 +32,7 @@ def _alive(pid: int) -> bool:
 def test_sigterm_to_the_job_kills_the_checks_session(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
     job = subprocess.Popen(
-        [sys.executable, "-c", JOB, str(pid_file), str(tmp_path / "log")],
-        cwd=ROOT,
-        env={
+        [sys.executable, "-c", JOB, str(pid_file), str(tmp_path / "log")], cwd=ROOT, env={
             **os.environ, "PYTHONPATH": str(ROOT)
         })
     deadline = time.monotonic() + 30

@@ -16,15 +16,8 @@ GRAFT = Graft(commit="c" * 40, release="0.19.8", sdist_sha256="s" * 64, history=
 
 
 def test_a_source_tree_records_everything_but_its_lock():
-    tree = SourceTree(path=Path("/tmp/t"),
-                      version="0.19.8",
-                      origin="newest-upstream",
-                      upstream_commit="c" * 40,
-                      base="b",
-                      branch="main",
-                      has_tests=True,
-                      dropped_paths=("docs/x.png", ),
-                      graft=GRAFT,
+    tree = SourceTree(path=Path("/tmp/t"), version="0.19.8", origin="newest-upstream", upstream_commit="c" * 40,
+                      base="b", branch="main", has_tests=True, dropped_paths=("docs/x.png", ), graft=GRAFT,
                       claim=open(__file__))
     tree.release()
     data = tree.record().model_dump(mode="json")
@@ -37,13 +30,9 @@ def test_a_series_records_what_applied_once_it_did():
     series = load_manifest().by_name("master")
     chosen = series.record()
     assert chosen.range == series.range_text and chosen.applied is None and chosen.head is None
-    applied = ApplyResult(series="master",
-                          series_version=series.version,
-                          repo=Path("."),
-                          applied=("0001-a.patch", ),
-                          skipped=(SkippedPatch(file="0002-b.patch", reason="needs tests/"), ),
-                          base="b" * 40,
-                          head="h" * 40)
+    applied = ApplyResult(series="master", series_version=series.version, repo=Path("."), applied=("0001-a.patch", ),
+                          skipped=(SkippedPatch(file="0002-b.patch",
+                                                reason="needs tests/"), ), base="b" * 40, head="h" * 40)
     done = series.record(applied).model_dump(mode="json")
     assert done["applied"] == ["0001-a.patch"] and done["skipped"] == [{
         "file": "0002-b.patch",

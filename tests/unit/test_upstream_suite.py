@@ -10,28 +10,14 @@ from patch_and_test.upstream import suite as us
 from patch_and_test.core.errors import Exit
 
 
-def run(name: str,
-        outcomes: dict[str, str],
-        *,
-        exit_code: int | None = None,
-        timed_out: bool = False,
-        messages: dict[str, str] | None = None,
-        broken: dict[str, str] | None = None) -> us.SuiteRun:
+def run(name: str, outcomes: dict[str, str], *, exit_code: int | None = None, timed_out: bool = False,
+        messages: dict[str, str] | None = None, broken: dict[str, str] | None = None) -> us.SuiteRun:
     if exit_code is None:
         exit_code = 1 if any(o in ("failed", "error") for o in outcomes.values()) else 0
-    return us.SuiteRun(name=name,
-                       tier="quick",
-                       files=["tests/unit/test_a.py"],
-                       exit_code=exit_code,
-                       timed_out=timed_out,
-                       wall_s=12.0,
-                       outcomes=outcomes,
-                       messages=messages or {},
-                       not_collectable=broken or {},
-                       ranks={t: False
-                              for t in outcomes},
-                       deselected=3,
-                       log=f"{name}.log",
+    return us.SuiteRun(name=name, tier="quick", files=["tests/unit/test_a.py"], exit_code=exit_code,
+                       timed_out=timed_out, wall_s=12.0, outcomes=outcomes, messages=messages or {},
+                       not_collectable=broken or {}, ranks={t: False
+                                                            for t in outcomes}, deselected=3, log=f"{name}.log",
                        record=f"{name}.jsonl")
 
 
@@ -48,32 +34,28 @@ def test_every_category():
         "e": "passed",
         "f": "skipped",
         "g": "passed"
-    },
-                 messages={"b": "E1 before"})
-    after = run("after", {
-        "a": "passed",
-        "b": "failed",
-        "c": "failed",
-        "d": "passed",
-        "e": "error",
-        "f": "skipped",
-        "g": "failed",
-        "n": "passed",
-        "m": "failed"
-    },
-                messages={
-                    "b": "AssertionError: x",
-                    "c": "AttributeError: no sequence_parallel_size",
-                    "m": "boom"
-                })
-    c = us.compare("s",
-                   before,
-                   after,
-                   reruns={
-                       "c": ["failed", "failed"],
-                       "e": ["error", "error"],
-                       "g": ["failed", "passed"]
-                   })
+    }, messages={"b": "E1 before"})
+    after = run(
+        "after", {
+            "a": "passed",
+            "b": "failed",
+            "c": "failed",
+            "d": "passed",
+            "e": "error",
+            "f": "skipped",
+            "g": "failed",
+            "n": "passed",
+            "m": "failed"
+        }, messages={
+            "b": "AssertionError: x",
+            "c": "AttributeError: no sequence_parallel_size",
+            "m": "boom"
+        })
+    c = us.compare("s", before, after, reruns={
+        "c": ["failed", "failed"],
+        "e": ["error", "error"],
+        "g": ["failed", "passed"]
+    })
     assert categories(c) == {
         "a": "passed",
         "b": "pre-existing",
@@ -225,26 +207,12 @@ def verdict_with(suite: us.SuiteComparison | None, *, bug_seen: bool = True):
     from patch_and_test.job.verdict import Verdict
 
     def check(phase: str, holds: bool) -> ReproCheck:
-        return ReproCheck(name=f"{phase}/zero3_sp_grad_scale",
-                          script="zero3_sp_grad_scale",
-                          expect="x",
-                          exit_code=0 if holds else 1,
-                          pattern="fixed",
-                          report=None,
-                          log="log",
-                          duration_s=1.0)
+        return ReproCheck(name=f"{phase}/zero3_sp_grad_scale", script="zero3_sp_grad_scale", expect="x",
+                          exit_code=0 if holds else 1, pattern="fixed", report=None, log="log", duration_s=1.0)
 
-    return Verdict(env="e",
-                   source=None,
-                   series=None,
-                   deepspeed_before="0.19.6",
-                   deepspeed_after="0.19.6",
-                   backend="gloo",
-                   steps=[],
-                   before=[check("before", bug_seen)],
-                   after=[check("after", True)],
-                   tests=[],
-                   suites=[suite] if suite else [])
+    return Verdict(env="e", source=None, series=None, deepspeed_before="0.19.6", deepspeed_after="0.19.6",
+                   backend="gloo", steps=[], before=[check("before", bug_seen)], after=[check("after", True)],
+                   tests=[], suites=[suite] if suite else [])
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,8 @@ from tests.conftest import FIXTURES
 
 FIXTURE = FIXTURES / "bundle" / "results" / "patch-and-test-ds0.14.5-gloo"
 KEPT = Verdict.load(FIXTURE / "verdict.json")  # a real run's source, series and inputs
-KEPT_WARNING = ClientWarning(client="transformers",
-                             version="5.25.0",
-                             function="f",
-                             stage=3,
-                             expected=2.0,
-                             deepspeed="DeepSpeed 0.19.8 (fixed)",
-                             message="m")
+KEPT_WARNING = ClientWarning(client="transformers", version="5.25.0", function="f", stage=3, expected=2.0,
+                             deepspeed="DeepSpeed 0.19.8 (fixed)", message="m")
 # The keys verdict.json had as a dataclass (dataclasses.asdict, then outcome and exit_code): kept.
 KEYS = {
     "env", "source", "series", "deepspeed_before", "deepspeed_after", "backend", "steps", "before", "after", "tests",
@@ -31,41 +26,22 @@ KEYS = {
 
 
 def _check(phase: str, expect: str, exit_code: int = 0) -> ReproCheck:
-    return ReproCheck(name=f"{phase}/zero3_sp_grad_scale",
-                      script="zero3_sp_grad_scale",
-                      expect=expect,
-                      exit_code=exit_code,
-                      pattern=expect,
-                      report=None,
-                      log="l",
-                      duration_s=1.0)
+    return ReproCheck(name=f"{phase}/zero3_sp_grad_scale", script="zero3_sp_grad_scale", expect=expect,
+                      exit_code=exit_code, pattern=expect, report=None, log="l", duration_s=1.0)
 
 
 def _verdict(**changes) -> Verdict:
-    twin = PytestCheck(name="twin",
-                       exit_code=0,
-                       outcomes={
-                           "t::a": "passed",
-                           "t::b": "passed"
-                       },
-                       junit="twin.xml",
-                       log="twin.log",
-                       duration_s=2.0)
-    fields = dict(env="patch-and-test-ds0.19.8-gloo",
-                  source=KEPT.source,
-                  series=KEPT.series,
-                  deepspeed_before="0.19.8",
-                  deepspeed_after="0.19.8+abc",
-                  backend="gloo",
-                  steps=[
-                      Step(name="source", status="ok", detail="pypi sdist", duration_s=1.5),
-                      Step(name="install patched", status="ok", detail="cached wheel")
-                  ],
-                  before=[_check("before", "buggy")],
-                  after=[_check("after", "fixed")],
-                  tests=[twin],
-                  suites=[],
-                  inputs=KEPT.inputs.model_copy(update={"code": "c0de"}))
+    twin = PytestCheck(name="twin", exit_code=0, outcomes={
+        "t::a": "passed",
+        "t::b": "passed"
+    }, junit="twin.xml", log="twin.log", duration_s=2.0)
+    fields = dict(
+        env="patch-and-test-ds0.19.8-gloo", source=KEPT.source, series=KEPT.series, deepspeed_before="0.19.8",
+        deepspeed_after="0.19.8+abc", backend="gloo", steps=[
+            Step(name="source", status="ok", detail="pypi sdist", duration_s=1.5),
+            Step(name="install patched", status="ok", detail="cached wheel")
+        ], before=[_check("before", "buggy")], after=[_check("after", "fixed")], tests=[twin], suites=[],
+        inputs=KEPT.inputs.model_copy(update={"code": "c0de"}))
     return Verdict(**{**fields, **changes})
 
 

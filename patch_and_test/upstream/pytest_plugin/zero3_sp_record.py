@@ -100,10 +100,6 @@ class _Recorder:
         outcome = report.outcome
         if getattr(report, "wasxfail", None) is not None:
             outcome = "skipped" if report.skipped else "failed"  # xfail / strict xpass
-        _write(self.config,
-               kind="report",
-               nodeid=report.nodeid,
-               when=report.when,
-               outcome=outcome,
+        _write(self.config, kind="report", nodeid=report.nodeid, when=report.when, outcome=outcome,
                message=_one_line(report.longrepr) if outcome != "passed" else "",
                duration=round(getattr(report, "duration", 0.0), 3))
