@@ -20,6 +20,7 @@ from typing import Any, Callable
 from patch_and_test.doctor.rule import PATH_KEYS, ZEROPP_KEYS, DeepSpeedState, LossSource, ZeroSettings
 from patch_and_test.core.errors import BadInput
 from repro.harness.env import dist_version
+from repro.harness.report import error_line
 from repro.harness.fixed import source_has_fix
 from repro.downstream.expect import ClientKind
 from repro.downstream.space import MARKER_NAME
@@ -330,7 +331,7 @@ def model_sizes(spec: str) -> ModelSizes:
     try:
         config = transformers.AutoConfig.from_pretrained(spec)
     except Exception as err:  # noqa: BLE001 - any failure to find or parse it is bad input
-        raise BadInput(f"cannot read a transformers config from {spec!r}: {_last_line(err)}") from None
+        raise BadInput(f"cannot read a transformers config from {spec!r}: {error_line(err)}") from None
     model = None
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
         try:
@@ -338,16 +339,11 @@ def model_sizes(spec: str) -> ModelSizes:
                 model = auto.from_config(config)
             break
         except Exception as err:  # noqa: BLE001
-            problem = _last_line(err)
+            problem = error_line(err)
     if model is None:
         raise BadInput(f"cannot build {spec!r} on the meta device: {problem}")
     params = tuple((name, int(p.numel())) for name, p in model.named_parameters())
     return ModelSizes(f"{type(model).__name__} from {spec}", params, hidden_size_of(config))
-
-
-def _last_line(err: BaseException) -> str:
-    lines = f"{type(err).__name__}: {err}".strip().splitlines()
-    return lines[-1] if lines else type(err).__name__
 
 
 # ----------------------------------------------------------------------------- the clients

@@ -20,7 +20,7 @@ import platform
 from pathlib import Path
 
 from repro.alst import tiny_llama
-from repro.alst.report import AlstReport, loss_entry, make_row
+from repro.alst.report import AlstReport, loss_entry, make_row, other_group_mismatch
 from repro.alst.space import RECIPES, STAGES
 from repro.harness import launch
 from repro.harness.env import dist_version
@@ -321,15 +321,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     flag = torch.tensor([0 if mine_ok else 1])
     torch.distributed.all_reduce(flag)
     if int(flag) and mine_ok:
-        losses.append({
-            "recipe": "*",
-            "stage": 0,
-            "sp_loss": None,
-            "baseline_loss": None,
-            "rel_diff": None,
-            "ok": False,
-            "note": "another dp group's loss mismatched"
-        })
+        losses.append(other_group_mismatch())
     report = AlstReport(
         script=SCRIPT, deepspeed_version=dist_version("deepspeed") or "none", torch_version=torch.__version__,
         transformers_version=transformers.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],

@@ -112,6 +112,19 @@ def loss_entry(recipe: str, stage: int, sp_loss: float, baseline_loss: float) ->
     }
 
 
+def other_group_mismatch() -> dict[str, Any]:
+    """Rank 0's loss entry when only another dp group's losses mismatched (every rank checks its own)."""
+    return {
+        "recipe": "*",
+        "stage": 0,
+        "sp_loss": None,
+        "baseline_loss": None,
+        "rel_diff": None,
+        "ok": False,
+        "note": "another dp group's loss mismatched"
+    }
+
+
 def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, expect: str, path: str) -> AlstRow:
     """The row of one gradient: judged against --expect's scale, and against both known patterns."""
     targets = {e: scales.expected_scale(scales.default_path(stage), sp, e, recipe=recipe) for e in scales.EXPECTATIONS}

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Callable
 
 from repro.alst import tiny_llama
 from repro.alst.measure import SEQ_LEN, program, skip_reason
@@ -67,7 +68,8 @@ def preflight(args: ReproArgs) -> int | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def checked_launch(program, emit) -> Callable[[ReproArgs], int]:
+    """The run of an ALST-recipe family (this one and training): the preflight, then the ranks."""
 
     def run(args: ReproArgs) -> int:
         stop = preflight(args)
@@ -75,4 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             return stop
         return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
 
-    return main_guard(__doc__, run, argv=argv, expect_help=EXPECT_HELP)
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    return main_guard(__doc__, checked_launch(program, emit), argv=argv, expect_help=EXPECT_HELP)

@@ -61,6 +61,7 @@ from repro.downstream.report import ClientRow, DownstreamReport
 from repro.downstream.space import MARKER_MODULE, MARKER_NAME, STAGES
 from repro.harness import launch, scales
 from repro.harness.env import dist_version
+from repro.harness.report import error_line
 
 SCRIPT = "downstream_clients"
 PARAMS = alst_measure.PARAMS
@@ -89,11 +90,6 @@ def client_source(fn) -> str:
         if inspect.isfunction(callee) and callee.__module__ == fn.__module__ and callee is not fn:
             parts.append(inspect.getsource(callee))
     return "\n".join(parts)
-
-
-def last_line(err: BaseException) -> str:
-    text = f"{type(err).__name__}: {err}".strip().splitlines()
-    return text[-1] if text else type(err).__name__
 
 
 # ----------------------------------------------------------------------------- clients
@@ -198,7 +194,7 @@ def find_transformers() -> Client | None:
         fn, fn_name, trainer_cls = transformers_sp_loss()
     except Exception as err:  # noqa: BLE001 - any import failure is the row's content
         return Client("transformers", version, "transformers.integrations.deepspeed.deepspeed_sp_compute_loss", None,
-                      None, error=last_line(err))
+                      None, error=error_line(err))
     if fn is None:
         return Client("transformers", version, "-", None, None, why_not=no_transformers_sp_loss(version))
 
@@ -224,7 +220,7 @@ def find_trl() -> Client | None:
         entry = sft.SFTTrainer.compute_loss
         loss_fn, loss_name, _ = transformers_sp_loss()
     except Exception as err:  # noqa: BLE001
-        return Client("trl", version, entry_name, None, None, error=last_line(err))
+        return Client("trl", version, entry_name, None, None, error=error_line(err))
     if loss_fn is None:
         return Client(
             "trl", version, entry_name, None, None,
@@ -260,7 +256,7 @@ def find_axolotl() -> Client | None:
         entry = base.AxolotlTrainer.compute_loss
         loss_fn, loss_name, _ = transformers_sp_loss()
     except Exception as err:  # noqa: BLE001
-        return Client("axolotl", version, entry_name, None, None, error=last_line(err))
+        return Client("axolotl", version, entry_name, None, None, error=error_line(err))
     if loss_fn is None:
         return Client(
             "axolotl", version, entry_name, None, None,
@@ -288,7 +284,7 @@ def find_arctic_training() -> Client | None:
         sft = importlib.import_module("arctic_training.trainer.sft_trainer")
         fn = sft.SFTTrainer.loss
     except Exception as err:  # noqa: BLE001
-        return Client("arctic_training", version, fn_name, None, None, error=last_line(err))
+        return Client("arctic_training", version, fn_name, None, None, error=error_line(err))
 
     def call(engine, batch, sp_group, sp, ds_config):
         trainer = types.SimpleNamespace(
@@ -320,7 +316,7 @@ def find_accelerate() -> Client | None:
     try:
         spec = importlib.util.find_spec(ACCELERATE_SCRIPT)
     except Exception as err:  # noqa: BLE001
-        return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, error=last_line(err))
+        return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, error=error_line(err))
     if spec is None or not spec.origin:
         return Client(
             "accelerate", version, "-", None, None,

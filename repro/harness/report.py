@@ -134,6 +134,12 @@ class LaunchReport(JsonReport):
             report.write(json_path)
 
 
+def error_line(err: BaseException) -> str:
+    """An exception as one line for a report or an error message: its type and the last line of its text."""
+    lines = f"{type(err).__name__}: {err}".strip().splitlines()
+    return lines[-1] if lines else type(err).__name__
+
+
 def text_table(header: Sequence[str], lines: Sequence[Sequence[str]],
                max_widths: Mapping[int, int] | None = None) -> list[str]:
     """Left-aligned columns under a header and a rule; column i padded to at most ``max_widths[i]``."""

@@ -16,9 +16,8 @@ older ones all_gather a 0-dim length gloo rejects); one sp group (world size = s
 
 from __future__ import annotations
 
-from repro.alst.run import EXPECT_HELP as ALST_EXPECT_HELP, preflight
-from repro.harness import launch
-from repro.harness.cli import ReproArgs, main_guard
+from repro.alst.run import EXPECT_HELP as ALST_EXPECT_HELP, checked_launch
+from repro.harness.cli import main_guard
 from repro.training.measure import program
 from repro.training.report import emit
 from repro.training.space import STEPS
@@ -29,11 +28,4 @@ def _add_arguments(parser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-
-    def run(args: ReproArgs) -> int:
-        stop = preflight(args)
-        if stop is not None:
-            return stop
-        return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
-
-    return main_guard(__doc__, run, _add_arguments, argv=argv, expect_help=ALST_EXPECT_HELP)
+    return main_guard(__doc__, checked_launch(program, emit), _add_arguments, argv=argv, expect_help=ALST_EXPECT_HELP)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from repro.alst.expect import fit, row_ok
-from repro.alst.report import SCHEMA, AlstReport, loss_entry, make_row, pattern_of, render_table
+from repro.alst.report import (SCHEMA, AlstReport, loss_entry, make_row, other_group_mismatch, pattern_of,
+                               render_table)
 from repro.alst.space import RECIPES, STAGES
 from repro.harness import scales
 
@@ -226,14 +227,6 @@ def test_table_names_every_row_and_the_verdict():
 
 def test_table_shows_another_groups_loss_mismatch():
     report = _report()
-    report.losses.append({
-        "recipe": "*",
-        "stage": 0,
-        "sp_loss": None,
-        "baseline_loss": None,
-        "rel_diff": None,
-        "ok": False,
-        "note": "another dp group's loss mismatched"
-    })
+    report.losses.append(other_group_mismatch())
     again = AlstReport.from_dict(json.loads(json.dumps(report.to_dict())))
     assert not again.holds and "another dp group's loss mismatched  MISMATCH" in render_table(again)
