@@ -89,11 +89,17 @@ def write_result(name: str, payload: dict, out: Path | None) -> Path:
     return write_json(path, portable(payload))
 
 
-def finish(name: str, payload: dict, out: Path | None, summary: str) -> int:
-    """Write the result, print the one-line summary and where it went; exit 0 when the target is met, else 1."""
-    path = write_result(name, payload, out)
+def finish(name: str, env: dict, payload: dict, out: Path | None, summary: str, *, target: float, met: bool) -> int:
+    """Write the result (named, with the environment it ran in and its target), print the one-line summary and
+    where it went; exit 0 when the target is met, else 1."""
+    path = write_result(name, {
+        "benchmark": name,
+        "environment": env,
+        **payload, "target": target,
+        "meets_target": met
+    }, out)
     print(f"{summary}; {path}")
-    return 0 if payload["meets_target"] else 1
+    return 0 if met else 1
 
 
 def default_python() -> str:

@@ -34,34 +34,26 @@ def build(dist: Path, versions: list[str]) -> tuple[float, str]:
     return wall, proc.stdout.strip().splitlines()[-1]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dist", type=Path, default=ROOT / "dist")
+    parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the bundles are built (default dist/)")
     parser.add_argument("--first-run-s", type=float, default=None,
                         help="wall time of the run that produced the current results, when the first build reuses")
     parser.add_argument("--versions", nargs="*", default=[], help="restrict the matrix, as bundle build does")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON path (default results/benchmarks/bundle_reuse.json)")
+    args = parser.parse_args(argv)
+    env = environment(sys.executable)
     first, first_line = build(args.dist, args.versions)
     second, second_line = build(args.dist, args.versions)
     reference = max(first, args.first_run_s or 0.0)
     ratio = round(second / reference, 4)
-    payload = {
-        "benchmark": "bundle_reuse",
-        "environment": environment(sys.executable),
-        "first_build_s": first,
-        "first_build_summary": first_line,
-        "first_run_s_given": args.first_run_s,
-        "second_build_s": second,
-        "second_build_summary": second_line,
-        "ratio_second_over_first": ratio,
-        "target": TARGET,
-        "meets_target": ratio < TARGET and "reused" in second_line
-    }
-    return finish(
-        "bundle_reuse", payload, args.out,
-        f"first {first:.1f} s ({first_line}); second {second:.1f} s ({second_line}); ratio {ratio} "
-        f"against {reference:.1f} s (target < {TARGET})")
+    summary = (f"first {first:.1f} s ({first_line}); second {second:.1f} s ({second_line}); ratio {ratio} "
+               f"against {reference:.1f} s (target < {TARGET})")
+    builds = {"first_build_s": first, "first_build_summary": first_line, "first_run_s_given": args.first_run_s}
+    builds |= {"second_build_s": second, "second_build_summary": second_line, "ratio_second_over_first": ratio}
+    met = ratio < TARGET and "reused" in second_line
+    return finish("bundle_reuse", env, builds, args.out, summary, target=TARGET, met=met)
 
 
 if __name__ == "__main__":

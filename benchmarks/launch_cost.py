@@ -21,18 +21,20 @@ SCRIPT = ROOT / "repro" / "zero3_sp_grad_scale.py"
 TARGET = 1.5
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="timed launches of each kind (default 5)")
     parser.add_argument("--python", default=default_python(), help="interpreter with torch + DeepSpeed")
     parser.add_argument("--single", default="zero3 rs=True cg=True bucket=500", help="the one-config launch")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON path (default results/benchmarks/launch_cost.json)")
+    args = parser.parse_args(argv)
+    env = environment(args.python)
 
     common = ["--expect", "buggy", "--backend", "gloo"]
     single_argv = [*common, "--config", args.single]
-    for argv in (common, single_argv):  # warm-up: comm op build, page cache
-        timed_run(args.python, SCRIPT, *argv)
+    for warm_up in (common, single_argv):  # warm-up: comm op build, page cache
+        timed_run(args.python, SCRIPT, *warm_up)
     runs = {"all_six": [], "single": []}
     for _ in range(args.repeats):
         runs["all_six"].append(timed_run(args.python, SCRIPT, *common))
@@ -40,23 +42,13 @@ def main() -> int:
     failed = [r for rs in runs.values() for r in rs if r.returncode not in (0, 1)]
     med = {k: median([r.wall_s for r in v]) for k, v in runs.items()}
     ratio = round(med["all_six"] / med["single"], 3)
-    payload = {
-        "benchmark": "launch_cost",
-        "environment": environment(args.python),
-        "repeats": args.repeats,
-        "median_wall_s": med,
-        "ratio_all_six_over_single": ratio,
-        "target": TARGET,
-        "meets_target": ratio <= TARGET and not failed,
-        "runs": {
-            k: [r.__dict__ for r in v]
-            for k, v in runs.items()
-        }
-    }
+    met = ratio <= TARGET and not failed
+    every_run = {k: [r.__dict__ for r in v] for k, v in runs.items()}
+    payload = {"repeats": args.repeats, "median_wall_s": med, "ratio_all_six_over_single": ratio, "runs": every_run}
     return finish(
-        "launch_cost", payload, args.out,
+        "launch_cost", env, payload, args.out,
         f"all six: {med['all_six']} s, single: {med['single']} s (medians of {args.repeats}); "
-        f"ratio {ratio} (target <= {TARGET}) -> {'OK' if payload['meets_target'] else 'MISSED'}")
+        f"ratio {ratio} (target <= {TARGET}) -> {'OK' if met else 'MISSED'}", target=TARGET, met=met)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ import sys
 import types
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from repro.alst import measure as alst_measure, tiny_llama
 from repro.alst.expect import fit
@@ -210,22 +210,40 @@ def find_transformers() -> Client | None:
     return Client("transformers", version, fn_name, call, classify(client_source(fn)))
 
 
-def find_trl() -> Client | None:
-    version = dist_version("trl")
+class TrainerEntry(NamedTuple):
+    version: str
+    module: types.ModuleType
+    entry_name: str
+    entry: Callable  # the Trainer subclass's compute_loss
+    loss_fn: Callable  # transformers' sp loss, which compute_loss reaches
+    loss_name: str
+
+
+def trainer_entry(client: str, module: str, trainer: str, who: str) -> TrainerEntry | Client | None:
+    """A Trainer subclass whose compute_loss hands the sp loss to transformers'; the client's row when it cannot
+    be called (an import error, no sp loss in transformers); None when the client is not installed."""
+    version = dist_version(client)
     if version is None:
         return None
-    entry_name = "trl.trainer.sft_trainer.SFTTrainer.compute_loss"
+    entry_name = f"{module}.{trainer}.compute_loss"
     try:
-        sft = importlib.import_module("trl.trainer.sft_trainer")
-        entry = sft.SFTTrainer.compute_loss
+        imported = importlib.import_module(module)
+        entry = getattr(imported, trainer).compute_loss
         loss_fn, loss_name, _ = transformers_sp_loss()
-    except Exception as err:  # noqa: BLE001
-        return Client("trl", version, entry_name, None, None, error=error_line(err))
+    except Exception as err:  # noqa: BLE001 - any import failure is the row's content
+        return Client(client, version, entry_name, None, None, error=error_line(err))
     if loss_fn is None:
-        return Client(
-            "trl", version, entry_name, None, None,
-            why_not="its SFTTrainer hands the sp loss to transformers' Trainer.compute_loss, and " +
-            no_transformers_sp_loss(dist_version("transformers")))
+        return Client(client, version, entry_name, None, None,
+                      why_not=f"{who} hands the sp loss to transformers' Trainer.compute_loss, and " +
+                      no_transformers_sp_loss(dist_version("transformers")))
+    return TrainerEntry(version, imported, entry_name, entry, loss_fn, loss_name)
+
+
+def find_trl() -> Client | None:
+    found = trainer_entry("trl", "trl.trainer.sft_trainer", "SFTTrainer", "its SFTTrainer")
+    if not isinstance(found, TrainerEntry):
+        return found
+    version, sft, entry_name, entry, loss_fn, loss_name = found
     if not hasattr(sft, "add_fused_lm_head"):
         return Client(
             "trl", version, entry_name, None, None,
@@ -247,21 +265,10 @@ def find_trl() -> Client | None:
 
 
 def find_axolotl() -> Client | None:
-    version = dist_version("axolotl")
-    if version is None:
-        return None
-    entry_name = "axolotl.core.trainers.base.AxolotlTrainer.compute_loss"
-    try:
-        base = importlib.import_module("axolotl.core.trainers.base")
-        entry = base.AxolotlTrainer.compute_loss
-        loss_fn, loss_name, _ = transformers_sp_loss()
-    except Exception as err:  # noqa: BLE001
-        return Client("axolotl", version, entry_name, None, None, error=error_line(err))
-    if loss_fn is None:
-        return Client(
-            "axolotl", version, entry_name, None, None,
-            why_not="its trainer hands the sp loss to transformers' Trainer.compute_loss, and " +
-            no_transformers_sp_loss(dist_version("transformers")))
+    found = trainer_entry("axolotl", "axolotl.core.trainers.base", "AxolotlTrainer", "its trainer")
+    if not isinstance(found, TrainerEntry):
+        return found
+    version, base, entry_name, entry, loss_fn, loss_name = found
 
     def call(engine, batch, sp_group, sp, ds_config):
         # What compute_loss reads on the sp path: no token counting, no packing, no ORPO, no multimodal ids.

@@ -16,19 +16,19 @@ GRAD_SCALE = REPRO / "zero3_sp_grad_scale.py"
 MIXED = REPRO / "zero3_sp_mixed_bucket.py"
 
 # sp=2: (config, param) -> ratio on unpatched DeepSpeed (described in CONTRIBUTING.md, "The reproducers").
+# config -> (small param, large param); only the large one outgrows bucket=16.
+UNPATCHED_SP2_BY_CONFIG = {
+    "zero1": (1.0, 1.0),
+    "zero2": (1.0, 1.0),
+    "zero3 rs=False cg=True bucket=500": (1.0, 1.0),
+    "zero3 rs=False cg=False bucket=500": (0.5, 0.5),
+    "zero3 rs=True cg=True bucket=500": (0.5, 0.5),
+    "zero3 rs=False cg=True bucket=16": (1.0, 0.5),
+}
 UNPATCHED_SP2 = {
-    ("zero1", "small"): 1.0,
-    ("zero1", "large"): 1.0,
-    ("zero2", "small"): 1.0,
-    ("zero2", "large"): 1.0,
-    ("zero3 rs=False cg=True bucket=500", "small"): 1.0,
-    ("zero3 rs=False cg=True bucket=500", "large"): 1.0,
-    ("zero3 rs=False cg=False bucket=500", "small"): 0.5,
-    ("zero3 rs=False cg=False bucket=500", "large"): 0.5,
-    ("zero3 rs=True cg=True bucket=500", "small"): 0.5,
-    ("zero3 rs=True cg=True bucket=500", "large"): 0.5,
-    ("zero3 rs=False cg=True bucket=16", "small"): 1.0,
-    ("zero3 rs=False cg=True bucket=16", "large"): 0.5,
+    (config, param): ratio
+    for config, ratios in UNPATCHED_SP2_BY_CONFIG.items()
+    for param, ratio in zip(("small", "large"), ratios)
 }
 
 
