@@ -1,8 +1,7 @@
-"""Shared by the benchmarks: run a reproducer launch and time it; write results as JSON."""
+"""Shared by the benchmarks: run a reproducer launch and time it; write results through their models."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import platform
 import re
@@ -15,15 +14,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results" / "benchmarks"
+if str(ROOT) not in sys.path:  # a script's own folder is on the path, not the checkout
+    sys.path.insert(0, str(ROOT))
 
-
-@dataclasses.dataclass(frozen=True)
-class Timed:
-    argv: list[str]
-    returncode: int
-    wall_s: float
-    teardown_notes: int  # "reported ... then exited with signal" lines: the abort at exit, absorbed
-    stderr_tail: str
+from benchmarks.models import Environment, ResultFile, Targeted, Timed  # noqa: E402
 
 
 def timed_run(python: str, script: Path, *argv: str, timeout: float = 900) -> Timed:
@@ -31,28 +25,23 @@ def timed_run(python: str, script: Path, *argv: str, timeout: float = 900) -> Ti
     proc = subprocess.run([python, str(script), *argv], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     wall = time.monotonic() - start
     notes = sum("during teardown" in line for line in proc.stderr.splitlines())
-    return Timed([str(script.name), *argv], proc.returncode, round(wall, 3), notes, proc.stderr[-2000:])
+    return Timed(argv=[str(script.name), *argv], returncode=proc.returncode, wall_s=round(wall, 3),
+                 teardown_notes=notes, stderr_tail=proc.stderr[-2000:])
 
 
 def median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
-def environment(python: str) -> dict:
+def environment(python: str) -> Environment:
     # Versions, not this machine's paths: a reader elsewhere has neither the interpreter nor its folder.
     probe = subprocess.run([
         python, "-c", "import importlib.metadata as m, platform, torch; "
         "print(m.version('deepspeed'), torch.__version__, platform.python_version())"
     ], capture_output=True, text=True)
     ds, torch_version, py_version = (probe.stdout.split() + ["?", "?", "?"])[:3]
-    return {
-        "python": py_version,
-        "deepspeed": ds,
-        "torch": torch_version,
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "load_average_at_start": os.getloadavg()
-    }
+    return Environment(python=py_version, deepspeed=ds, torch=torch_version, platform=platform.platform(),
+                       cpus=os.cpu_count(), load_average_at_start=os.getloadavg())
 
 
 def _machine_prefixes() -> list[tuple[str, str]]:
@@ -82,24 +71,17 @@ def portable(value: Any, prefixes: list[tuple[str, str]] | None = None) -> Any:
     return value
 
 
-def write_result(name: str, payload: dict, out: Path | None) -> Path:
-    path = out or RESULTS / f"{name}.json"
-    from repro.harness.files import write_json  # the scripts put the checkout on sys.path first
+def write_result(result: ResultFile, out: Path | None) -> Path:
+    """Write ``result`` (default results/benchmarks/<benchmark>.json) with this machine's folders made portable."""
+    path = out or RESULTS / f"{result.benchmark}.json"
+    type(result).from_dict(portable(result.to_dict())).write(path)
+    return path
 
-    return write_json(path, portable(payload))
 
-
-def finish(name: str, env: dict, payload: dict, out: Path | None, summary: str, *, target: float, met: bool) -> int:
-    """Write the result (named, with the environment it ran in and its target), print the one-line summary and
-    where it went; exit 0 when the target is met, else 1."""
-    path = write_result(name, {
-        "benchmark": name,
-        "environment": env,
-        **payload, "target": target,
-        "meets_target": met
-    }, out)
-    print(f"{summary}; {path}")
-    return 0 if met else 1
+def finish(result: Targeted, out: Path | None, summary: str) -> int:
+    """Write the result, print the one-line summary and where it went; exit 0 when the target is met, else 1."""
+    print(f"{summary}; {write_result(result, out)}")
+    return 0 if result.meets_target else 1
 
 
 def default_python() -> str:

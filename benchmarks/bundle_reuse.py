@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, environment, finish  # noqa: E402
+from benchmarks.models import BundleReuse  # noqa: E402
 
 TARGET = 0.10
 
@@ -50,10 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     ratio = round(second / reference, 4)
     summary = (f"first {first:.1f} s ({first_line}); second {second:.1f} s ({second_line}); ratio {ratio} "
                f"against {reference:.1f} s (target < {TARGET})")
-    builds = {"first_build_s": first, "first_build_summary": first_line, "first_run_s_given": args.first_run_s}
-    builds |= {"second_build_s": second, "second_build_summary": second_line, "ratio_second_over_first": ratio}
     met = ratio < TARGET and "reused" in second_line
-    return finish("bundle_reuse", env, builds, args.out, summary, target=TARGET, met=met)
+    result = BundleReuse(benchmark="bundle_reuse", environment=env, first_build_s=first,
+                         first_build_summary=first_line, first_run_s_given=args.first_run_s, second_build_s=second,
+                         second_build_summary=second_line, ratio_second_over_first=ratio, target=TARGET,
+                         meets_target=met)
+    return finish(result, args.out, summary)
 
 
 if __name__ == "__main__":

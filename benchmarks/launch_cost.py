@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, default_python, environment, finish, median, timed_run  # noqa: E402
+from benchmarks.models import LaunchCost  # noqa: E402
 
 SCRIPT = ROOT / "repro" / "zero3_sp_grad_scale.py"
 TARGET = 1.5
@@ -43,12 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: median([r.wall_s for r in v]) for k, v in runs.items()}
     ratio = round(med["all_six"] / med["single"], 3)
     met = ratio <= TARGET and not failed
-    every_run = {k: [r.__dict__ for r in v] for k, v in runs.items()}
-    payload = {"repeats": args.repeats, "median_wall_s": med, "ratio_all_six_over_single": ratio, "runs": every_run}
+    result = LaunchCost(benchmark="launch_cost", environment=env, repeats=args.repeats, median_wall_s=med,
+                        ratio_all_six_over_single=ratio, runs=runs, target=TARGET, meets_target=met)
     return finish(
-        "launch_cost", env, payload, args.out,
-        f"all six: {med['all_six']} s, single: {med['single']} s (medians of {args.repeats}); "
-        f"ratio {ratio} (target <= {TARGET}) -> {'OK' if met else 'MISSED'}", target=TARGET, met=met)
+        result, args.out, f"all six: {med['all_six']} s, single: {med['single']} s (medians of {args.repeats}); "
+        f"ratio {ratio} (target <= {TARGET}) -> {'OK' if met else 'MISSED'}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Uses the interpreter it runs in: it installs DeepSpeed into it (the patched buil
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -24,12 +23,14 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import RESULTS, ROOT, environment, finish  # noqa: E402
+from benchmarks.models import PipelineOverhead  # noqa: E402
 from patch_and_test.core.checks import REPRODUCERS  # noqa: E402
+from patch_and_test.job.verdict import Verdict  # noqa: E402
 
 TARGET = 2.0
 
 
-def pipeline(version: str, results: Path) -> tuple[float, dict]:
+def pipeline(version: str, results: Path) -> tuple[float, Verdict]:
     shutil.rmtree(results, ignore_errors=True)
     start = time.monotonic()
     proc = subprocess.run([
@@ -37,9 +38,9 @@ def pipeline(version: str, results: Path) -> tuple[float, dict]:
         str(results), "--env-name", "pipeline-overhead"
     ], cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - start
-    verdict = json.loads((results / "verdict.json").read_text())
+    verdict = Verdict.load(results / "verdict.json")
     if proc.returncode != 0:
-        raise SystemExit(f"error: the job exited {proc.returncode}: {verdict.get('error') or proc.stdout[-800:]}")
+        raise SystemExit(f"error: the job exited {proc.returncode}: {verdict.error or proc.stdout[-800:]}")
     return round(wall, 3), verdict
 
 
@@ -56,30 +57,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm_up:
         pipeline(args.version, results)
     total, verdict = pipeline(args.version, results)
-    launches = {c["name"]: c["duration_s"] for c in verdict["before"] + verdict["after"] if c["script"] in REPRODUCERS}
-    steps = {s["name"]: s["duration_s"] for s in verdict["steps"]}
-    cached = all("cached wheel" in s["detail"] for s in verdict["steps"] if s["name"].startswith("install"))
+    launches = {c.name: c.duration_s for c in verdict.before + verdict.after if c.script in REPRODUCERS}
+    steps = {s.name: s.duration_s for s in verdict.steps}
+    cached = all("cached wheel" in s.detail for s in verdict.steps if s.name.startswith("install"))
     if len(launches) != 2 * len(REPRODUCERS):
         raise SystemExit(f"error: expected {2 * len(REPRODUCERS)} reproducer launches, the verdict has {launches}")
     launch_total = round(sum(launches.values()), 3)
     ratio = round(total / launch_total, 3)
     met = ratio <= TARGET and cached
-    payload = {
-        "version": args.version,
-        "warm": cached,
-        "pipeline_wall_s": total,
-        "pipeline_steps_s": steps,
-        "launches_s": launches,
-        "launches_total_s": launch_total,
-        "overhead_s": round(total - launch_total, 3),
-        "ratio_total_over_launches": ratio,
-        "verdict": str(results / "verdict.json")
-    }
+    result = PipelineOverhead(benchmark="pipeline_overhead", environment=env, version=args.version, warm=cached,
+                              pipeline_wall_s=total, pipeline_steps_s=steps, launches_s=launches,
+                              launches_total_s=launch_total, overhead_s=round(total - launch_total,
+                                                                              3), ratio_total_over_launches=ratio,
+                              verdict=str(results / "verdict.json"), target=TARGET, meets_target=met)
     return finish(
-        "pipeline_overhead", env, payload, out,
-        f"{'warm' if cached else 'NOT warm (a wheel was built)'} job {total:.1f} s; its four reproducer "
-        f"launches {launch_total:.1f} s; ratio {ratio} (target <= {TARGET}): "
-        f"{'met' if met else 'NOT met'}", target=TARGET, met=met)
+        result, out, f"{'warm' if cached else 'NOT warm (a wheel was built)'} job {total:.1f} s; its four reproducer "
+        f"launches {launch_total:.1f} s; ratio {ratio} (target <= {TARGET}): {'met' if met else 'NOT met'}")
 
 
 if __name__ == "__main__":

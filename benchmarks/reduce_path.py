@@ -36,7 +36,6 @@ and on the oldest served release. Writes benchmarks/results/reduce_path.json and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -54,9 +53,9 @@ for _p in (str(ROOT), str(HERE)):
         sys.path.insert(0, _p)
 
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
+from benchmarks.models import LaunchInfo, NumericsLaunch, ReducePath, TimingLaunch  # noqa: E402
 from patch_and_test.core.series import series_for_version  # noqa: E402
 from repro.harness.launch import remove_shm_buffers  # noqa: E402
-from repro.harness.files import write_json  # noqa: E402
 
 # "divisor" is the recommended fix: the fix patch of the series that serves the installed release (on 0.19.8 the
 # pull request's own patch 1, which the v0.19.8 backport carries unchanged). Other forms come with --patch.
@@ -103,8 +102,9 @@ def launch_main(argv: list[str]) -> int:
         def sink(report: dict, wall: float) -> None:
             report.update(world_size=args.world_size, sp=args.sp, dp=args.dp, backend=args.backend,
                           wall_s=round(wall, 2), load_average_at_end=os.getloadavg())
+            result = (TimingLaunch if x["phase"] == "timing" else NumericsLaunch).model_validate(report)
             if args.json:
-                write_json(args.json, report, indent=1)
+                result.write(args.json)
 
         return launch.run(args, program, sink)
 
@@ -175,7 +175,7 @@ def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[
 
 
 def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls: dict[str, str], out: Path,
-               extra: list[str], timeout: float) -> dict | None:
+               extra: list[str], timeout: float) -> TimingLaunch | NumericsLaunch | None:
     """One launch; its report (also left in ``out``), or None when it failed (the reason printed)."""
     argv = [
         python,
@@ -200,12 +200,12 @@ def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls
             f"error: {phase} launch (world {world}, sp {sp}) failed with exit code {proc.returncode} after "
             f"{time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
         return None
-    report = json.loads(out.read_text())
-    addr, port = report.get("master_addr"), report.get("master_port")
-    report["shm_buffers_removed"] = remove_shm_buffers(addr, port) if addr and port else 0
-    report["load_average_at_start"] = load
-    report["driver_wall_s"] = round(time.monotonic() - start, 2)
-    write_json(out, report, indent=1)
+    report = (TimingLaunch if phase == "timing" else NumericsLaunch).load(out)
+    addr, port = report.master_addr, report.master_port
+    report = report.model_copy(
+        update=dict(shm_buffers_removed=remove_shm_buffers(addr, port) if addr and port else 0,
+                    load_average_at_start=list(load), driver_wall_s=round(time.monotonic() - start, 2)))
+    report.write(out)
     return report
 
 
@@ -503,9 +503,9 @@ def driver_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     env = environment(args.python)
-    series = series_for_version(env["deepspeed"])
+    series = series_for_version(env.deepspeed)
     patches = {RECOMMENDED: series.fix_patches[0].path, **{n: Path(f) for n, f in map(_pair, args.patch or [])}}
-    tree = (f"DeepSpeed {env['deepspeed']} as installed, + patches/{series.name} (v{series.version}) "
+    tree = (f"DeepSpeed {env.deepspeed} as installed, + patches/{series.name} (v{series.version}) "
             f"{series.fix_patches[0].file[:4]}")
     if "before" in patches:
         raise SystemExit("error: 'before' is the installed DeepSpeed; name the patches otherwise")
@@ -535,10 +535,10 @@ def driver_main(argv: list[str]) -> int:
     if args.keep_other and out_path.exists():
         # Keep the section this run skips from the previous results file (e.g. numerics run once,
         # timing rerun at a quieter moment).
-        old = json.loads(out_path.read_text())
+        old = ReducePath.load(out_path).to_dict()
         for section, skipped in (("timing", args.skip_timing), ("numerics", args.skip_numerics)):
             if skipped:
-                payload.update({k: v for k, v in old.items() if k == section or k.startswith(section + "_")})
+                payload.update({k: v for k, v in old.items() if k.split("_")[0] == section and v is not None})
     with tempfile.TemporaryDirectory(prefix="reduce-path-impls-") as tmp:
         impls = prepare_impls(args.python, patches, Path(tmp))
         if args.aa_control:
@@ -562,7 +562,7 @@ def driver_main(argv: list[str]) -> int:
             extra = ["--warmup", str(args.warmup), "--iters", str(args.iters), "--dtypes", args.timing_dtypes]
             for case in args.case or DEFAULT_CASES:
                 extra += ["--case", case]
-            launches = [json.loads(Path(f).read_text()) for f in args.add_timing_launch]
+            launches = [TimingLaunch.load(Path(f)) for f in args.add_timing_launch]
             failed = 0
             payload["timing_run"] = _run_info(waited)
             for i in range(args.repeats):
@@ -573,14 +573,15 @@ def driver_main(argv: list[str]) -> int:
                     continue
                 launches.append(report)
                 print(
-                    f"timing launch {i + 1}/{args.repeats}: {report['driver_wall_s']} s, load "
-                    f"{report['load_average_at_start'][0]:.2f} -> {report['load_average_at_end'][0]:.2f}", flush=True)
+                    f"timing launch {i + 1}/{args.repeats}: {report.driver_wall_s} s, load "
+                    f"{report.load_average_at_start[0]:.2f} -> {report.load_average_at_end[0]:.2f}", flush=True)
             payload["timing_run"].update(load_average_at_end=os.getloadavg(), launches=len(launches),
                                          failed_launches=failed, added_launches=list(args.add_timing_launch))
             if not launches:
                 raise SystemExit("error: no timing launch succeeded")
-            payload["timing"] = summarize_timing(launches, names)
-            payload["timing_launches"] = [{k: v for k, v in lr.items() if k != "cases"} for lr in launches]
+            raw = [lr.to_dict() for lr in launches]
+            payload["timing"] = summarize_timing(raw, names)
+            payload["timing_launches"] = [_info(lr) for lr in raw]
             payload["timing_raw"] = launches
         if not args.skip_numerics:
             launches = []
@@ -595,11 +596,12 @@ def driver_main(argv: list[str]) -> int:
                 if report is None:
                     raise SystemExit(f"error: the numerics launch for world {world}, sp {sp} failed")
                 launches.append(report)
-                print(f"numerics world {world} sp {sp}: {report['driver_wall_s']} s", flush=True)
+                print(f"numerics world {world} sp {sp}: {report.driver_wall_s} s", flush=True)
             payload["numerics_run"]["load_average_at_end"] = os.getloadavg()
+            launches = [lr.to_dict() for lr in launches]
             payload["numerics"] = numerics_rows(launches)
             payload["numerics_bitwise"] = numerics_flags(launches)
-            payload["numerics_launches"] = [{k: v for k, v in lr.items() if k != "results"} for lr in launches]
+            payload["numerics_launches"] = [_info(lr) for lr in launches]
     payload["load_average_at_end"] = os.getloadavg()
     ratio = recommended_ratio(payload)
     if ratio is not None:
@@ -608,7 +610,7 @@ def driver_main(argv: list[str]) -> int:
                                       if r["case"] == TARGET_CASE)
     conclusion = _conclusion(payload)
     payload["conclusion"] = conclusion
-    path = write_result("reduce_path", payload, out_path)
+    path = write_result(ReducePath.model_validate(payload), out_path)
     md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", "", f"Tree: {tree}.", ""]
     if "timing" in payload:
         timed = [n for n in payload["timing"][0]["wall_ms"]]
@@ -632,6 +634,11 @@ def driver_main(argv: list[str]) -> int:
     # code's (the worst dtype's median paired ratio).
     print(f"after/before = {ratio:.4f}" if ratio is not None else "after/before = not measured (timing skipped)")
     return 0 if payload.get("meets_target", True) else 1
+
+
+def _info(launch: dict) -> dict:
+    """A launch's report without its measurements: who ran, where, how long."""
+    return {k: launch[k] for k in LaunchInfo.model_fields}
 
 
 def recommended_ratio(payload: dict) -> float | None:

@@ -29,7 +29,6 @@ leak and every fault ended as documented.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import signal
 import statistics
@@ -42,6 +41,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import ROOT, default_python, environment, write_result  # noqa: E402
+from benchmarks.models import Counts, Fault, KindCounts, Launch, StressRepro  # noqa: E402
 from repro.gradscale.space import SCRIPTS  # noqa: E402
 
 TAG_VAR = "ZERO3_SP_STRESS_TAG"
@@ -50,23 +50,6 @@ TWO_RANK = tuple(f"{s}.py" for s in SCRIPTS)
 DEADLINE_S = 300.0  # the reproducers' own default --timeout
 MARGIN_S = 60.0  # on top of it before the stress loop calls a launch hung
 FAULTS = 4  # kill-rank, sigint-parent, unwritable-results, deadline
-
-
-@dataclasses.dataclass
-class Launch:
-    kind: str  # "2-rank", "4-rank", "torchrun" or a fault's name
-    script: str
-    exit_code: int | None  # None: hung (killed by the stress loop)
-    expected: int
-    wall_s: float
-    leaked_processes: list[str]
-    leaked_shm: list[str]
-    teardown_aborts_absorbed: int
-    stderr_tail: str
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == self.expected and not self.leaked_processes and not self.leaked_shm
 
 
 def shm_segments() -> set[str]:
@@ -183,8 +166,10 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
     procs, shm = leftovers(tag, shm_before, ports)
     _cleanup(tag, shm)
     script = next((Path(a).name for a in argv if a.endswith(".py")), "?")
-    return Launch(kind, script, code, expected, round(wall, 2), procs, shm,
-                  sum("during teardown" in line for line in err.splitlines()), err[-1500:])
+    return Launch(kind=kind, script=script, exit_code=code, expected=expected, wall_s=round(wall,
+                                                                                            2), leaked_processes=procs,
+                  leaked_shm=shm, teardown_aborts_absorbed=sum("during teardown" in line for line in err.splitlines()),
+                  stderr_tail=err[-1500:])
 
 
 def _wait_for_ranks(proc: subprocess.Popen, tag: str, count: int, limit_s: float = 120.0) -> dict[int, int]:
@@ -233,7 +218,7 @@ def fault_sigint(proc: subprocess.Popen, tag: str) -> None:
         os.kill(proc.pid, signal.SIGINT)
 
 
-def run_all(args, runs: list[Launch], fault_rows: list[dict]) -> None:
+def run_all(args, runs: list[Launch], fault_rows: list[Fault]) -> None:
     """Every fault, then every launch; appends to ``runs`` and ``fault_rows`` as it goes."""
     py = args.python
 
@@ -258,17 +243,10 @@ def run_all(args, runs: list[Launch], fault_rows: list[dict]) -> None:
     for name, run, needle in faults:
         record(run, f"fault {name}")
         handled = run.ok and needle in run.stderr_tail and run.wall_s < DEADLINE_S
-        fault_rows.append({
-            "fault": name,
-            "handled": handled,
-            "expected_exit": run.expected,
-            "exit": run.exit_code,
-            "wall_s": run.wall_s,
-            "message_has": needle,
-            "leaked_processes": run.leaked_processes,
-            "leaked_shm": run.leaked_shm,
-            "stderr_tail": run.stderr_tail[-400:]
-        })
+        fault_rows.append(
+            Fault(fault=name, handled=handled, expected_exit=run.expected, exit=run.exit_code, wall_s=run.wall_s,
+                  message_has=needle, leaked_processes=run.leaked_processes, leaked_shm=run.leaked_shm,
+                  stderr_tail=run.stderr_tail[-400:]))
     # Interleaved, so that a run stopped early has launches of every kind.
     four = [py, str(REPRO / TWO_RANK[0]), "--world-size", "4", "--sp", "2", *expect]
     torchrun = [
@@ -294,36 +272,22 @@ def schedule(launches: int, four_rank: int, torchrun: int, py: str, expect: list
     return out
 
 
-def summarize(runs: list[Launch], fault_rows: list[dict], expect: str, faults_expected: int) -> dict:
-    verdict_runs = [r for r in runs if r.kind in ("2-rank", "4-rank", "torchrun")]
+def summarize(runs: list[Launch], faults: list[Fault], expect: str, faults_expected: int, **rest) -> StressRepro:
+    """The counts per kind and in all; ``rest``: environment, interrupted (then never ok) and wall_s."""
     by_kind = {}
     for kind in ("2-rank", "4-rank", "torchrun"):
-        rows = [r for r in verdict_runs if r.kind == kind]
-        by_kind[kind] = {
-            "launches": len(rows),
-            "false_reds": sum(r.exit_code not in (None, r.expected) for r in rows),
-            "hangs": sum(r.exit_code is None for r in rows),
-            "leaked_processes": sum(bool(r.leaked_processes) for r in rows),
-            "leaked_shm": sum(bool(r.leaked_shm) for r in rows),
-            "teardown_aborts_absorbed": sum(r.teardown_aborts_absorbed for r in rows),
-            "median_wall_s": round(statistics.median([r.wall_s for r in rows]), 2) if rows else None
-        }
-    totals = {
-        k: sum(v[k] for v in by_kind.values())
-        for k in ("launches", "false_reds", "hangs", "leaked_processes", "leaked_shm")
-    }
-    ok = (totals["false_reds"] == totals["hangs"] == totals["leaked_processes"] == totals["leaked_shm"] == 0
-          and len(fault_rows) == faults_expected and all(f["handled"] for f in fault_rows))
-    bad = [dataclasses.asdict(r) for r in runs if not r.ok][:10]
-    return {
-        "benchmark": "stress_repro",
-        "expect": expect,
-        "by_kind": by_kind,
-        "totals": totals,
-        "faults": fault_rows,
-        "not_ok_launches": bad,
-        "ok": ok
-    }
+        rows = [r for r in runs if r.kind == kind]
+        by_kind[kind] = KindCounts(
+            launches=len(rows), false_reds=sum(r.exit_code not in (None, r.expected) for r in rows),
+            hangs=sum(r.exit_code is None for r in rows), leaked_processes=sum(bool(r.leaked_processes) for r in rows),
+            leaked_shm=sum(bool(r.leaked_shm) for r in rows), teardown_aborts_absorbed=sum(r.teardown_aborts_absorbed
+                                                                                           for r in rows),
+            median_wall_s=round(statistics.median([r.wall_s for r in rows]), 2) if rows else None)
+    totals = Counts(**{k: sum(getattr(v, k) for v in by_kind.values()) for k in Counts.model_fields})
+    ok = (totals.false_reds == totals.hangs == totals.leaked_processes == totals.leaked_shm == 0
+          and len(faults) == faults_expected and all(f.handled for f in faults) and not rest["interrupted"])
+    return StressRepro(benchmark="stress_repro", expect=expect, by_kind=by_kind, totals=totals, faults=faults,
+                       not_ok_launches=[r for r in runs if not r.ok][:10], ok=ok, **rest)
 
 
 def _terminate(signum, frame):  # SIGTERM: unwind like Ctrl-C, so the launch in flight is cleaned up
@@ -345,24 +309,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     runs: list[Launch] = []
-    fault_rows: list[dict] = []
+    fault_rows: list[Fault] = []
     interrupted = False
     try:
         run_all(args, runs, fault_rows)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what ran, marked as such (never "ok")
         interrupted = True
-    payload = {"environment": environment(args.python), **summarize(runs, fault_rows, args.expect, FAULTS)}
-    payload["interrupted"] = interrupted
-    payload["ok"] = payload["ok"] and not interrupted
-    payload["wall_s"] = round(time.monotonic() - started, 1)
-    path = write_result("stress_repro", payload, args.out)
-    t = payload["totals"]
-    handled = sum(f["handled"] for f in payload["faults"])
-    print(f"{t['launches']} launches: {t['false_reds']} false reds, {t['hangs']} hangs, {t['leaked_processes']} "
-          f"with leaked processes, {t['leaked_shm']} with leaked /dev/shm segments; faults handled "
-          f"{handled}/{len(payload['faults'])}")
-    print(f"{'OK' if payload['ok'] else 'INTERRUPTED' if interrupted else 'FAILED'}: {path}")
-    return 0 if payload["ok"] else 1
+    result = summarize(runs, fault_rows, args.expect, FAULTS, environment=environment(args.python),
+                       interrupted=interrupted, wall_s=round(time.monotonic() - started, 1))
+    path = write_result(result, args.out)
+    t = result.totals
+    print(f"{t.launches} launches: {t.false_reds} false reds, {t.hangs} hangs, {t.leaked_processes} "
+          f"with leaked processes, {t.leaked_shm} with leaked /dev/shm segments; faults handled "
+          f"{sum(f.handled for f in result.faults)}/{len(result.faults)}")
+    print(f"{'OK' if result.ok else 'INTERRUPTED' if interrupted else 'FAILED'}: {path}")
+    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

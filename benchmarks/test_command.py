@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, write_result  # noqa: E402
+from benchmarks.models import CommandRun, TestCommand, ToxEnv  # noqa: E402
 
 COMMAND = [sys.executable, "-m", "tox", "-m", "tests"]
 # tox's summary: "  tests-ds0.19.8: OK (781.2=setup[58.1]+cmd[723.1] seconds)"
@@ -35,30 +36,20 @@ ENV_LINE = re.compile(r"^\s*(\S+): (OK|FAIL\S*|SKIP\S*).*?\(([\d.]+)=setup\[([\d
 PYTEST_LINE = re.compile(r"^=+ (.*(?:passed|failed|error).* in [\d.]+s.*?) =+$")
 
 
-def run_once(clone: Path, env: dict[str, str], log: Path) -> dict:
+def run_once(clone: Path, env: dict[str, str], log: Path) -> CommandRun:
     start = time.monotonic()
     load = os.getloadavg()
     proc = subprocess.run(COMMAND, cwd=clone, env=env, capture_output=True, text=True)
     wall = time.monotonic() - start
     out = proc.stdout + proc.stderr
     log.write_text(out)
-    envs = [{
-        "env": m[1],
-        "status": m[2],
-        "total_s": float(m[3]),
-        "setup_s": float(m[4]),
-        "cmd_s": float(m[5])
-    } for m in (ENV_LINE.match(line) for line in out.splitlines()) if m]
+    envs = [
+        ToxEnv(env=m[1], status=m[2], total_s=float(m[3]), setup_s=float(m[4]), cmd_s=float(m[5]))
+        for m in (ENV_LINE.match(line) for line in out.splitlines()) if m
+    ]
     pytest_lines = [m[1] for m in (PYTEST_LINE.match(line.strip()) for line in out.splitlines()) if m]
-    return {
-        "exit_code": proc.returncode,
-        "wall_s": round(wall, 1),
-        "load_average_at_start": load,
-        "load_average_at_end": os.getloadavg(),
-        "envs": envs,
-        "pytest": pytest_lines,
-        "log": log.name
-    }
+    return CommandRun(exit_code=proc.returncode, wall_s=round(wall, 1), load_average_at_start=load,
+                      load_average_at_end=os.getloadavg(), envs=envs, pytest=pytest_lines, log=log.name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,28 +72,20 @@ def main(argv: list[str] | None = None) -> int:
                XDG_CACHE_HOME=str(caches / "xdg"), PIP_CACHE_DIR=str(caches / "pip"))
     runs = {}
     for name in ("cold", "warm"):
-        runs[name] = run_once(clone, env, work / f"{name}.log")
+        run = runs[name] = run_once(clone, env, work / f"{name}.log")
         print(
-            f"{name}: exit {runs[name]['exit_code']}, {runs[name]['wall_s']} s; " +
-            "; ".join(f"{e['env']} setup {e['setup_s']} s + cmd {e['cmd_s']} s" for e in runs[name]["envs"]),
-            flush=True)
+            f"{name}: exit {run.exit_code}, {run.wall_s} s; " +
+            "; ".join(f"{e.env} setup {e.setup_s} s + cmd {e.cmd_s} s" for e in run.envs), flush=True)
+    cold, warm = runs["cold"], runs["warm"]
     cold_target, warm_target = args.targets
-    ok = (runs["cold"]["exit_code"] == 0 and runs["warm"]["exit_code"] == 0 and runs["cold"]["wall_s"] <= cold_target
-          and runs["warm"]["wall_s"] <= warm_target)
-    payload = {
-        "benchmark": "test_command",
-        "command": "tox -m tests",
-        "commit": head,
-        "cpus": os.cpu_count(),
-        "targets_s": {
-            "cold": cold_target,
-            "warm": warm_target
-        },
-        "runs": runs,
-        "meets_targets": ok
-    }
-    path = write_result("test_command", payload, args.out)
-    print(f"cold {runs['cold']['wall_s']} s (target {cold_target}), warm {runs['warm']['wall_s']} s "
+    ok = cold.exit_code == 0 and warm.exit_code == 0 and cold.wall_s <= cold_target and warm.wall_s <= warm_target
+    result = TestCommand(benchmark="test_command", command="tox -m tests", commit=head, cpus=os.cpu_count(),
+                         targets_s={
+                             "cold": cold_target,
+                             "warm": warm_target
+                         }, runs=runs, meets_targets=ok)
+    path = write_result(result, args.out)
+    print(f"cold {cold.wall_s} s (target {cold_target}), warm {warm.wall_s} s "
           f"(target {warm_target}): {'OK' if ok else 'MISSED'}; {path}")
     return 0 if ok else 1
 

@@ -13,12 +13,12 @@
      and ``dist/<name>-v<series version>.tar.gz``.
 ``python -m patch_and_test.bundle verify [PATH]`` (``tox -e verify-bundle``) re-checks every hash,
 validates every report the bundle carries (each ``results/*/verdict.json`` by ``Verdict``, every
-other JSON file whose ``schema`` names a model of ``patch_and_test.review.schemas``: no unknown key, and
-no stored verdict that its own rows contradict) and re-renders PR.md and EVIDENCE.md from the
-bundle's own results: any edited number, byte or file fails; so does a PR.md over its line budget,
-without ``Fixes #N`` or with a link into the bundle, and a link of EVIDENCE.md to a file the bundle
-lacks. With a DeepSpeed mirror it also fetches the branch into a clone at the base and compares it
-with git am.
+other JSON file whose ``schema`` names a model of ``patch_and_test.review.schemas``, or without one, whose name a
+model's ``FILES`` matches: the benchmarks' results): no unknown key, and no stored verdict that its own rows
+contradict) and re-renders PR.md and EVIDENCE.md from the bundle's own results: any edited number, byte or file
+fails; so does a PR.md over its line budget, without ``Fixes #N`` or with a link into the bundle, and a link of
+EVIDENCE.md to a file the bundle lacks. With a DeepSpeed mirror it also fetches the branch into a clone at the
+base and compares it with git am.
 """
 
 from __future__ import annotations
@@ -327,8 +327,10 @@ def validate_reports(bundle: Path) -> tuple[list[str], list[str]]:
         schema = data.get("schema") if isinstance(data, dict) else None
         if path.name == "verdict.json" and path.parent.parent == bundle / "results":
             model = Verdict
-        else:
-            model = known.get(schema) if isinstance(schema, str) else None
+        elif isinstance(schema, str):
+            model = known.get(schema)
+        else:  # the benchmarks' kept runs predate the schema key: their file names say
+            model = schemas.by_file(models, path) if isinstance(data, dict) else None
         if model is None:
             continue
         try:

@@ -1,12 +1,13 @@
 """The JSON schema of every report the package writes, kept under ``docs/schemas/``.
 
 ``python -m patch_and_test.schemas`` writes ``docs/schemas/<name>.schema.json`` for each model in
-``MODELS`` (the pipeline's verdict and the reproducer families' reports): the model's
+``MODELS`` (the pipeline's verdict, the reproducer families' reports, the benchmarks' results): the model's
 ``json_schema()`` (what its ``write`` produces, derived fields included), pretty, keys sorted, a
 final newline. ``--check`` writes nothing and exits 1 listing every stale, missing or orphaned
 file; a unit test runs the same check, so a model changed without regenerating fails.
 
-The same list tells ``bundle verify`` which model validates a JSON file by its ``schema`` key.
+The same list tells ``bundle verify`` which model validates a JSON file by its ``schema`` key (or, for a
+benchmark's kept run, which has none, by its file name: ``by_file``).
 A model that does not import is reported (``load_models``' second value); the unit test fails on it.
 
 pydantic's rendering of a schema may change between its releases, while the models do not (2.13
@@ -41,6 +42,14 @@ MODELS = {
     "downstream-census": "patch_and_test.downstream.census.Census",
     "releases": "patch_and_test.tools.releases.ReleasesReport",
     "training-effect-report": "repro.training.report.TrainingReport",
+    "benchmark-launch-cost": "benchmarks.models.LaunchCost",
+    "benchmark-bundle-reuse": "benchmarks.models.BundleReuse",
+    "benchmark-pipeline-overhead": "benchmarks.models.PipelineOverhead",
+    "benchmark-stress-repro": "benchmarks.models.StressRepro",
+    "benchmark-test-command": "benchmarks.models.TestCommand",
+    "benchmark-reduce-path": "benchmarks.models.ReducePath",
+    "benchmark-reduce-path-timing-launch": "benchmarks.models.TimingLaunch",
+    "benchmark-reduce-path-numerics-launch": "benchmarks.models.NumericsLaunch",
 }
 
 
@@ -68,6 +77,11 @@ def load_models(models: dict[str, str] | None = None) -> tuple[dict[str, Any], d
 def by_schema(models: dict[str, Any]) -> dict[str, Any]:
     """The schema name a report carries in its ``schema`` key -> its model."""
     return {model.SCHEMA: model for model in models.values()}
+
+
+def by_file(models: dict[str, Any], path: Path) -> Any:
+    """The model whose ``FILES`` pattern ``path`` matches (a file kept without a ``schema`` key), or None."""
+    return next((m for m in models.values() if getattr(m, "FILES", None) and path.match(m.FILES)), None)
 
 
 def _generator() -> str:

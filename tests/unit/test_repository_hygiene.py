@@ -41,19 +41,18 @@ def test_kept_results_name_no_folder_of_this_machine():
 
 def test_results_are_written_with_versions_not_paths(tmp_path):
     common = _common()
-    payload = {
-        "verdict": common.ROOT / "results" / "benchmarks" / "run" / "verdict.json",
-        "python": sys.executable,
-        "traceback": f'File "{sys.base_prefix}/lib/x.py", line 3',
-        "load": [1.5, 2.0],
-        "numbers": {
-            "wall_s": 12.25
-        }
-    }
-    written = common.write_result("x", payload, tmp_path / "x.json").read_text()
+    from benchmarks.models import Environment, LaunchCost, Timed
+
+    env = Environment(python=sys.executable, deepspeed="0.19.8", torch="2.13.0", platform="Linux", cpus=2,
+                      load_average_at_start=[1.5, 2.0, 2.0])
+    run = Timed(argv=[str(common.ROOT / "results" / "benchmarks" / "run" / "verdict.json")], returncode=0,
+                wall_s=12.25, teardown_notes=0, stderr_tail=f'File "{sys.base_prefix}/lib/x.py", line 3')
+    result = LaunchCost(benchmark="x", environment=env, target=1.5, meets_target=True, repeats=1,
+                        median_wall_s={"single": 12.25}, ratio_all_six_over_single=1.0, runs={"single": [run]})
+    written = common.write_result(result, tmp_path / "x.json").read_text()
     assert not MACHINE_PATH.search(written.replace(str(tmp_path), "")), written
     assert '"results/benchmarks/run/verdict.json"' in written and '"wall_s": 12.25' in written
-    assert '"<python>/' in written
+    assert '"<python>/' in written and LaunchCost.load(tmp_path / "x.json").runs["single"][0].wall_s == 12.25
 
 
 def test_the_mirror_is_the_users_not_a_built_in_folder(monkeypatch, tmp_path):
