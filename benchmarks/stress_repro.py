@@ -238,7 +238,7 @@ def run_all(args, runs: list[Launch], fault_rows: list[Fault]) -> None:
         ("sigint-parent", launch("sigint-parent", base, 130, fault=fault_sigint), "interrupted"),
         ("unwritable-results", launch("unwritable-results", [*base, "--json", "/dev/null/stress/out.json"],
                                       2), "error: cannot write the results file"),
-        ("deadline", launch("deadline", [*base, "--timeout", "5"], 2), "timeout after 5 s"),
+        ("deadline", launch("deadline", [*base, "--timeout", "5"], 2), "deadline of 5 s exceeded"),
     ]
     for name, run, needle in faults:
         record(run, f"fault {name}")
