@@ -249,13 +249,6 @@ class TimedCase(Record):
     buckets: list[TimedBucket]
 
 
-class TimingLaunch(ResultFile, LaunchInfo):
-    SCHEMA = "zero3-sp-gradfix/benchmark-reduce-path-timing-launch/v1"
-    FILES = "reduce_path_launches/*/timing*.json"
-    JSON_INDENT = 1
-    cases: list[TimedCase]
-
-
 class Errors(Record):
     elements: int
     max_ulp: float
@@ -281,10 +274,21 @@ class NumericsResult(Record):
     kinds: dict[str, KindResult]  # "exact" | "random" | "small" ->
 
 
-class NumericsLaunch(ResultFile, LaunchInfo):
+class LaunchFile(ResultFile, LaunchInfo):
+    """A reduce-path launch's own report (the ranks write it, the driver adds its fields)."""
+
+    JSON_INDENT = 1
+
+
+class TimingLaunch(LaunchFile):
+    SCHEMA = "zero3-sp-gradfix/benchmark-reduce-path-timing-launch/v1"
+    FILES = "reduce_path_launches/*/timing*.json"
+    cases: list[TimedCase]
+
+
+class NumericsLaunch(LaunchFile):
     SCHEMA = "zero3-sp-gradfix/benchmark-reduce-path-numerics-launch/v1"
     FILES = "reduce_path_launches/*/numerics-*.json"
-    JSON_INDENT = 1
     results: list[NumericsResult]
 
 

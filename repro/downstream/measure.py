@@ -233,9 +233,10 @@ def trainer_entry(client: str, module: str, trainer: str, who: str) -> TrainerEn
     except Exception as err:  # noqa: BLE001 - any import failure is the row's content
         return Client(client, version, entry_name, None, None, error=error_line(err))
     if loss_fn is None:
-        return Client(client, version, entry_name, None, None,
-                      why_not=f"{who} hands the sp loss to transformers' Trainer.compute_loss, and " +
-                      no_transformers_sp_loss(dist_version("transformers")))
+        return Client(
+            client, version, entry_name, None, None,
+            why_not=f"{who} hands the sp loss to transformers' Trainer.compute_loss, and " +
+            no_transformers_sp_loss(dist_version("transformers")))
     return TrainerEntry(version, imported, entry_name, entry, loss_fn, loss_name)
 
 

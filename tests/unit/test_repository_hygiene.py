@@ -43,7 +43,7 @@ def test_results_are_written_with_versions_not_paths(tmp_path):
     common = _common()
     from benchmarks.models import Environment, LaunchCost, Timed
 
-    env = Environment(python=sys.executable, deepspeed="0.19.8", torch="2.13.0", platform="Linux", cpus=2,
+    env = Environment(python=sys.executable, deepspeed="1.2.3", torch="4.5.6", platform="Linux", cpus=2,
                       load_average_at_start=[1.5, 2.0, 2.0])
     run = Timed(argv=[str(common.ROOT / "results" / "benchmarks" / "run" / "verdict.json")], returncode=0,
                 wall_s=12.25, teardown_notes=0, stderr_tail=f'File "{sys.base_prefix}/lib/x.py", line 3')
