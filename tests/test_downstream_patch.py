@@ -31,7 +31,7 @@ NEW_TEST = "tests/deepspeed/test_alst_ulysses_sp_gradients.py"
 
 
 def newest_transformers() -> str:
-    proc = subprocess.run([*source._pip(), "index", "versions", "transformers"], capture_output=True, text=True)
+    proc = subprocess.run([*source.pip_command(), "index", "versions", "transformers"], capture_output=True, text=True)
     found = re.search(r"^transformers \(([^)]+)\)", proc.stdout, re.M)
     assert proc.returncode == 0 and found, proc.stdout + proc.stderr
     return found.group(1)
