@@ -86,7 +86,7 @@ def test_lock_mismatch_is_refused(tmp_path):
 def test_failing_series_leaves_the_tree_exactly_as_it_was(manifest):
     tree = source.from_pypi("0.19.8")
     own = series_for_tree(tree.path)  # v0.19.8
-    backport = manifest.by_name("v0.14.0-v0.17.1")
+    backport = manifest.by_name("v0.14.0-v0.16.1")
     before = repo_state(tree.path, exact=False)
     # 1. The first patch fails: an old backport's fix on a 0.19.8 tree.
     with pytest.raises(errors.SeriesDoesNotApply, match=backport.fix_patches[0].file) as caught:

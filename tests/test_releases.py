@@ -34,8 +34,8 @@ def test_the_oldest_and_a_release_without_a_tag_take_their_series(tmp_path, mani
 
 
 def test_a_series_that_does_not_apply_fails_its_row_with_gits_error(tmp_path):
-    """0.19.8 given the 0.14-0.17 backport: git am refuses, the row fails, the run exits 1."""
-    backport = (releases.PACKAGE_ROOT / "patches" / "v0.14.0-v0.17.1").as_posix()
+    """0.19.8 given the 0.14-0.16 backport: git am refuses, the row fails, the run exits 1."""
+    backport = (releases.PACKAGE_ROOT / "patches" / "v0.14.0-v0.16.1").as_posix()
     manifest = tmp_path / "series.toml"
     manifest.write_text(f"""schema = 1
 [[series]]

@@ -100,16 +100,16 @@ def test_bundle_from_the_run_verifies_and_catches_tampering(job, release, tmp_pa
     ok = bundle("verify", str(path))
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
-    # One number in PR.md: the first ratio of the compatibility matrix.
-    pr = path / "PR.md"
-    original = pr.read_text()
+    # One number in EVIDENCE.md (the numbers' page; PR.md is the short body): the first ratio of the matrix.
+    evidence = path / "EVIDENCE.md"
+    original = evidence.read_text()
     ratio = re.search(r"\b(0\.5000|1\.0000)\b", original)
-    assert ratio, "PR.md shows no ratio"
-    pr.write_text(original[:ratio.start()] + ("0.5001" if ratio.group(1) == "0.5000" else "1.0001") +
-                  original[ratio.end():])
+    assert ratio, "EVIDENCE.md shows no ratio"
+    evidence.write_text(original[:ratio.start()] + ("0.5001" if ratio.group(1) == "0.5000" else "1.0001") +
+                        original[ratio.end():])
     bad = bundle("verify", str(path))
-    assert bad.returncode != 0 and "PR.md" in bad.stderr
-    pr.write_text(original)
+    assert bad.returncode != 0 and "EVIDENCE.md" in bad.stderr
+    evidence.write_text(original)
     assert bundle("verify", str(path)).returncode == 0
 
     # One byte of a patch.
