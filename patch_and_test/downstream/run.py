@@ -22,7 +22,6 @@ measure (no client installed).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import subprocess
 import sys
@@ -58,7 +57,7 @@ class DownstreamRun(JsonReport):
     clients: dict[str, str]  # distribution -> version, as installed here
     transformers_patches: list[str]
     steps: list[dict[str, Any]]  # name, detail, duration_s
-    checks: list[dict[str, Any]]  # patch_and_test.core.checks.ReproCheck, as written
+    checks: list[checks.ReproCheck]  # report and log relative to the results folder
     exit_code: int = 2
     wall_time_s: float | None = None
     error: str | None = None
@@ -196,14 +195,10 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
             step(f"install {phase}", f"deepspeed {done.version}", t)
             t = time.monotonic()
             check = checks.run_reproducer(SCRIPT, expect, results / phase, phase, backend=backend, timeout=timeout)
-            # Paths relative to the results folder: the record stays valid where it is copied (bundle, docs).
-            record.checks.append({
-                **dataclasses.asdict(check), "report": _relative(check.report, results),
-                "log": _relative(check.log, results)
-            })
-            shown = record.checks[-1]["report"]
+            record.checks.append(relative_check(check, results))
+            shown = record.checks[-1].report
             step(f"{phase}: {SCRIPT} --expect {expect}", f"exit {check.exit_code} (report {shown})", t)
-        codes = [c["exit_code"] for c in record.checks]
+        codes = [c.exit_code for c in record.checks]
         record.exit_code = int(Exit.ERROR if any(
             c not in (Exit.OK, Exit.NOT_FIXED, Exit.SKIPPED) for c in codes) else Exit.SKIPPED if all(
                 c == Exit.SKIPPED for c in codes) else Exit.NOT_FIXED if any(c == Exit.NOT_FIXED
@@ -216,6 +211,12 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
         record.wall_time_s = round(time.monotonic() - started, 3)
         record.write(results / "run.json")
     return record
+
+
+def relative_check(check: checks.ReproCheck, results: Path) -> checks.ReproCheck:
+    """The check with its report and log relative to the results folder: the record stays valid where it is
+    copied (bundle, docs)."""
+    return check.model_copy(update={"report": _relative(check.report, results), "log": _relative(check.log, results)})
 
 
 def _relative(path: str | None, root: Path) -> str | None:
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if record.error:
         print(f"error: {record.error}", file=sys.stderr)
     for c in record.checks:
-        print(f"[{args.env_name}] {c['name']} --expect {c['expect']}: exit {c['exit_code']}")
+        print(f"[{args.env_name}] {c.name} --expect {c.expect}: exit {c.exit_code}")
     print(f"run: {results / 'run.json'}")
     return record.exit_code
 
