@@ -11,12 +11,11 @@ read by attribute; the reduce-path benchmark is still read as plain JSON.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from patch_and_test.review.schemas import import_model
+from patch_and_test.review.schemas import MODELS, import_model
 from patch_and_test.core.series import patch_subject, version_sort_key
 from patch_and_test.core.checks import outcome_counts
 from patch_and_test.core.templating import Model
@@ -30,6 +29,7 @@ from patch_and_test.upstream.suite import SuiteComparison
 from patch_and_test.core.checks import PytestCheck
 
 if TYPE_CHECKING:
+    from benchmarks.models import ReducePath
     from patch_and_test.core.checks import ReproCheck
     from patch_and_test.job.verdict import Verdict
     from repro.alst.report import AlstReport
@@ -72,9 +72,10 @@ def load_affected(path: Path) -> AffectedVerdict:
     return AffectedVerdict.load(path)
 
 
-def load_reduce_path(path: Path) -> dict[str, Any]:
-    """``results/benchmarks/reduce_path.json`` (``benchmarks/reduce_path.py``)."""
-    return json.loads(path.read_text())
+def load_reduce_path(path: Path) -> ReducePath:
+    """``results/benchmarks/reduce_path.json`` (``benchmarks/reduce_path.py``), validated by its model (it lives
+    beside the benchmarks, so it is found through the schema registry, as bundle verify finds it)."""
+    return _validated(path, MODELS["benchmark-reduce-path"])
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -403,11 +404,11 @@ def _cost(bundle: Path) -> Cost | None:
     path = bundle / "results" / "benchmarks" / "reduce_path.json"
     if not path.exists():
         return None
-    data = load_reduce_path(path)
-    if "after_over_before" not in data:
+    run = load_reduce_path(path)
+    if run.after_over_before is None:
         return None
-    return Cost(ratio=data["after_over_before"], case=data["target"]["case"], calls=data.get("paired_calls", 0),
-                deepspeed=data["environment"]["deepspeed"])
+    return Cost(ratio=run.after_over_before, case=run.target.case, calls=run.paired_calls or 0,
+                deepspeed=run.environment.deepspeed)
 
 
 def _fix(series: list[Series]) -> Fix | None:
@@ -554,14 +555,14 @@ def _numerics(bundle: Path) -> Numerics | None:
     path = bundle / "results" / "benchmarks" / "reduce_path.json"
     if not path.exists():
         return None
-    data = load_reduce_path(path)
+    run = load_reduce_path(path)
     # The forms of the fix are named by the run; "recommended" is the master series' patch 1.
-    recommended = data.get("recommended", "divisor")
-    forms = [recommended] + sorted(n for n in data.get("patches", {}) if n != recommended)
-    timing = data.get("timing") or []
-    impls = [n for n in ("before-again", *forms) if n in timing[0].get("wall_ratio_vs_before", {})] if timing else []
-    ulp = {(n["world"], n["sp"], n["dtype"], n["kind"], n["path"]): n["max_ulp"] for n in data.get("numerics", [])}
-    bitwise = {(b["world"], b["sp"], b["dtype"], b["kind"]): b for b in data.get("numerics_bitwise", [])}
+    recommended = run.recommended
+    forms = [recommended] + sorted(n for n in run.patches if n != recommended)
+    timing = run.timing or []
+    impls = [n for n in ("before-again", *forms) if n in timing[0].wall_ratio_vs_before] if timing else []
+    ulp = {(n.world, n.sp, n.dtype, n.kind, n.path): n.max_ulp for n in run.numerics or []}
+    bitwise = {(b.world, b.sp, b.dtype, b.kind): b.model_extra for b in run.numerics_bitwise or []}
     ulp_rows = []
     for world, sp, dtype in sorted({(k[0], k[1], k[2]) for k in ulp}):
         flags = bitwise.get((world, sp, dtype, "exact"), {})
@@ -571,14 +572,14 @@ def _numerics(bundle: Path) -> Numerics | None:
                    forms=[ulp.get((world, sp, dtype, "random", f"avg_scatter[{n}]"))
                           for n in forms], contiguous=ulp.get((world, sp, dtype, "random", "contiguous")),
                    equal=[flags.get(f"contiguous==avg_scatter[{n}]") for n in forms]))
-    target = data.get("target", {})
     return Numerics(
         report=rel(bundle, path), recommended=recommended, forms=forms, impls=impls,
-        target_max_ratio=target.get("max_ratio", "?"), target_case=target.get("case", "?"), timing=[
-            TimingRow(case=row["case"], params=row["params"], numel_each=row["numel_each"], dtype=row["dtype"],
-                      ratios=[row["wall_ratio_vs_before"][n]["median_paired"] for n in impls],
-                      extra=[row.get("analytic_extra_bytes_rank0", {}).get(n, "-") for n in forms]) for row in timing
-        ], ulp=ulp_rows, conclusion=data.get("conclusion") or None)
+        target_max_ratio=run.target.max_ratio, target_case=run.target.case, timing=[
+            TimingRow(case=row.case, params=row.params, numel_each=row.numel_each, dtype=row.dtype,
+                      ratios=[row.wall_ratio_vs_before[n].median_paired
+                              for n in impls], extra=[getattr(row.analytic_extra_bytes_rank0, n, "-") for n in forms])
+            for row in timing
+        ], ulp=ulp_rows, conclusion=run.conclusion or None)
 
 
 def _environment(verdicts: dict[str, Verdict]) -> list[tuple[HostEnvironment, list[str]]]:
