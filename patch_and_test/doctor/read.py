@@ -409,21 +409,24 @@ def installed_clients() -> list[ClientInfo]:
     by_name = {c.name: c for c in out}
     for via in VIA_CLIENTS:
         version = dist_version(via.dist)
-        if version is None:
-            continue
+        own = by_name.get(via.dist)
+        if version is None or (own is not None and own.source is not None):
+            continue  # not installed, or judged from its own entry to the loss already: one row a client
         base = by_name.get(via.base)
         code = _code(via.code_file)
         if code is None or not all(needle in code for needle in via.hands_off):
-            out.append(ClientInfo(via.dist, version, None,
-                                  f"its {via.code_file} does not hand the loss to {via.base}"))
+            info = ClientInfo(via.dist, version, None, f"its {via.code_file} does not hand the loss to {via.base}")
         elif via.derive is None:
-            out.append(ClientInfo(via.dist, version, None, f"not judged: it {via.how}"))
+            info = ClientInfo(via.dist, version, None, f"not judged: it {via.how}")
         elif base is None or base.source is None:
-            out.append(ClientInfo(via.dist, version, None, f"it {via.how}, and {via.base} has no sp loss code here"))
+            info = ClientInfo(via.dist, version, None, f"it {via.how}, and {via.base} has no sp loss code here")
         else:
-            out.append(
-                ClientInfo(
-                    via.dist, version,
-                    LossSource(f"{via.dist} {version} (via {base.source.label})", via.derive(base.source.kind),
-                               via.base), via.how))
+            info = ClientInfo(
+                via.dist, version,
+                LossSource(f"{via.dist} {version} (via {base.source.label})", via.derive(base.source.kind), via.base),
+                via.how)
+        if own is None:
+            out.append(info)
+        else:  # its own entry could not be called: the hand-off, read from its code, judges it instead
+            out[out.index(own)] = info
     return out
