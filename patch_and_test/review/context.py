@@ -6,7 +6,7 @@ report kind (``load_verdict``, ``load_gradscale_report``, ``load_alst_report``,
 ``load_audit_report``, ``load_affected``, ``load_reduce_path``; the downstream reports through
 ``downstream_table.reports``): the verdicts (the pipeline's and the affected-tests job's) and the four
 families' reports are loaded once into their own models (``patch_and_test.review.schemas.MODELS``) and
-read by attribute; the reduce-path benchmark is still read as plain JSON.
+read by attribute; the reduce-path benchmark through its model, which lives beside the benchmarks.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from patch_and_test.core.templating import Model
 
 from patch_and_test.core.source import Graft
 from repro.harness.env import HostEnvironment
+from repro.gradscale.space import REFERENCE_CONFIGS, SCRIPTS, ZERO3_CONFIGS
 from patch_and_test.job.verdict import Verdict
 from patch_and_test.upstream.job import PARTIALS, AffectedVerdict
 from patch_and_test.upstream.suite import SuiteComparison
@@ -282,11 +283,15 @@ def load_context(bundle: Path) -> PrContext:
     series = _series(bundle)
     affected = affected_results(bundle / "results" / "affected")
     notice = bundle / "downstream-notice.md"
-    return PrContext(title=_title(bundle), testing=_testing(bundle, affected,
-                                                            verdicts), signoff=_signoff(bundle, series),
-                     fix=_fix(series), series=series, notice=notice.exists(), matrix=_matrix(bundle, verdicts),
-                     tests=_tests(bundle, verdicts), affected=affected_context(affected) if affected else None,
-                     alst=_alst(bundle, verdicts), audit=_audit(bundle, verdicts), numerics=_numerics(bundle),
+    matrix = _matrix(bundle, verdicts)
+    reduce_path = bundle / "results" / "benchmarks" / "reduce_path.json"
+    cost_run = load_reduce_path(reduce_path) if reduce_path.exists() else None
+    return PrContext(title=_title(bundle), testing=_testing(affected, matrix,
+                                                            cost_run), signoff=_signoff(bundle,
+                                                                                        series), fix=_fix(series),
+                     series=series, notice=notice.exists(), matrix=matrix, tests=_tests(bundle, verdicts),
+                     affected=affected_context(affected) if affected else None, alst=_alst(bundle, verdicts),
+                     audit=_audit(bundle, verdicts), numerics=_numerics(bundle, reduce_path, cost_run),
                      environment=_environment(verdicts), evidence=_evidence(bundle))
 
 
@@ -366,7 +371,8 @@ def _outcome_counts(results: list, phase: str, needle: str) -> Counts | None:
     return outcome_counts(found) if found else None
 
 
-def _testing(bundle: Path, affected: list[tuple[str, AffectedVerdict]], verdicts: dict[str, Verdict]) -> Testing:
+def _testing(affected: list[tuple[str, AffectedVerdict]], matrix: Matrix | None,
+             cost_run: ReducePath | None) -> Testing:
     """From the newest-upstream tree's affected-tests run (its partial runs too) and the reduce-path benchmark."""
     newest = next((data for _, data in affected if data.graft), None)
     tree = None
@@ -386,10 +392,8 @@ def _testing(bundle: Path, affected: list[tuple[str, AffectedVerdict]], verdicts
         alst_fix_alone=alone.counts if alone else None, alst_failed_fix_alone=sorted(
             t.split("::")[-1] for t, o in (alone.outcomes if alone else {}).items()
             if o in ("failed", "error")), alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
-        affected=table.trees[0][1].suite if table and table.trees else None,
-        pre_existing_by_file=_per_file(table.reasons if table else []), cost=_cost(bundle),
-        environment=newest.environment if newest else None, cells=(_matrix(bundle, verdicts)
-                                                                   or Matrix(cells=[], rows=[], skipped=[])).cells)
+        affected=newest.suite if newest else None, pre_existing_by_file=_per_file(table.reasons if table else []),
+        cost=_cost(cost_run), environment=newest.environment if newest else None, cells=matrix.cells if matrix else [])
 
 
 def _per_file(reasons: list[Reason]) -> dict[str, int]:
@@ -400,12 +404,8 @@ def _per_file(reasons: list[Reason]) -> dict[str, int]:
     return counts
 
 
-def _cost(bundle: Path) -> Cost | None:
-    path = bundle / "results" / "benchmarks" / "reduce_path.json"
-    if not path.exists():
-        return None
-    run = load_reduce_path(path)
-    if run.after_over_before is None:
+def _cost(run: ReducePath | None) -> Cost | None:
+    if run is None or run.after_over_before is None:
         return None
     return Cost(ratio=run.after_over_before, case=run.target.case, calls=run.paired_calls or 0,
                 deepspeed=run.environment.deepspeed)
@@ -445,7 +445,7 @@ def affected_context(found: list[tuple[str, AffectedVerdict]]) -> AffectedTable:
 
 
 def _gradscale_ratios(bundle: Path, check: ReproCheck) -> dict[tuple[str, str, str], float]:
-    if not check.report or check.script not in GRAD_SCALE_SCRIPTS:
+    if not check.report or check.script not in SCRIPTS:
         return {}
     path = bundle / rel(bundle, check.report)
     if not path.exists():
@@ -453,11 +453,7 @@ def _gradscale_ratios(bundle: Path, check: ReproCheck) -> dict[tuple[str, str, s
     return {(check.script, r.config, r.param): r.ratio for r in load_gradscale_report(path).rows}
 
 
-GRAD_SCALE_SCRIPTS = ("zero3_sp_grad_scale", "zero3_sp_mixed_bucket")
-_ORDER = [
-    "zero1", "zero2", "zero3 rs=False cg=True bucket=500", "zero3 rs=False cg=False bucket=500",
-    "zero3 rs=True cg=True bucket=500", "zero3 rs=False cg=True bucket=16"
-]
+_ORDER = [config.label() for config in REFERENCE_CONFIGS + ZERO3_CONFIGS]  # the reproducers' own order
 
 
 def _config_order(config: str) -> int:
@@ -550,12 +546,10 @@ def _audit(bundle: Path, verdicts: dict[str, Verdict]) -> Audit | None:
     return Audit(rows=rows, known=hits)
 
 
-def _numerics(bundle: Path) -> Numerics | None:
-    """Cost and numerics of the reduce path (benchmarks/reduce_path.py), where it ran."""
-    path = bundle / "results" / "benchmarks" / "reduce_path.json"
-    if not path.exists():
+def _numerics(bundle: Path, path: Path, run: ReducePath | None) -> Numerics | None:
+    """Cost and numerics of the reduce path (benchmarks/reduce_path.py, its report at ``path``), where it ran."""
+    if run is None:
         return None
-    run = load_reduce_path(path)
     # The forms of the fix are named by the run; "recommended" is the master series' patch 1.
     recommended = run.recommended
     forms = [recommended] + sorted(n for n in run.patches if n != recommended)
