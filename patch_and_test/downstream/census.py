@@ -29,10 +29,11 @@ from pydantic import model_validator
 
 from patch_and_test.core import templating
 from patch_and_test import PACKAGE_ROOT
-from patch_and_test.downstream.table import KEPT_RESULTS, REPORT, replace_block
+from patch_and_test.downstream.table import KEPT_RESULTS, PHASES, REPORT, replace_block
 from patch_and_test.core.templating import Model
 from repro.downstream.expect import ClientKind, expected_ratio
 from repro.downstream.report import DownstreamReport
+from repro.downstream.space import STAGES
 from repro.harness import exit_codes, scales
 from repro.harness.report import JsonReport, Record
 from patch_and_test.core.errors import CommandParser
@@ -42,8 +43,6 @@ CENSUS = KEPT_RESULTS / "census.json"
 DOCUMENT = PACKAGE_ROOT / "docs" / "downstream-notice.md"
 BEGIN = "<!-- downstream-census:begin (rendered by python -m patch_and_test.downstream_census; do not edit) -->"
 END = "<!-- downstream-census:end -->"
-STAGES = (2, 3)
-PHASES = ("unpatched", "patched")
 GAINS, MUST_CHANGE, UNTOUCHED = "gains from the fix", "must change with it", "untouched"
 Verdict = Literal["gains from the fix", "must change with it", "untouched"]
 
@@ -217,9 +216,8 @@ def rows(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/d
         else:
             stages = read_factors(lib.recipe, census.sp, census.deepspeed_version)
             source = f"read from the code, not measured: {lib.not_measured}"
-        out.append(
-            CensusRow(library=lib, stages=stages, source=source,
-                      verdict=UNTOUCHED if not lib.drives_sp else verdict(stages)))
+        out.append(CensusRow(library=lib, stages=stages, source=source,
+                             verdict=verdict(stages)))  # no stages (sp stays 1): untouched
     return out
 
 

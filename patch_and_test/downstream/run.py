@@ -37,11 +37,11 @@ from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
 from patch_and_test.core.errors import CommandParser, BadInput, Exit, PipelineError, positive_seconds
 from repro.downstream.space import MARKER_NAME
+from repro.harness.env import dist_version
 from repro.harness.report import JsonReport
 
 SCRIPT = "downstream_clients"
 RESULTS_ROOT = Path("results") / "downstream"
-STAGE3 = Path("deepspeed") / "runtime" / "zero" / "stage3.py"
 
 
 class DownstreamRun(JsonReport):
@@ -123,8 +123,6 @@ def install_patched_transformers(version: str, patches_dir: Path, log: Path, cac
 
 
 def installed_clients() -> dict[str, str]:
-    from repro.downstream.measure import dist_version
-
     found = {d: dist_version(d) for d in ("transformers", "accelerate", "arctic-training", "trl", "axolotl")}
     return {d: v for d, v in found.items() if v}
 

@@ -32,7 +32,7 @@ KEPT_RESULTS = PACKAGE_ROOT / "docs" / "downstream-results"  # the runs the comm
 # The clients of the backport cover letters' table (plain_table): HF Trainer (transformers),
 # accelerate, ArcticTraining. The docs show every env (trl and axolotl too: docs/downstream-notice.md, Census).
 CORE_ENVS = ("downstream-arctic", "downstream-tf5.24", "downstream-tf5.25", "downstream-tf5.25-patched")
-DOCUMENTS = {"docs/downstream-notice.md": None, "docs/backport-clients.md": None}
+DOCUMENTS = ("docs/downstream-notice.md", "docs/backport-clients.md")  # their tables show every env
 
 
 def reports(root: Path, envs: tuple[str, ...] | None = None) -> list[tuple[str, str, DownstreamReport]]:
@@ -227,14 +227,6 @@ def render_into(document: str, bundle: Path) -> str:
     return replace_block(document, render(bundle / "results" / "downstream", "results/downstream"))
 
 
-def _envs_of(document: Path) -> tuple[str, ...] | None:
-    """The envs a document's table shows (DOCUMENTS; every env for a document not listed there)."""
-    try:
-        return DOCUMENTS.get(document.resolve().relative_to(PACKAGE_ROOT).as_posix())
-    except ValueError:
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = CommandParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -253,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     for doc in args.documents:
         text = doc.read_text()
         try:
-            new = replace_block(text, render(args.results, args.shown_as, _envs_of(doc)))
+            new = replace_block(text, render(args.results, args.shown_as))
         except ValueError as err:
             print(f"error: {doc}: {err}", file=sys.stderr)
             return 2
