@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core import pins
 from patch_and_test.core.errors import Exit
 from repro.harness.report import Record
 from repro.gradscale.space import SCRIPTS
@@ -41,12 +42,11 @@ def alst_pin_problem() -> str | None:
     The tiny Llama and the recipe's numbers were measured with that release (docs/alst-recipe.md); another one
     fails inside the ranks, minutes later, with a traceback (5.24: "Unrecognized model").
     """
-    pin = next(line.strip() for line in ALST_REQUIREMENTS.read_text().splitlines()
-               if line.startswith("transformers=="))
+    pin = pins.requirement("transformers", ALST_REQUIREMENTS)
     installed = dist_version("transformers")
     if installed is None:
         return None  # the steps are skipped, with the reason (alst_unavailable)
-    if installed != pin.split("==", 1)[1]:
+    if installed != pins.version("transformers", ALST_REQUIREMENTS):
         return (f"the ALST recipe steps need {pin} (requirements/alst.txt) and this environment has transformers "
                 f"{installed}: pip install -r requirements/alst.txt, or run in an env without transformers")
     return None
@@ -76,11 +76,7 @@ def outcome_counts(outcomes: dict[str, str]) -> dict[str, int]:
 def ended_early(error_exit: Exit | None) -> tuple[str, Exit]:
     """The outcome of a job a PipelineError ended (its exit code; none given: an error): both jobs' verdicts."""
     code = Exit(error_exit if error_exit is not None else Exit.ERROR)
-    return {
-        Exit.SKIPPED: "skipped",
-        Exit.SERIES_DOES_NOT_APPLY: "series-does-not-apply",
-        Exit.ALREADY_FIXED: "already-fixed"
-    }.get(code, "error"), code
+    return (code.outcome if code in (Exit.SKIPPED, Exit.SERIES_DOES_NOT_APPLY, Exit.ALREADY_FIXED) else "error"), code
 
 
 class ReproCheck(Record):

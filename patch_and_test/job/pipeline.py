@@ -122,7 +122,8 @@ def _run_steps(r: _Run) -> None:
                if tree.graft else "")
     r.step("source", "ok", f"DeepSpeed {tree.version} ({tree.origin}{made_of}) at {tree.path}", t)
 
-    _check_alst_pin(tree.version)
+    if version is None:  # a checkout or the graft: its version is known only now
+        _check_alst_pin(tree.version)
     chosen = (series_mod.load_manifest().by_name(tree.series_name)
               if tree.series_name else series_mod.series_for_tree(tree.path))
     r.verdict.series = chosen.record()
