@@ -38,6 +38,7 @@ from patch_and_test.core import source as source_mod
 from patch_and_test.core.errors import CommandParser, BadInput, Exit, PipelineError, positive_seconds
 from repro.downstream.space import MARKER_NAME
 from repro.harness.env import dist_version
+from repro.harness.files import relative_to
 from repro.harness.report import JsonReport
 
 SCRIPT = "downstream_clients"
@@ -214,16 +215,10 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
 def relative_check(check: checks.ReproCheck, results: Path) -> checks.ReproCheck:
     """The check with its report and log relative to the results folder: the record stays valid where it is
     copied (bundle, docs)."""
-    return check.model_copy(update={"report": _relative(check.report, results), "log": _relative(check.log, results)})
-
-
-def _relative(path: str | None, root: Path) -> str | None:
-    if path is None:
-        return None
-    try:
-        return Path(path).resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return path
+    return check.model_copy(update={
+        "report": relative_to(check.report, results),
+        "log": relative_to(check.log, results)
+    })
 
 
 # The downstream envs (tox -m downstream, nox -s downstream): env -> its requirements file (what the clients need,

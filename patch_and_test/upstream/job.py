@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -29,6 +28,7 @@ from patch_and_test.upstream import suite as upstream_suite
 from patch_and_test.core.errors import CommandParser, Exit, PipelineError
 from patch_and_test.core.checks import ended_early
 from repro.harness.env import HostEnvironment, host_environment
+from repro.harness.files import relative_to
 from repro.harness.report import JsonReport
 
 SCHEMA = "zero3-sp-gradfix/affected/v1"
@@ -140,7 +140,7 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
             # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
             runs.append(
                 run.model_copy(
-                    update=dict(log=os.path.relpath(run.log, results), record=os.path.relpath(run.record, results))))
+                    update=dict(log=relative_to(run.log, results), record=relative_to(run.record, results))))
             print(f"{part.name}: {runs[-1].counts}", flush=True)
         finally:
             series_mod.git(tree.path, "reset", "-q", "--hard", tree.base)

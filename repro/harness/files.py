@@ -33,3 +33,14 @@ def write_json(path: Path | str, data: Any, indent: int | None = 2) -> Path:
     tmp.write_text(json.dumps(data, indent=indent, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+def relative_to(path: str | None, root: Path) -> str | None:
+    """``path`` relative to ``root`` (a record that names it stays valid where ``root`` is copied), or as given
+    when it is not under ``root``."""
+    if path is None:
+        return None
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return path
