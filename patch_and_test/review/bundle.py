@@ -43,6 +43,7 @@ from patch_and_test.review import schemas
 from patch_and_test.core import signoff
 from patch_and_test.core import source
 from patch_and_test.core.errors import CommandParser, Exit, PipelineError, positive_seconds
+from patch_and_test.review.context import load_context
 from patch_and_test.review.pr import ISSUE, MAX_LINES, local_links, nonblank_lines, render_evidence, render_pr
 from patch_and_test.job.verdict import Verdict
 
@@ -159,8 +160,9 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
             shutil.copytree(notice.parent / "figures", bundle / "figures")
     # The parity audit's write-ups of the other upstream discrepancies it found.
     shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
-    (bundle / "PR.md").write_text(render_pr(bundle))
-    (bundle / "EVIDENCE.md").write_text(render_evidence(bundle))
+    ctx = load_context(bundle)  # one read of the results for both pages
+    (bundle / "PR.md").write_text(render_pr(bundle, ctx))
+    (bundle / "EVIDENCE.md").write_text(render_evidence(bundle, ctx))
     state = signoff.sign_state(bundle / "patches" / "master")
     print(f"[bundle] patches/master {state.describe()}")
     for note in github_form.write(bundle, _master_series(), source.mirror_path()):
@@ -252,13 +254,19 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
             problems += [f"downstream-notice.md: {p}" for p in _diff_lines(text, rendered)]
         except ValueError as err:  # a report that does not validate (listed above)
             problems.append(f"downstream-notice.md: cannot be rendered from the results: {_reason(err)}")
+    try:
+        ctx, unreadable = load_context(bundle), None  # one read of the results for both pages
+    except ValueError as err:  # a report that does not validate (listed above)
+        ctx, unreadable = None, err
     for name, render in (("PR.md", render_pr), ("EVIDENCE.md", render_evidence)):
         path = bundle / name
         if not path.exists():
             problems.append(f"{name}: missing")
             continue
         try:
-            problems += [f"{name}: {p}" for p in _diff_lines(path.read_text(), render(bundle))]
+            if ctx is None:
+                raise unreadable
+            problems += [f"{name}: {p}" for p in _diff_lines(path.read_text(), render(bundle, ctx))]
         except ValueError as err:
             problems.append(f"{name}: cannot be rendered from the results: {_reason(err)}")
     problems += markdown_problems(bundle)

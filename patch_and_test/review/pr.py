@@ -18,7 +18,7 @@ from typing import Any
 
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
-from patch_and_test.review.context import affected_context, affected_results, load_context
+from patch_and_test.review.context import PrContext, affected_context, affected_results, load_context
 
 ISSUE = 8692
 MAX_LINES = 25  # non-blank lines of PR.md: a squash commit's message, not a report
@@ -30,19 +30,19 @@ __all__ = [
 ]
 
 
-def render_pr(bundle: Path) -> str:
-    """The pull request's body, squash-ready."""
-    return templating.render("PR.md.j2", ctx=load_context(bundle), issue=ISSUE)
+def render_pr(bundle: Path, ctx: PrContext | None = None) -> str:
+    """The pull request's body, squash-ready (from ``ctx``, the bundle's context when the caller has it)."""
+    return templating.render("PR.md.j2", ctx=ctx or load_context(bundle), issue=ISSUE)
 
 
-def render_evidence(bundle: Path) -> str:
+def render_evidence(bundle: Path, ctx: PrContext | None = None) -> str:
     """The review's evidence: every table, with links to the bundle's files (where the bundle has them)."""
 
     def linked(text: str, target: str) -> str:
         # A trimmed bundle may lack a file a run wrote (a log, a junit file): named, not linked.
         return f"[{text}]({templating.link(target)})" if (bundle / target).exists() else f"{text} (`{target}`)"
 
-    return templating.render("EVIDENCE.md.j2", ctx=load_context(bundle), issue=ISSUE, linked=linked)
+    return templating.render("EVIDENCE.md.j2", ctx=ctx or load_context(bundle), issue=ISSUE, linked=linked)
 
 
 def nonblank_lines(markdown: str) -> int:
