@@ -62,16 +62,6 @@ def split_message(message: str) -> tuple[list[str], list[str]]:
     return body, trailers
 
 
-def series_messages(series: Series) -> list[tuple[str, list[str], list[str]]]:
-    """(subject, body, trailers) of each patch: its subject (core.series), its message read with ``git mailinfo``."""
-    out = []
-    with tempfile.TemporaryDirectory(prefix="zero3-sp-mailinfo.") as tmp:
-        for patch in series.patches:
-            _, message, _ = _mailinfo(patch.path, Path(tmp))
-            out.append((patch_subject(patch.path), *split_message(message)))
-    return out
-
-
 def title(series: Series) -> str:
     """The pull request's title: the subject of the series' first patch (as PR.md's, review.context)."""
     return patch_subject(series.patches[0].path)
@@ -218,7 +208,7 @@ def check_branch(branch_file: Path, series: Series, mirror: Path) -> list[str]:
             if ours != theirs:
                 problems.append(f"github/{BUNDLE_FILE}: its diff from the base differs from git am of the series")
             subjects = git(repo, "log", "--format=%s", f"{series.base_commit}..{BRANCH}").stdout.splitlines()
-            if subjects[::-1] != [s for s, _, _ in series_messages(series)]:
+            if subjects[::-1] != [patch_subject(p.path) for p in series.patches]:
                 problems.append(f"github/{BUNDLE_FILE}: its commits are not the series' ({subjects})")
             return problems
         finally:

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from patch_and_test.review.github_form import TRAILER
+from patch_and_test.review.github_form import split_message
 from patch_and_test.core.series import load_manifest, parse_version
 
 MAX_BODY_LINES = 20
@@ -24,12 +24,7 @@ def message(text: str) -> tuple[str, list[str], list[str]]:
     """(subject, body lines, trailer lines) of a format-patch file."""
     subject = " ".join(re.search(r"^Subject: (.*(?:\n .*)*)", text, re.M)[1].split())
     after_headers = text.split("\n\n", 1)[1]
-    lines = after_headers.split("\n---\n", 1)[0].rstrip("\n").splitlines()
-    trailers = [line for line in lines if TRAILER.match(line)]
-    body = [line for line in lines if not TRAILER.match(line)]
-    while body and not body[-1].strip():
-        body.pop()
-    return subject, body, trailers
+    return subject, *split_message(after_headers.split("\n---\n", 1)[0])
 
 
 @pytest.mark.parametrize("series", MANIFEST.series, ids=lambda s: s.name)
