@@ -15,8 +15,6 @@ class Check:
     sp: int
     deepspeed: rule.DeepSpeedState
     sources: tuple[rule.LossSource, ...]
-    params: tuple[tuple[str, int], ...] | None
-    classes: tuple[rule.ParamClass, ...]
     verdict: rule.Verdict
 
     def prediction(self, numel: int | None, source: rule.LossSource | None = None) -> tuple[str, float]:
@@ -40,5 +38,4 @@ def run_check(config: dict[str, Any], sp: int, deepspeed: rule.DeepSpeedState, s
                        "--model (HF fills it with hidden_size^2) or give it a number")
     classes = rule.param_classes(z, list(params) if params is not None else None)
     cells = rule.cells(z, classes, sources, sp, deepspeed)
-    return Check(z, sp, deepspeed, tuple(sources),
-                 tuple(params) if params is not None else None, tuple(classes), rule.verdict(cells))
+    return Check(z, sp, deepspeed, tuple(sources), rule.verdict(cells))

@@ -86,7 +86,7 @@ def diagnose(args: argparse.Namespace) -> tuple[list[str], int]:
                        installed.defaults, installed.defaults_from)
     z, verdict, cells = result.zero, result.verdict, list(result.verdict.cells)
     lines = (_deepspeed_lines(installed, args.deepspeed) + _config_lines(args.ds_config, z, sp, sizes) +
-             _client_lines(clients, args.recipe, sources) + _table(cells) + _verdict_lines(verdict, sp) +
+             _client_lines(clients, args.recipe, sources) + _table(cells) + _verdict_lines(verdict) +
              _remedy_lines(verdict, z, sources, sp, installed.state, params))
     return lines, verdict.exit_code
 
@@ -159,7 +159,7 @@ def _largest(c: rule.ParamClass) -> str:
     return " (largest: " + ", ".join(f"{name} {n}" for name, n in c.largest[:2]) + ")"
 
 
-def _verdict_lines(verdict: rule.Verdict, sp: int) -> list[str]:
+def _verdict_lines(verdict: rule.Verdict) -> list[str]:
     bad = [c for c in verdict.cells if not rule.is_one(c.now)]
     if verdict.affected is None:
         return [

@@ -17,10 +17,9 @@ the client's gate read by ``repro.downstream.expect.compensates``; nothing here 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Sequence
 
-from repro.downstream.expect import ClientKind, compensates
+from repro.downstream.expect import ClientKind, client_scale, mis_scaled
 from repro.harness import scales
 from repro.harness.scales import ReducePath
 
@@ -160,9 +159,7 @@ def _largest(params: Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
 
 def factor(path: ReducePath, sp: int, stage: int, ds: DeepSpeedState, source: LossSource) -> float:
     """The gradient over the true gradient: the rule, with the client's gate for this DeepSpeed."""
-    gate = stage == 3 and compensates(source.kind, ds.version, ds.marker)
-    return scales.expected_scale(path, sp, ds.expect, recipe=source.kind.kind, compensates=gate,
-                                 divides_by_sp=source.kind.divides_by_sp)
+    return client_scale(source.kind, path, stage, sp, ds.expect, ds.version, ds.marker)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +181,7 @@ def cells(z: ZeroSettings, classes: Sequence[ParamClass], sources: Sequence[Loss
 
 
 def is_one(value: float) -> bool:
-    return math.isclose(value, 1.0, rel_tol=1e-9)
+    return not mis_scaled(value)
 
 
 def words(value: float) -> str:

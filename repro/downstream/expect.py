@@ -106,11 +106,16 @@ def expected_ratio(client: ClientKind, stage: int, sp: int, deepspeed_fixed: boo
         raise ValueError(f"unknown recipe kind {client.kind!r}; known: {', '.join(KINDS)}")
     if stage not in STAGES:
         raise ValueError(f"stage {stage} is not covered by the rule; known: {STAGES}")
-    if sp < 1:
-        raise ValueError(f"sp must be >= 1, got {sp}")
-    return scales.expected_scale(scales.default_path(stage), sp, "fixed" if deepspeed_fixed else "buggy",
-                                 recipe=client.kind, compensates=(stage == 3
-                                                                  and compensates(client, deepspeed_version, marker)),
+    return client_scale(client, scales.default_path(stage), stage, sp, "fixed" if deepspeed_fixed else "buggy",
+                        deepspeed_version, marker)
+
+
+def client_scale(client: ClientKind, path: scales.ReducePath, stage: int, sp: int, expect: str,
+                 deepspeed_version: str, marker: bool) -> float:
+    """The one rule for a client's loss on ``path``: its recipe's factor, DeepSpeed's (``expect``: fixed or buggy),
+    and its ZeRO-3 gate for this DeepSpeed; sp < 1 is a ValueError (scales)."""
+    gate = stage == 3 and compensates(client, deepspeed_version, marker)
+    return scales.expected_scale(path, sp, expect, recipe=client.kind, compensates=gate,
                                  divides_by_sp=client.divides_by_sp)
 
 
