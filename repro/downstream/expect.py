@@ -110,8 +110,8 @@ def expected_ratio(client: ClientKind, stage: int, sp: int, deepspeed_fixed: boo
                         deepspeed_version, marker)
 
 
-def client_scale(client: ClientKind, path: scales.ReducePath, stage: int, sp: int, expect: str,
-                 deepspeed_version: str, marker: bool) -> float:
+def client_scale(client: ClientKind, path: scales.ReducePath, stage: int, sp: int, expect: str, deepspeed_version: str,
+                 marker: bool) -> float:
     """The one rule for a client's loss on ``path``: its recipe's factor, DeepSpeed's (``expect``: fixed or buggy),
     and its ZeRO-3 gate for this DeepSpeed; sp < 1 is a ValueError (scales)."""
     gate = stage == 3 and compensates(client, deepspeed_version, marker)
