@@ -47,8 +47,8 @@ from patch_and_test.core import templating
 from patch_and_test.core.gitrun import git
 from patch_and_test.core.inputs import sha256_file
 from patch_and_test import PACKAGE_ROOT
-from patch_and_test.core.series import (Manifest, Series, apply_series, format_version, load_manifest, parse_version,
-                                        series_for_version, tree_has_fix)
+from patch_and_test.core.series import (Manifest, Series, SkippedPatch, apply_series, format_version, load_manifest,
+                                        parse_version, series_for_version, tree_has_fix)
 from repro.harness.report import JsonReport, Record
 
 SCHEMA = "zero3-sp-gradfix/releases/v1"
@@ -86,11 +86,6 @@ class SeriesUsed(Record):
         return [p.file for p in self.patches if not set(p.needs) & {"tests", "docs"}]
 
 
-class LeftOut(Record):
-    file: str
-    reason: str
-
-
 class ReleaseRow(Record):
     """One release: its sdist, its series applied to it, what tree_has_fix read before and after."""
 
@@ -103,7 +98,7 @@ class ReleaseRow(Record):
     mirror_tag: Optional[bool]  # a tag v<version> on the mirror; None: no mirror to ask
     series: Optional[str]  # the name of the series the manifest picks; None: none covers the version
     applied: list[str]
-    left_out: list[LeftOut]
+    left_out: list[SkippedPatch]
     fixed_before: bool
     fixed_after: bool  # read after the attempt; a series that did not apply was rolled back
     error: Optional[str]  # why git am or apply_series refused: git's error line included
@@ -323,9 +318,8 @@ def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] |
         tree.release()
     return ReleaseRow(version=version, sdist=archive.name, sha256=digest, downloaded=not cached, locked=version
                       in lock, version_txt=tree.version, mirror_tag=None if tags is None else f"v{version}" in tags,
-                      series=series.name if series else None, applied=list(applied),
-                      left_out=[LeftOut(file=s.file, reason=s.reason) for s in left_out], fixed_before=before,
-                      fixed_after=after, error=error, seconds=round(time.monotonic() - start, 2))
+                      series=series.name if series else None, applied=list(applied), left_out=list(left_out),
+                      fixed_before=before, fixed_after=after, error=error, seconds=round(time.monotonic() - start, 2))
 
 
 def _tool_version(cmd: list[str]) -> str:

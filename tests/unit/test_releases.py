@@ -9,8 +9,9 @@ import pytest
 from patch_and_test.core import errors
 from patch_and_test.tools import releases
 from patch_and_test.core import source
-from patch_and_test.tools.releases import (LeftOut, ReleaseRow, ReleasesReport, SeriesPatch, SeriesUsed,
-                                           render_markdown, row_problem, select_versions)
+from patch_and_test.core.series import SkippedPatch
+from patch_and_test.tools.releases import (ReleaseRow, ReleasesReport, SeriesPatch, SeriesUsed, render_markdown,
+                                           row_problem, select_versions)
 
 FIX = "0001-Scale-ZeRO-3-__avg_scatter_grads-by-sequence_para.patch"
 MARK = "0002-Mark-it.patch"
@@ -29,7 +30,7 @@ SERIES = SeriesUsed(
 def _row(version="0.19.7", **changes) -> ReleaseRow:
     fields = dict(version=version, sdist=f"deepspeed-{version}.tar.gz", sha256="d" * 64, downloaded=True, locked=False,
                   version_txt=version, mirror_tag=False, series="s", applied=[FIX, MARK],
-                  left_out=[LeftOut(file=TEST, reason="needs tests/")], fixed_before=False, fixed_after=True,
+                  left_out=[SkippedPatch(file=TEST, reason="needs tests/")], fixed_before=False, fixed_after=True,
                   error=None, seconds=1.0)
     return ReleaseRow(**{**fields, **changes})
 
