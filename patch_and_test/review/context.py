@@ -22,6 +22,9 @@ from patch_and_test.core.templating import Model
 
 from patch_and_test.core.source import Graft
 from repro.harness.env import HostEnvironment
+from repro.alst.report import AlstReport
+from repro.audit.report import AuditReport
+from repro.gradscale.report import Report
 from repro.gradscale.space import REFERENCE_CONFIGS, SCRIPTS, ZERO3_CONFIGS
 from patch_and_test.job.verdict import Verdict
 from patch_and_test.upstream.job import PARTIALS, AffectedVerdict
@@ -32,10 +35,6 @@ from patch_and_test.core.checks import PytestCheck
 if TYPE_CHECKING:
     from benchmarks.models import ReducePath
     from patch_and_test.core.checks import ReproCheck
-    from patch_and_test.job.verdict import Verdict
-    from repro.alst.report import AlstReport
-    from repro.audit.report import AuditReport
-    from repro.gradscale.report import Report
 
 Scalar = Optional[Union[str, int, float, bool]]
 Counts = dict[str, int]
@@ -43,29 +42,24 @@ Counts = dict[str, int]
 # -- the report files, one loader per kind ------------------------------------------------------
 
 
-def _validated(path: Path, model: str) -> Any:
-    """The report at ``path`` loaded into ``model`` (a dotted name of ``schemas.MODELS``), validated."""
-    return import_model(model).load(path)
-
-
 def load_verdict(path: Path) -> Verdict:
     """``results/<env>/verdict.json`` (``zero3-sp-gradfix/verdict/v1``), validated."""
-    return _validated(path, "patch_and_test.job.verdict.Verdict")
+    return Verdict.load(path)
 
 
 def load_gradscale_report(path: Path) -> Report:
     """A grad-scale reproducer's report (``zero3-sp-gradfix/repro-report/v1``), validated."""
-    return _validated(path, "repro.gradscale.report.Report")
+    return Report.load(path)
 
 
 def load_alst_report(path: Path) -> AlstReport:
     """The ALST recipe's report (``zero3-sp-gradfix/alst-recipe-report/v1``), validated."""
-    return _validated(path, "repro.alst.report.AlstReport")
+    return AlstReport.load(path)
 
 
 def load_audit_report(path: Path) -> AuditReport:
     """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``), validated."""
-    return _validated(path, "repro.audit.report.AuditReport")
+    return AuditReport.load(path)
 
 
 def load_affected(path: Path) -> AffectedVerdict:
@@ -76,7 +70,7 @@ def load_affected(path: Path) -> AffectedVerdict:
 def load_reduce_path(path: Path) -> ReducePath:
     """``results/benchmarks/reduce_path.json`` (``benchmarks/reduce_path.py``), validated by its model (it lives
     beside the benchmarks, so it is found through the schema registry, as bundle verify finds it)."""
-    return _validated(path, MODELS["benchmark-reduce-path"])
+    return import_model(MODELS["benchmark-reduce-path"]).load(path)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
