@@ -19,7 +19,6 @@ import tarfile
 
 import pytest
 
-from patch_and_test.downstream import run as downstream
 from patch_and_test.core import source
 from tests.conftest import ROOT
 
@@ -52,7 +51,7 @@ def sdist_tree(request, tmp_path_factory):
     cache = source.cache_dir() / "sdists"
     # A release's sdist never changes on PyPI: a cached one is reused without asking pip (about 20 s).
     cached = cache / f"transformers-{version}.tar.gz"
-    archive = cached if cached.is_file() else downstream.transformers_sdist(version, cache)
+    archive = cached if cached.is_file() else source.download_sdist(version, cache, package="transformers")
     dest = tmp_path_factory.mktemp(f"tf-{version}")
     prefix = f"transformers-{version}/"
     with tarfile.open(archive) as tar:

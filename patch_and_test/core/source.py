@@ -170,19 +170,23 @@ def pip_command() -> list[str]:
     raise errors.BadInput("pip is needed to download DeepSpeed sdists and none was found")
 
 
-def download_sdist(version: str, dest: Path) -> Path:
-    """pip download the sdist of deepspeed==version into dest (no dependencies, no wheels)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    result = _run([
-        *pip_command(), "download", "--no-deps", "--no-binary", ":all:", "--dest",
-        str(dest), f"deepspeed=={version}"
-    ])
+def _pip(what: str, *args: str) -> str:
+    """pip's stdout; a BadInput "pip ``what`` failed" with pip's last line of output when it fails."""
+    result = _run([*pip_command(), *args])
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise errors.BadInput(f"pip download deepspeed=={version} failed: {tail[0]}")
-    found = sorted(dest.glob(f"deepspeed-{version}.tar.gz"))
+        raise errors.BadInput(f"pip {what} failed: {tail[0]}")
+    return result.stdout
+
+
+def download_sdist(version: str, dest: Path, package: str = "deepspeed") -> Path:
+    """pip download the sdist of package==version into dest (no dependencies, no wheels)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    _pip(f"download {package}=={version}", "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest),
+         f"{package}=={version}")
+    found = sorted(dest.glob(f"{package}-{version}.tar.gz"))
     if not found:
-        raise errors.BadInput(f"pip download deepspeed=={version} gave no deepspeed-{version}.tar.gz")
+        raise errors.BadInput(f"pip download {package}=={version} gave no {package}-{version}.tar.gz")
     return found[0]
 
 
@@ -191,11 +195,7 @@ def released_versions() -> list[str]:
 
     pip leaves out pre-releases and yanked releases (a yanked one is still downloadable by its exact
     version: pass it explicitly where it matters)."""
-    result = _run([*pip_command(), "index", "versions", "deepspeed"])
-    if result.returncode != 0:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise errors.BadInput(f"pip index versions deepspeed failed: {tail[0]}")
-    return parse_index_versions(result.stdout)
+    return parse_index_versions(_pip("index versions deepspeed", "index", "versions", "deepspeed"))
 
 
 def parse_index_versions(text: str) -> list[str]:

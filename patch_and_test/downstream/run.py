@@ -89,20 +89,6 @@ def install_clients(specs: list[str], log: Path, as_python: str | None = None) -
         _run(_installer_cmd("--no-deps", *specs, as_python=as_python), log)
 
 
-def transformers_sdist(version: str, dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        *source_mod.pip_command(), "download", "--no-deps", "--no-binary", ":all:", "--dest",
-        str(dest), f"transformers=={version}"
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    found = sorted(dest.glob(f"transformers-{version}.tar.gz"))
-    if proc.returncode != 0 or not found:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise BadInput(f"pip download transformers=={version} (sdist) failed: {tail[0]}")
-    return found[0]
-
-
 def apply_patches(tree: Path, patches: list[Path], log: Path) -> None:
     """``patch -p1`` each patch onto an unpacked sdist; any failure is an error (nothing installed)."""
     for patch in patches:
@@ -113,7 +99,7 @@ def install_patched_transformers(version: str, patches_dir: Path, log: Path, cac
     patches = sorted(patches_dir.glob("*.patch"))
     if not patches:
         raise BadInput(f"no *.patch in {patches_dir}")
-    archive = transformers_sdist(version, cache / "sdists")
+    archive = source_mod.download_sdist(version, cache / "sdists", package="transformers")
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(tmp)
