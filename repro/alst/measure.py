@@ -198,28 +198,45 @@ def sp_engine(stage: int, model_dir: Path, mpu, sp: int):
     return engine, config
 
 
+def ulysses_adapter(engine, input_ids, position_ids, labels):
+    """DeepSpeed's UlyssesSPDataLoaderAdapter over one sample (both families' loaders). Every rank of an sp group
+    holds the same sample, so the adapter's first micro-batch is it, sharded."""
+    import torch
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
+    from deepspeed.utils import groups
+
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(input_ids, position_ids, labels), batch_size=1, collate_fn=lambda b: dict(
+            input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0), labels=b[0][2].unsqueeze(0)))
+    return UlyssesSPDataLoaderAdapter(loader, sp_rank=groups._get_sequence_parallel_rank(),
+                                      sp_group=groups._get_sequence_parallel_group(),
+                                      sp_world_size=groups._get_sequence_parallel_world_size(), device=engine.device)
+
+
 def sp_shard(engine, dp_index: int, notes: dict[str, str]):
     """This rank's shard of sample ``dp_index`` through UlyssesSPDataLoaderAdapter: (batch, sp group, sp size).
 
     ``notes`` (the caller's, it goes into its report's extra) gets "adapter" when the adapter cannot run here.
     """
-    import torch
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
     from deepspeed.utils import groups
 
     sp_group = groups._get_sequence_parallel_group()
     sp_world_size = groups._get_sequence_parallel_world_size()
     sp_rank = groups._get_sequence_parallel_rank()
     input_ids, position_ids, labels = sample(dp_index)
-    dataset = torch.utils.data.TensorDataset(input_ids, position_ids, labels)
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=1, collate_fn=lambda b: dict(input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].
-                                                         unsqueeze(0), labels=b[0][2].unsqueeze(0)))
-    adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp_world_size,
-                                         device=engine.device)
-    # Every rank of an sp group holds the same sample, so the first micro-batch is it, sharded.
+    adapter = ulysses_adapter(engine, input_ids, position_ids, labels)
     batch = _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size, notes)
     return batch, sp_group, sp_world_size
+
+
+def sp_loss(engine, shard: dict, recipe: str, sp_group, sp: int, gather_impl: str):
+    """The engine's forward on this rank's shard and ``recipe``'s loss: (what to backprop, the full-sequence loss)."""
+    shift_labels = shard["shift_labels"].to(engine.device)
+    outputs = engine(input_ids=shard["input_ids"].to(engine.device),
+                     position_ids=shard["position_ids"].to(engine.device))
+    loss_local = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
+                                             vocab_size=engine.module.config.vocab_size)
+    return sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp, gather_impl)
 
 
 def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str, notes: dict[str,
@@ -231,13 +248,7 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
     try:
         paths = watch_reduce_paths(engine.optimizer) if stage == 3 else None
         batch, sp_group, sp_world_size = sp_shard(engine, dp_index, notes)
-        shift_labels = batch["shift_labels"].to(engine.device)
-        outputs = engine(input_ids=batch["input_ids"].to(engine.device),
-                         position_ids=batch["position_ids"].to(engine.device))
-        loss_local = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
-                                                 vocab_size=engine.module.config.vocab_size)
-        to_backprop, full_loss = sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp_world_size,
-                                                  gather_impl)
+        to_backprop, full_loss = sp_loss(engine, batch, recipe, sp_group, sp_world_size, gather_impl)
         engine.backward(to_backprop)
         grads, reduce_paths = {}, {}
         for name, param, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {recipe}: "):

@@ -58,20 +58,7 @@ def reference(model_dir: Path, steps: int) -> list[StepRecord]:
 
 def _shard(engine, step: int) -> dict:
     """This rank's shard of step ``step``'s sample, through DeepSpeed's UlyssesSPDataLoaderAdapter."""
-    import torch
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
-    from deepspeed.utils import groups
-
-    input_ids, position_ids, labels = batch(step)
-    loader = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(input_ids, position_ids, labels), batch_size=1, collate_fn=lambda b: dict(
-            input_ids=b[0][0].unsqueeze(0), position_ids=b[0][1].unsqueeze(0), labels=b[0][2].unsqueeze(0)))
-    adapter = UlyssesSPDataLoaderAdapter(loader, sp_rank=groups._get_sequence_parallel_rank(),
-                                         sp_group=groups._get_sequence_parallel_group(),
-                                         sp_world_size=groups._get_sequence_parallel_world_size(),
-                                         device=engine.device)
-    # Every rank of the sp group holds the same sample: the adapter's first micro-batch is it, sharded.
-    return next(iter(adapter))
+    return next(iter(alst_measure.ulysses_adapter(engine, *batch(step))))
 
 
 def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: str, steps: int) -> TrainingRun:
@@ -92,13 +79,7 @@ def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: 
         records = []
         for step in range(steps):
             shard = _shard(engine, step)
-            shift_labels = shard["shift_labels"].to(engine.device)
-            outputs = engine(input_ids=shard["input_ids"].to(engine.device),
-                             position_ids=shard["position_ids"].to(engine.device))
-            loss_local = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
-                                                     vocab_size=engine.module.config.vocab_size)
-            to_backprop, full_loss = alst_measure.sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp,
-                                                                   gather_impl)
+            to_backprop, full_loss = alst_measure.sp_loss(engine, shard, recipe, sp_group, sp, gather_impl)
             engine.backward(to_backprop)
             norm = _norm(grad for _, _, grad in full_gradients(engine, names, f"zero{stage} {recipe}: "))
             engine.step()
