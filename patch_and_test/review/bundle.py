@@ -44,7 +44,8 @@ from patch_and_test.core import signoff
 from patch_and_test.core import source
 from patch_and_test.core.errors import CommandParser, Exit, PipelineError, positive_seconds
 from patch_and_test.review.context import load_context
-from patch_and_test.review.pr import ISSUE, MAX_LINES, local_links, nonblank_lines, render_evidence, render_pr
+from patch_and_test.review.pr import (ISSUE, KEPT as KEPT_AFFECTED, MAX_LINES, local_links, nonblank_lines,
+                                      render_evidence, render_pr)
 from patch_and_test.job.verdict import Verdict
 
 NAME = "zero3-sp-gradfix"
@@ -56,7 +57,6 @@ COMMITTED_BENCHMARKS = PACKAGE_ROOT / "benchmarks" / "results"
 DOWNSTREAM = "downstream"  # results/downstream: tox -m downstream (the real clients' sp loss code)
 # DeepSpeed's own tests the series can reach, per tree (python -m patch_and_test.affected_job): the
 # kept runs, then newer local ones under results/affected/<tree>/ over them.
-KEPT_AFFECTED = PACKAGE_ROOT / "docs" / "affected-results"
 AFFECTED = "affected"
 GOOD_OUTCOMES = ("fixed", "skipped")
 
