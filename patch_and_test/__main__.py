@@ -26,7 +26,7 @@ environment:
   DEEPSPEED_MIRROR    a git clone of DeepSpeed with its history (--newest-upstream, the tests' mirror)
   ZERO3_SP_BACKEND    gloo (default) or nccl
   ZERO3_SP_CACHE      where sdists, source trees, wheels and built ops are cached
-  ZERO3_SP_UPSTREAM_TIER  quick (default) or full: which of the affected DeepSpeed tests run
+  ZERO3_SP_UPSTREAM_DEPTH  quick (default) or full: which of the affected DeepSpeed tests run
 """
 
 
@@ -53,9 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-upstream-suites", action="store_true",
                         help="with a checkout: skip DeepSpeed's own tests that the series can reach, before/after")
     parser.add_argument(
-        "--upstream-tier", choices=["quick", "full"], default=os.environ.get("ZERO3_SP_UPSTREAM_TIER") or "quick",
+        "--upstream-depth", choices=["quick", "full"], default=os.environ.get("ZERO3_SP_UPSTREAM_DEPTH") or "quick",
         help="quick: the affected tests that start no ranks, the regression test and the ALST test; "
-        "full: every affected test (hours on 2 cores); env ZERO3_SP_UPSTREAM_TIER")
+        "full: every affected test (hours on 2 cores); env ZERO3_SP_UPSTREAM_DEPTH")
     parser.add_argument("--upstream-workers", type=int, default=0,
                         help="run the affected DeepSpeed tests with pytest-xdist -n N (default: one process)")
     parser.add_argument("--no-audit", action="store_true",
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     verdict = run(
         PipelineConfig(env_name=args.env_name, results=results, version=args.version, src=args.src,
                        newest_upstream=args.newest_upstream, backend=args.backend, timeout=args.timeout,
-                       upstream_suites=not args.no_upstream_suites, upstream_tier=args.upstream_tier,
+                       upstream_suites=not args.no_upstream_suites, upstream_depth=args.upstream_depth,
                        upstream_workers=args.upstream_workers, audit=not args.no_audit))
     if verdict.error:
         # "skipped: " for exit 77, as the reproducers print it; tox's toxfile.py shows it as SKIP.

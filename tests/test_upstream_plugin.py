@@ -60,8 +60,8 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_quick_tier_records_outcomes_reasons_and_uncollectable_files(tree, tmp_path):
-    run = us.run_suite("before", tree, FILE_LIST + ["tests/unit/test_added_later.py"], tmp_path / "out", tier="quick",
+def test_quick_depth_records_outcomes_reasons_and_uncollectable_files(tree, tmp_path):
+    run = us.run_suite("before", tree, FILE_LIST + ["tests/unit/test_added_later.py"], tmp_path / "out", depth="quick",
                        keep=("TestKeep", ), timeout=300)
     assert run.exit_code == 1 and not run.crashed
     assert run.outcomes == {
@@ -70,14 +70,14 @@ def test_quick_tier_records_outcomes_reasons_and_uncollectable_files(tree, tmp_p
         "unit/test_a.py::test_fail": "failed"
     }
     assert "boom" in run.messages["unit/test_a.py::test_fail"]
-    assert run.deselected == 1  # TestRanks: starts ranks, left to the full tier
+    assert run.deselected == 1  # TestRanks: starts ranks, left to the full depth
     assert run.ranks["unit/test_a.py::TestKeep::test_k"] and not run.ranks["unit/test_a.py::test_ok"]
     assert "ModuleNotFoundError" in run.not_collectable["unit/test_broken.py"]
     assert run.not_collectable["unit/test_skipmod.py"] == "skipped at collection: Skipped: needs a GPU"
 
 
-def test_full_tier_keeps_the_rank_tests(tree, tmp_path):
-    run = us.run_suite("full", tree, ["tests/unit/test_a.py"], tmp_path / "out", tier="full", timeout=300)
+def test_full_depth_keeps_the_rank_tests(tree, tmp_path):
+    run = us.run_suite("full", tree, ["tests/unit/test_a.py"], tmp_path / "out", depth="full", timeout=300)
     assert run.outcomes["unit/test_a.py::TestRanks::test_r"] == "passed" and run.deselected == 0
 
 
@@ -99,7 +99,7 @@ def test_rerun_runs_node_ids(tree, tmp_path):
 def test_xdist_workers_record_once_per_test(tree, tmp_path):
     # Without --forked: pytest-forked 1.7.5 under pytest 9.2 ends every test with "EXITED with status 3".
     pytest.importorskip("xdist")
-    run = us.run_suite("xdist", tree, FILE_LIST, tmp_path / "out", tier="quick", keep=("TestKeep", ), timeout=300,
+    run = us.run_suite("xdist", tree, FILE_LIST, tmp_path / "out", depth="quick", keep=("TestKeep", ), timeout=300,
                        workers=2)
     assert run.workers == 2 and not run.crashed, Path(run.log).read_text()[-2000:]
     assert run.outcomes == {

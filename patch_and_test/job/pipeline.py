@@ -53,7 +53,7 @@ class PipelineConfig:
     backend: str = "gloo"
     timeout: float = 600.0  # per reproducer launch
     upstream_suites: bool = True  # where the source has tests/: run DeepSpeed's own tests too
-    upstream_tier: str = "quick"  # "quick" | "full": which of the affected tests run before and after
+    upstream_depth: str = "quick"  # "quick" | "full": which of the affected tests run before and after
     upstream_workers: int = 0  # pytest-xdist workers for them (0: one process, as measured on 2 cores)
     audit: bool = True  # the parity audit (quick mode) before and after, beside the two reproducers
 
@@ -275,13 +275,13 @@ def _affected_selection(r: _Run, tree: Path, series_dir: Path) -> affected.Selec
 def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str) -> upstream_suite.SuiteRun:
     t = time.monotonic()
     cfg = r.cfg
-    tier = cfg.upstream_tier
-    run = upstream_suite.run_tier(phase, tree, selection.paths, r.out / phase / "affected", tier=tier,
-                                  workers=cfg.upstream_workers)
+    depth = cfg.upstream_depth
+    run = upstream_suite.run_at_depth(phase, tree, selection.paths, r.out / phase / "affected", depth=depth,
+                                      workers=cfg.upstream_workers)
     status = "error" if run.crashed else "ok"
     r.step(
-        f"{phase}: {AFFECTED_SUITE} [{cfg.upstream_tier}]", status,
-        f"{run.collected} tests ({counts(run.counts, 'none ran')}; {run.deselected} left to the full tier), "
+        f"{phase}: {AFFECTED_SUITE} [{cfg.upstream_depth}]", status,
+        f"{run.collected} tests ({counts(run.counts, 'none ran')}; {run.deselected} left to the full depth), "
         f"{len(run.not_collectable)} files not collectable, pytest exit {run.exit_code}"
         f"{', deadline hit' if run.timed_out else ''}", t, Path(run.log))
     return run

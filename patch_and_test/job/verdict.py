@@ -139,7 +139,7 @@ def summary_table(v: Verdict) -> str:
             for c in v.before + v.after]
     rows += [(t.name, "all pass", f"{'ok' if t.exit_code == 0 else 'FAIL'} ({counts(t.counts, 'nothing ran')})")
              for t in v.tests]
-    rows += [(f"{s.name} [{s.tier}]", "no regression",
+    rows += [(f"{s.name} [{s.depth}]", "no regression",
               f"{'ok' if s.status == 'ok' else s.status.upper()} ({len(s.files)} files; before {counts(s.before)}; "
               f"after {counts(s.after)}; regressions {len(s.regressions)}, pre-existing {len(s.pre_existing)}, "
               f"flaky {len(s.flaky)}, fixed {len(s.fixed)}, not collectable {len(s.not_collectable)})")

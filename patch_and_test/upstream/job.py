@@ -135,8 +135,8 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
         subset = dataclasses.replace(series, patches=patches)
         series_mod.apply_series(tree.path, subset)
         try:
-            run = upstream_suite.run_tier(part.name, tree.path, files, results / "partial", keep=(part.test_class, ),
-                                          **kwargs)
+            run = upstream_suite.run_at_depth(part.name, tree.path, files, results / "partial",
+                                              keep=(part.test_class, ), **kwargs)
             # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
             runs.append(
                 run.model_copy(
@@ -147,7 +147,7 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
     return runs
 
 
-def run(src: Path | None, series_dir: Path, results: Path, *, tier: str = "quick", only: list[str] | None = None,
+def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quick", only: list[str] | None = None,
         workers: int = 0) -> AffectedVerdict:
     """DeepSpeed's affected tests of ``src`` (a checkout; None: the newest-upstream tree), before and after."""
     results.mkdir(parents=True, exist_ok=True)
@@ -169,15 +169,15 @@ def run(src: Path | None, series_dir: Path, results: Path, *, tier: str = "quick
         verdict.selection = selection
         print(selection.describe(), flush=True)
         files = [f for f in selection.paths if not only or f in only]
-        kwargs = dict(tier=tier, workers=workers)
-        before = upstream_suite.run_tier("before", tree.path, files, results / "before", **kwargs)
+        kwargs = dict(depth=depth, workers=workers)
+        before = upstream_suite.run_at_depth("before", tree.path, files, results / "before", **kwargs)
         print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
         with_roles = manifest_series(series_dir)
         if with_roles is not None and not only:
             verdict.partial = run_partials(tree, with_roles, results, **kwargs)
         applied = series_mod.apply_series(tree.path, chosen)
         verdict.head = applied.head
-        after = upstream_suite.run_tier("after", tree.path, files, results / "after", **kwargs)
+        after = upstream_suite.run_at_depth("after", tree.path, files, results / "after", **kwargs)
         print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
         verdict.suite = upstream_suite.compare_after_reruns("upstream affected tests", tree.path, before, after,
                                                             results / "after", workers=workers)
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("results/affected"),
                         help="where the reports go (default %(default)s)")
     parser.add_argument(
-        "--tier", choices=("quick", "full"), default="quick",
+        "--depth", choices=("quick", "full"), default="quick",
         help="quick: the selected tests that start no ranks plus the classes the fix changes; full: "
         "every selected test (hours on CPU) (default quick)")
     parser.add_argument("--only", action="append", default=[],
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=0,
                         help="pytest-xdist workers (-n N; no --forked, see docs/affected-tests.md)")
     args = parser.parse_args(argv)
-    verdict = run(args.src, args.series.resolve(), args.results.resolve(), tier=args.tier, only=args.only,
+    verdict = run(args.src, args.series.resolve(), args.results.resolve(), depth=args.depth, only=args.only,
                   workers=args.workers)
     if verdict.error:
         print(f"error: {verdict.error}", file=sys.stderr)

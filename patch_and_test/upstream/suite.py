@@ -2,7 +2,7 @@
 
 The selection comes from ``affected`` (the series' diffs against the tree). ``run_suite`` runs it
 with DeepSpeed's pytest from inside the tree's ``tests/`` folder (as DeepSpeed's CI does, so its
-``pytest.ini`` applies), through the ``zero3_sp_record`` plugin, which picks the tier and records
+``pytest.ini`` applies), through the ``zero3_sp_record`` plugin, which picks the depth and records
 every collection error and result as JSON lines. ``compare`` is pure: it classifies every test id
 
 * ``passed``: passed before and after;
@@ -16,7 +16,7 @@ every collection error and result as JSON lines. ``compare`` is pure: it classif
 * ``missing``: ran before, gone after.
 
 and gives the suite a status: ``error`` when either run crashed (pytest exit other than 0/1),
-hit its deadline, collected nothing (unless the tier deselected every test of the before run),
+hit its deadline, collected nothing (unless the depth deselected every test of the before run),
 or collected fewer tests after than before (a ``missing``
 test); else ``regression`` when any test is one; else ``ok``. A test file that cannot be
 collected here (a missing optional dependency) is listed with its reason, not dropped.
@@ -36,11 +36,11 @@ from repro.harness.report import Record
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"
 PLUGIN = "zero3_sp_record"
-# The quick tier: the selected tests that start no ranks, plus these classes (the upstream
+# The quick depth: the selected tests that start no ranks, plus these classes (the upstream
 # regression test, the ALST recipe's test, and the direct tests of reduce_scatter_coalesced, whose
-# pre-divide master's fix changes). The full tier runs every selected test.
-QUICK_TIER_CLASSES = ("TestZero3SequenceParallelGradientScale", "TestUlyssesSPHF", "TestReduceScatterCoalesced",
-                      "TestReduceScatterCoalescedTensorSmallerThanWorldSize")
+# pre-divide master's fix changes). A full run runs every selected test.
+QUICK_DEPTH_CLASSES = ("TestZero3SequenceParallelGradientScale", "TestUlyssesSPHF", "TestReduceScatterCoalesced",
+                       "TestReduceScatterCoalescedTensorSmallerThanWorldSize")
 # Per run of the selection: about 3x the longest measured on 2 busy cores (quick: 1959 s with op builds;
 # full: hours, 230 tests that start ranks at 106-143 s each).
 TIMEOUT = {"quick": 6000.0, "full": 12 * 3600.0}
@@ -52,7 +52,7 @@ class SuiteRun(Record):
     """One pytest run of the selection on one tree."""
 
     name: str  # e.g. "before"
-    tier: str
+    depth: str
     files: list[str]  # relative to the tree
     exit_code: int
     timed_out: bool
@@ -61,7 +61,7 @@ class SuiteRun(Record):
     messages: dict[str, str]  # test id -> one-line reason (failed, error, skipped)
     not_collectable: dict[str, str]  # test file -> one-line reason
     ranks: dict[str, bool]  # test id -> it starts its own ranks (a DistributedTest)
-    deselected: int  # dropped by the tier
+    deselected: int  # dropped by the depth
     log: str
     record: str
     workers: int = 0  # pytest-xdist workers (0: none)
@@ -92,7 +92,7 @@ class SuiteComparison(Record):
     """The selection before and after the series: the suite's status and every test's category."""
 
     name: str
-    tier: str
+    depth: str
     files: list[str]
     before: dict[str, int]  # counts
     after: dict[str, int]
@@ -108,7 +108,7 @@ class SuiteComparison(Record):
     collected_after: int = 0
     wall_s_before: float = 0.0
     wall_s_after: float = 0.0
-    deselected_by_tier: int = 0
+    deselected_by_depth: int = 0
 
     @property
     def new(self) -> list[str]:
@@ -117,7 +117,7 @@ class SuiteComparison(Record):
 
     def describe(self) -> list[str]:
         lines = [
-            f"{self.name} [{self.tier}]: {self.status}: {len(self.files)} files, {self.collected_before} tests "
+            f"{self.name} [{self.depth}]: {self.status}: {len(self.files)} files, {self.collected_before} tests "
             f"before / {self.collected_after} after ({self.wall_s_before:.0f} s / {self.wall_s_after:.0f} s); "
             f"{len(self.regressions)} regressions, {len(self.fixed)} fixed, {len(self.pre_existing)} "
             f"pre-existing, {len(self.flaky)} flaky"
@@ -133,7 +133,7 @@ class SuiteComparison(Record):
 
 
 def read_record(path: Path) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, bool], int]:
-    """Outcomes, messages, not-collectable files, rank-ness and the tier's deselected count from a record."""
+    """Outcomes, messages, not-collectable files, rank-ness and the depth's deselected count from a record."""
     outcomes: dict[str, str] = {}
     messages: dict[str, str] = {}
     broken: dict[str, str] = {}
@@ -205,7 +205,7 @@ def compare(name: str, before: SuiteRun, after: SuiteRun,
         if run.timed_out:
             errors.append(f"the {run.name} run hit its deadline ({run.wall_s:.0f} s)")
         elif run is before and run.exit_code == 5 and run.deselected and not run.not_collectable:
-            # The tier left nothing of the before run (every selected test starts ranks, and the
+            # The depth left nothing of the before run (every selected test starts ranks, and the
             # series' own tests are not there yet): not a crash.
             continue
         elif run.exit_code not in (0, 1):
@@ -225,13 +225,14 @@ def compare(name: str, before: SuiteRun, after: SuiteRun,
     regressions = [r.test for r in results if r.category in ("regression", "new-failed")]
     status = "error" if errors else ("regression" if regressions else "ok")
     by = lambda cat: [r.test for r in results if r.category == cat]  # noqa: E731
-    return SuiteComparison(name=name, tier=after.tier, files=after.files, before=before.counts, after=after.counts,
+    return SuiteComparison(name=name, depth=after.depth, files=after.files, before=before.counts, after=after.counts,
                            status=status, errors=errors, results=results, regressions=regressions, fixed=by("fixed"),
                            pre_existing=by("pre-existing"), flaky=by("flaky"), not_collectable={
                                **before.not_collectable,
                                **after.not_collectable
                            }, collected_before=before.collected, collected_after=after.collected,
-                           wall_s_before=before.wall_s, wall_s_after=after.wall_s, deselected_by_tier=after.deselected)
+                           wall_s_before=before.wall_s, wall_s_after=after.wall_s,
+                           deselected_by_depth=after.deselected)
 
 
 def rerun_candidates(before: SuiteRun, after: SuiteRun) -> list[str]:
@@ -284,8 +285,8 @@ def _in_tests(path: str) -> str:
     return path[len("tests/"):] if path.startswith("tests/") else path
 
 
-def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, tier: str = "full", keep: tuple[str,
-                                                                                                         ...] = (),
+def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: str = "full", keep: tuple[str,
+                                                                                                          ...] = (),
               timeout: float = 3600, workers: int = 0, node_ids: list[str] | None = None) -> SuiteRun:
     """Run ``files`` (or just ``node_ids``) of DeepSpeed's tests in ``tree``; never raises on test failures."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -296,8 +297,8 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, tier: s
     targets = node_ids if node_ids is not None else [_in_tests(f) for f in present]
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN, f"--zero3-sp-record={record}",
-        f"--zero3-sp-tier={tier}", *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors", "-rfE",
-        *(["-n", str(workers)] if workers else []), *targets
+        f"--zero3-sp-depth={depth}", *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors",
+        "-rfE", *(["-n", str(workers)] if workers else []), *targets
     ]
     if not targets:  # pytest's "no tests collected", without starting it; the record stays absent (empty)
         log.write_text("nothing to run\n")
@@ -310,15 +311,15 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, tier: s
             **hub_env()
         })
     outcomes, messages, broken, ranks, deselected = read_record(record)
-    return SuiteRun(name=name, tier=tier, files=files, log=str(log), record=str(record), workers=workers,
+    return SuiteRun(name=name, depth=depth, files=files, log=str(log), record=str(record), workers=workers,
                     exit_code=code, timed_out=wall > 0 and wall >= timeout, wall_s=wall, outcomes=outcomes,
                     messages=messages, not_collectable=broken, ranks=ranks, deselected=deselected)
 
 
-def run_tier(name: str, tree: Path, files: list[str], out_dir: Path, *, tier: str, workers: int,
-             keep: tuple[str, ...] = QUICK_TIER_CLASSES) -> SuiteRun:
-    """``files`` of the selection in ``tier``, with the tier's deadline (the jobs' before and after runs)."""
-    return run_suite(name, tree, files, out_dir, tier=tier, keep=keep, timeout=TIMEOUT[tier], workers=workers)
+def run_at_depth(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: str, workers: int,
+                 keep: tuple[str, ...] = QUICK_DEPTH_CLASSES) -> SuiteRun:
+    """``files`` of the selection in ``depth``, with the depth's deadline (the jobs' before and after runs)."""
+    return run_suite(name, tree, files, out_dir, depth=depth, keep=keep, timeout=TIMEOUT[depth], workers=workers)
 
 
 def compare_after_reruns(name: str, tree: Path, before: SuiteRun, after: SuiteRun, out_dir: Path, *,

@@ -14,7 +14,7 @@ def run(name: str, outcomes: dict[str, str], *, exit_code: int | None = None, ti
         messages: dict[str, str] | None = None, broken: dict[str, str] | None = None) -> us.SuiteRun:
     if exit_code is None:
         exit_code = 1 if any(o in ("failed", "error") for o in outcomes.values()) else 0
-    return us.SuiteRun(name=name, tier="quick", files=["tests/unit/test_a.py"], exit_code=exit_code,
+    return us.SuiteRun(name=name, depth="quick", files=["tests/unit/test_a.py"], exit_code=exit_code,
                        timed_out=timed_out, wall_s=12.0, outcomes=outcomes, messages=messages or {},
                        not_collectable=broken or {}, ranks={t: False
                                                             for t in outcomes}, deselected=3, log=f"{name}.log",
@@ -267,13 +267,13 @@ def test_bug_not_reproduced_still_comes_before_a_regression():
 
 
 def test_a_before_run_the_tier_emptied_is_not_a_crash():
-    # v0.16.9's quick tier: every selected test starts ranks, and the regression test is new.
+    # v0.16.9's quick depth: every selected test starts ranks, and the regression test is new.
     empty = run("before", {}, exit_code=5).model_copy(update={"deselected": 214})
     after = run("after", {"t::new": "passed"})
     c = us.compare("s", empty, after)
     assert c.status == "ok" and categories(c) == {"t::new": "new"}
-    # Nothing collected at all (no tier deselected anything): still an error.
+    # Nothing collected at all (no depth deselected anything): still an error.
     nothing = empty.model_copy(update={"deselected": 0})
     assert us.compare("s", nothing, after).status == "error"
-    # An after run the tier emptied records no test: an error whatever the before run did.
+    # An after run the depth emptied records no test: an error whatever the before run did.
     assert us.compare("s", empty, empty.model_copy(update={"name": "after"})).status == "error"

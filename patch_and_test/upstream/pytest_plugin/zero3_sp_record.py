@@ -1,13 +1,13 @@
-"""A pytest plugin for DeepSpeed's own test suite: picks a tier and records every result as JSON lines.
+"""A pytest plugin for DeepSpeed's own test suite: picks a depth and records every result as JSON lines.
 
 Loaded into DeepSpeed's pytest with ``-p zero3_sp_record`` (its folder on PYTHONPATH, so that no
 other module of this package lands on DeepSpeed's import path). It imports nothing of ours.
 
-* ``--zero3-sp-tier quick`` keeps the tests that start no ranks (their class does not derive from
+* ``--zero3-sp-depth quick`` keeps the tests that start no ranks (their class does not derive from
   DeepSpeed's ``DistributedExec``) and the classes named with ``--zero3-sp-keep``; ``full`` keeps all.
 * ``--zero3-sp-record PATH`` appends one JSON object a line: ``collect-error`` / ``collect-skip`` (a
   file that cannot be collected, with the one-line reason), ``collected`` (every test kept, and
-  whether it starts ranks), ``deselected`` (dropped by the tier), ``report`` (each setup / call /
+  whether it starts ranks), ``deselected`` (dropped by the depth), ``report`` (each setup / call /
   teardown outcome, with a one-line message). Lines are appended and flushed one at a time, so a
   run killed at its deadline still leaves what it did.
 """
@@ -23,8 +23,8 @@ import pytest
 def pytest_addoption(parser):
     group = parser.getgroup("zero3-sp-gradfix")
     group.addoption("--zero3-sp-record", default=None, help="append results here as JSON lines")
-    group.addoption("--zero3-sp-tier", default="full", choices=("quick", "full"))
-    group.addoption("--zero3-sp-keep", action="append", default=[], help="a test class the quick tier keeps")
+    group.addoption("--zero3-sp-depth", default="full", choices=("quick", "full"))
+    group.addoption("--zero3-sp-keep", action="append", default=[], help="a test class the quick depth keeps")
 
 
 def _write(config, **entry) -> None:
@@ -79,7 +79,7 @@ class _Recorder:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
         keep_classes = set(config.getoption("--zero3-sp-keep"))
-        quick = config.getoption("--zero3-sp-tier") == "quick"
+        quick = config.getoption("--zero3-sp-depth") == "quick"
         kept, dropped = [], []
         for item in items:
             ranks = needs_ranks(item)
