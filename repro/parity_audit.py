@@ -1,9 +1,5 @@
 #!/usr/bin/env python
-"""Gradient-scale parity audit: every ZeRO configuration point against one plain-torch oracle.
-
-The runnable script (``python repro/parity_audit.py --help``; the ranks of a local launch run it
-too); the audit itself is the package repro/audit/ (``repro.audit.run``), see docs/parity-audit.md.
-"""
+"""Gradient-scale parity audit: the runnable script (its ranks run it too); the audit is repro/audit/."""
 
 from __future__ import annotations
 

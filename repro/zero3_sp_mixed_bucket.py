@@ -21,10 +21,9 @@ from repro.gradscale.space import ParamSpec, ZeroConfig  # noqa: E402
 from repro.harness.scales import ReducePath  # noqa: E402
 
 # A small "MLP": biases fit a 16-element bucket, weights do not.
-LAYERS = (ParamSpec("fc1_weight", 64), ParamSpec("fc1_bias",
-                                                 8), ParamSpec("fc2_weight",
-                                                               96), ParamSpec("fc2_bias",
-                                                                              12), ParamSpec("norm_weight", 4))
+LAYERS = tuple(
+    ParamSpec(name, numel)
+    for name, numel in (("fc1_weight", 64), ("fc1_bias", 8), ("fc2_weight", 96), ("fc2_bias", 12), ("norm_weight", 4)))
 
 
 def _add_arguments(parser) -> None:
@@ -33,10 +32,7 @@ def _add_arguments(parser) -> None:
 
 
 def _select(args):
-    return [
-        ZeroConfig(3, reduce_scatter=False, contiguous_gradients=True,
-                   reduce_bucket_size=args.extra["reduce_bucket_size"])
-    ]
+    return [ZeroConfig(3, False, True, args.extra["reduce_bucket_size"])]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,51 +1,5 @@
-"""The parity audit's results: typed records, JSON, the per-point table and the summary. Pure logic.
-
-The report is a pydantic model (``repro.harness.report.JsonReport``); its points, rows, topologies
-and summary are typed records (``repro.harness.report.Record``); ``holds`` and ``exit_code`` are
-derived (``computed_field``), written out, and checked against the rows when a file is read back.
-
-JSON schema ``zero3-sp-gradfix/parity-audit/v1`` (one object):
-
-  schema, script, deepspeed_version, torch_version, python_version, backend, device
-  launcher        "local" (the audit started its ranks, one launch per topology) | "external"
-  mode            "quick" | "full"
-  expect          "fixed" | "buggy"
-  known_file      the known-discrepancy file the rows were judged with
-  known           [{id, title, factor, versions, writeup, upstream, measured_on}]
-  tolerances      {dtype: norm-wise relative tolerance}
-  topologies      [{world_size, sp, dp, points, exit_code, wall_time_s, message}]: one per launch
-  points          one per configuration point:
-      id            e.g. "z3.rs0.cg1.overflow/sp2dp1/bf16/gas2/pdf=world/postscale"
-      point         the point's fields (stage, reduce_scatter, contiguous_gradients, bucket, sp,
-                    dp, world, dtype, gas, predivide, predivide_factor, prescale, reduce_bucket_size)
-      status        "ran" | "rejected" (DeepSpeed refused it while building the engine) | "error"
-      message       DeepSpeed's exception for rejected/error points
-      optimizer     the optimizer class DeepSpeed built
-      seconds       time the point took on rank 0
-      category      match | sp_bug | known | unexplained | rejected | error (repro.audit.expect.point_category)
-      holds         the point keeps --expect
-      rows          one per parameter:
-          param, numel, path (the observed reduce code path), grad_dtype
-          ratio         <observed, oracle> / <oracle, oracle>
-          residual      ||observed - ratio * oracle|| / ||oracle||
-          max_rel_dev   max_i |observed_i - ratio * oracle_i| / |ratio * oracle_i|
-          label         the ratio as a fraction within tolerance ("1", "1/2", ...) or "other"
-          known         ids of the known discrepancies covering the row
-          target        {"fixed": s, "buggy": s}: the scale each expectation predicts
-          ok            {"fixed": bool, "buggy": bool}
-          at_oracle     at 1.0;  at_sp_bug  __avg_scatter_grads, sp > 1, at 1/sp
-  summary
-      counts          points, ran, match, sp_bug, known, unexplained, rejected, error
-      failing_points  ids of the points off --expect
-      known_points    {id: points covered and off 1.0}
-      disagreements   rows off the oracle, grouped by (code path, cause): cause is "sp-bug",
-                      known ids, or "unexplained"; with the ratios seen and example points
-      rejected        grouped by DeepSpeed's message;  errors  likewise
-      max_rel_err     {dtype: worst norm-wise error of a row at its expected scale}
-  holds, exit_code  every point keeps --expect, and every topology ran (0), else 1; 2 when a
-                    launch could not run
-  wall_time_s
-"""
+"""The parity audit's results (schema ``zero3-sp-gradfix/parity-audit/v1``): typed records, JSON, the per-point
+table and the summary. Pure logic; docs/code/repro-harness-gradscale-audit.md lists the fields."""
 
 from __future__ import annotations
 
@@ -69,8 +23,6 @@ SP_BUG_CODE = ("deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3._
 
 Status = Literal["ran", "rejected", "error"]
 Category = Literal["match", "sp_bug", "known", "unexplained", "rejected", "error"]
-
-# --------------------------------------------------------------------------- records
 
 
 class PointFields(Record):
@@ -224,12 +176,8 @@ class Summary(Record):
     max_rel_err: dict[str, float]  # dtype -> worst norm-wise error of a row at its expected scale
 
 
-# --------------------------------------------------------------------------- judging
-
-
 def raw_row(param: str, numel: int, path: str, grad_dtype: str, ratio: float, residual: float,
             max_rel_dev: float) -> MeasuredRow:
-    """What a rank measures for one parameter at one point (judged later, see ``judge``)."""
     return MeasuredRow(param=param, numel=numel, path=path, grad_dtype=grad_dtype, ratio=ratio, residual=residual,
                        max_rel_dev=max_rel_dev)
 
@@ -255,27 +203,25 @@ def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownD
     rows = []
     for r in p.rows:
         j: Judgement = judge_row(fields, r.path, r.param, r.ratio, r.residual, known, version)
+        label = scales.label(r.ratio, r.residual, tol=TOLERANCES[p.point.dtype].rel)
         rows.append(
-            Row(**r.model_dump(), label=scales.label(r.ratio, r.residual,
-                                                     tol=TOLERANCES[p.point.dtype].rel), known=j.known,
-                target=Targets(**j.target), ok=Verdicts(**j.ok), at_oracle=j.at_oracle, at_sp_bug=j.at_sp_bug))
-    return Point(**{
-        **p.model_dump(), "rows": rows
-    }, category=point_category(p.status, rows), holds=point_holds(p.status, rows, expect))
+            Row(**r.model_dump(), label=label, known=j.known, target=Targets(**j.target), ok=Verdicts(**j.ok),
+                at_oracle=j.at_oracle, at_sp_bug=j.at_sp_bug))
+    return Point(**dict(p.model_dump(), rows=rows), category=point_category(p.status, rows),
+                 holds=point_holds(p.status, rows, expect))
 
 
 def judge(points: Iterable[MeasuredPoint | Point | Mapping[str, Any]], known: Sequence[KnownDiscrepancy], expect: str,
           version: str | None = None) -> list[Point]:
-    """Judge every point: label / known / target / ok / at_oracle / at_sp_bug on every row,
-    category / holds on every point. ``version``: the DeepSpeed version the points ran on (for the
-    known discrepancies' version ranges). Idempotent: a report read back from JSON can be judged again."""
+    """Judge every row and point; ``version``: the DeepSpeed version they ran on (for the known discrepancies'
+    version ranges). Idempotent: a report read back from JSON can be judged again."""
     return [judge_point(p, known, expect, version) for p in points]
 
 
 def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect: str) -> Summary:
     counts = collections.Counter(p.category for p in points)
     known_points: collections.Counter = collections.Counter()
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    groups: dict[tuple[str, str], list] = {}  # (path, cause) -> [rows, point ids, label counts, stages]
     worst: dict[str, float] = {}
     for p in points:
         dtype = p.point.dtype
@@ -285,52 +231,32 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
                 worst[dtype] = max(worst.get(dtype, 0.0), scales.error_at(r.ratio, r.residual, target))
             if r.at_oracle:
                 continue
-            cause = _cause(p, r)
-            group = groups.setdefault((r.path, cause), {
-                "path": r.path,
-                "cause": cause,
-                "rows": 0,
-                "points": [],
-                "ratios": collections.Counter(),
-                "stages": set()
-            })
-            group["rows"] += 1
-            group["ratios"][r.label] += 1
-            group["stages"].add(p.point.stage)
-            if p.id not in group["points"]:
-                group["points"].append(p.id)
-        for k in {k for r in p.rows if not r.at_oracle for k in r.known}:
-            known_points[k] += 1
+            group = groups.setdefault((r.path, _cause(p, r)), [0, {}, collections.Counter(), set()])
+            group[0] += 1
+            group[1][p.id] = None
+            group[2][r.label] += 1
+            group[3].add(p.point.stage)
+        known_points.update({k for r in p.rows if not r.at_oracle for k in r.known})
     by_id = {k.id: k for k in known}
-    disagreements = [
-        Disagreement(path=g["path"], cause=g["cause"], code=_code(g["cause"],
-                                                                  by_id), rows=g["rows"], points=len(g["points"]),
-                     stages=sorted(g["stages"]), ratios=dict(sorted(g["ratios"].items())), examples=g["points"][:5])
-        for g in sorted(groups.values(), key=lambda g: (g["cause"] == "unexplained", g["path"], g["cause"]))
-    ]
-    return Summary(
-        counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
-                      **{c: counts.get(c, 0)
-                         for c in CATEGORIES}),
-        failing_points=[p.id for p in points if not p.holds],
-        known_points={k.id: known_points.get(k.id, 0)
-                      for k in known},
-        disagreements=disagreements,
-        rejected=_by_message(p for p in points if p.status == "rejected"),
-        errors=_by_message(p for p in points if p.status == "error"),
-        max_rel_err={d: worst[d]
-                     for d in sorted(worst)},
-    )
+    disagreements = []
+    for path, cause in sorted(groups, key=lambda key: (key[1] == "unexplained", *key)):
+        rows, ids, ratios, stages = groups[path, cause]
+        disagreements.append(
+            Disagreement(path=path, cause=cause, code=_code(cause, by_id), rows=rows, points=len(ids),
+                         stages=sorted(stages), ratios=dict(sorted(ratios.items())), examples=list(ids)[:5]))
+    by_category = {c: counts.get(c, 0) for c in CATEGORIES}
+    known_counts = {k.id: known_points.get(k.id, 0) for k in known}
+    return Summary(counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
+                                 **by_category), failing_points=[p.id for p in points if not p.holds],
+                   known_points=known_counts, disagreements=disagreements, rejected=_by_message(points, "rejected"),
+                   errors=_by_message(points, "error"), max_rel_err=dict(sorted(worst.items())))
 
 
 def _cause(point: Point, row: Row) -> str:
-    parts = []
-    if scales.bug_scales(reduce_path(row.path), point.point.sp) and (row.ok["buggy"] and not row.ok["fixed"]):
-        parts.append("sp-bug")
-    parts += row.known
+    sp_bug = scales.bug_scales(reduce_path(row.path), point.point.sp) and row.ok["buggy"] and not row.ok["fixed"]
     if not (row.ok["buggy"] or row.ok["fixed"]):
         return "unexplained"
-    return " + ".join(parts) if parts else "unexplained"
+    return " + ".join(["sp-bug"] * sp_bug + list(row.known)) or "unexplained"
 
 
 def _code(cause: str, by_id: dict[str, KnownDiscrepancy]) -> list[str]:
@@ -343,18 +269,12 @@ def _code(cause: str, by_id: dict[str, KnownDiscrepancy]) -> list[str]:
     return out
 
 
-def _by_message(points: Iterable[Point]) -> list[MessageGroup]:
+def _by_message(points: Iterable[Point], status: str) -> list[MessageGroup]:
     groups: dict[str, list[str]] = {}
     for p in points:
-        groups.setdefault(p.message, []).append(p.id)
+        if p.status == status:
+            groups.setdefault(p.message, []).append(p.id)
     return [MessageGroup(message=m, points=len(ids), examples=ids[:3]) for m, ids in sorted(groups.items())]
-
-
-# --------------------------------------------------------------------------- the report
-
-
-def _default_tolerances() -> dict[str, float]:
-    return {d: t.rel for d, t in TOLERANCES.items()}
 
 
 class AuditReport(JsonReport):
@@ -373,7 +293,7 @@ class AuditReport(JsonReport):
     known: tuple[KnownEntry, ...]
     topologies: tuple[TopologyRun, ...]
     points: tuple[Point, ...]
-    tolerances: dict[str, float] = Field(default_factory=_default_tolerances)
+    tolerances: dict[str, float] = Field(default_factory=lambda: {d: t.rel for d, t in TOLERANCES.items()})
     python_version: str = Field(default_factory=platform.python_version)
     wall_time_s: float | None = None
     summary: Summary
@@ -382,15 +302,13 @@ class AuditReport(JsonReport):
     def build(cls, *, known: Sequence[KnownDiscrepancy], known_file: str, expect: str,
               points: Sequence[MeasuredPoint | Point | Mapping[str, Any]], **kwargs) -> AuditReport:
         judged = judge(points, known, expect, kwargs.get("deepspeed_version"))
-        return cls(expect=expect, known_file=known_file, points=judged, known=[_known_entry(k) for k in known],
+        entries = [KnownEntry(**{f: getattr(k, f) for f in KnownEntry.model_fields}) for k in known]
+        return cls(expect=expect, known_file=known_file, points=judged, known=entries,
                    summary=summarize(judged, known, expect), **kwargs)
 
     def rejudge(self, known: Sequence[KnownDiscrepancy], known_file: str, expect: str) -> AuditReport:
-        fields = {
-            name: getattr(self, name)
-            for name in type(self).model_fields
-            if name not in ("known", "known_file", "expect", "points", "summary", "schema_name")
-        }
+        rebuilt = ("known", "known_file", "expect", "points", "summary", "schema_name")
+        fields = {name: getattr(self, name) for name in type(self).model_fields if name not in rebuilt}
         return type(self).build(known=known, known_file=known_file, expect=expect, points=self.points, **fields)
 
     @property
@@ -407,17 +325,7 @@ class AuditReport(JsonReport):
     @property
     def exit_code(self) -> int:
         """0 holds, 1 does not, 2 a launch could not run."""
-        if not self.launches_ok:
-            return 2
-        return 0 if self.holds else 1
-
-
-def _known_entry(k: KnownDiscrepancy) -> KnownEntry:
-    return KnownEntry(id=k.id, title=k.title, factor=k.factor, versions=k.versions, writeup=k.writeup,
-                      upstream=k.upstream, measured_on=k.measured_on)
-
-
-# --------------------------------------------------------------------------- text
+        return 2 if not self.launches_ok else 0 if self.holds else 1
 
 
 def render_table(report: AuditReport, only_failing: bool = False) -> str:
@@ -426,14 +334,15 @@ def render_table(report: AuditReport, only_failing: bool = False) -> str:
     for p in report.points:
         if only_failing and p.holds:
             continue
-        rows = p.rows
-        paths = "+".join(dict.fromkeys(_short(r.path) for r in rows)) or "-"
-        ratios = " ".join(f"{r.param}={r.ratio:.4f}({r.label})" for r in rows) or p.message[:70]
-        targets = " ".join(dict.fromkeys(_target(r.target[report.expect]) for r in rows)) or "-"
-        verdict = "ok" if p.holds else "MISMATCH" if p.status == "ran" else p.status.upper()
-        if p.status == "rejected":
-            verdict = "rejected"
-        lines.append((p.id, paths, ratios, targets, p.category, verdict))
+        paths = "+".join(dict.fromkeys(_SHORT.get(r.path, r.path.replace("stage_1_and_2.", "z12.")) for r in p.rows))
+        ratios = " ".join(f"{r.param}={r.ratio:.4f}({r.label})" for r in p.rows) or p.message[:70]
+        # an expected scale as a fraction; None: the expectation is "not at a scale"
+        targets = [("wrong" if r.target[report.expect] is None else scales.label(r.target[report.expect]))
+                   for r in p.rows]
+        targets = " ".join(dict.fromkeys(targets)) or "-"
+        verdict = ("rejected" if p.status == "rejected" else
+                   "ok" if p.holds else "MISMATCH" if p.status == "ran" else p.status.upper())
+        lines.append((p.id, paths or "-", ratios, targets, p.category, verdict))
     return "\n".join(text_table(header, lines, max_widths={2: 60}))
 
 
@@ -453,17 +362,11 @@ def render_summary(report: AuditReport) -> str:
             ratios = ", ".join(f"{k} x{v}" for k, v in g.ratios.items())
             out.append(f"  {g.path}  [{g.cause}]  {g.points} points, {g.rows} gradients, "
                        f"stages {list(g.stages)}, ratios {ratios}")
-            for line in g.code:
-                out.append(f"      {line}")
-            out.append(f"      e.g. {g.examples[0]}")
+            out += [f"      {line}" for line in g.code] + [f"      e.g. {g.examples[0]}"]
     if s.rejected:
-        out.append("rejected by DeepSpeed (not failures):")
-        for m in s.rejected:
-            out.append(f"  {m.points:4d}  {m.message[:150]}")
+        out += ["rejected by DeepSpeed (not failures):"] + [f"  {m.points:4d}  {m.message[:150]}" for m in s.rejected]
     if s.errors:
-        out.append("errors:")
-        for m in s.errors:
-            out.append(f"  {m.points:4d}  {m.message[:150]}  e.g. {m.examples[0]}")
+        out += ["errors:"] + [f"  {m.points:4d}  {m.message[:150]}  e.g. {m.examples[0]}" for m in s.errors]
     for t in report.topologies:
         if t.exit_code not in (0, 1):
             out.append(f"launch {_topo(t)} failed (exit {t.exit_code}): {t.message}")
@@ -484,13 +387,4 @@ def _topo(t: TopologyRun) -> str:
     return f"sp{t.sp}dp{t.dp}"
 
 
-def _short(path: str) -> str:
-    return {
-        "__avg_scatter_grads": "z3.avg_scatter",
-        "__avg_scatter_contiguous_grads": "z3.avg_scatter_contiguous"
-    }.get(path, path.replace("stage_1_and_2.", "z12."))
-
-
-def _target(x: float | None) -> str:
-    """An expected scale as a fraction (``scales.label``); None: the expectation is "not at a scale"."""
-    return "wrong" if x is None else scales.label(x)
+_SHORT = {"__avg_scatter_grads": "z3.avg_scatter", "__avg_scatter_contiguous_grads": "z3.avg_scatter_contiguous"}

@@ -1,29 +1,4 @@
-"""Gradient-scale parity audit: every ZeRO configuration point against one plain-torch oracle.
-
-For each point of the space (ZeRO stage 0-3; reduce_scatter, contiguous_gradients, a reduce
-bucket that fits the probe's parameters and one that does not; sp in {1, 2, 4} x dp in {1, 2}
-up to 4 ranks; fp32 and bf16; gradient_accumulation_steps 1 and 2; gradient_predivide_factor
-1.0, the world size and 3.0; prescale_gradients off and on) a real DeepSpeed engine runs one
-training step's backward on every rank, and each parameter's full gradient is compared with the
-oracle: sum over the sp ranks, mean over the dp ranks, mean over the micro-steps of the ranks'
-local gradients, computed in plain torch (float64). Configurations DeepSpeed refuses are
-reported as rejected, not as failures.
-
---expect buggy holds when every gradient reduced by ZeRO-3's __avg_scatter_grads with sp > 1 is
-at 1/sp and every other one matches the oracle, each up to the known upstream discrepancies
-listed in repro/audit/known_discrepancies.toml (written up in docs/upstream-candidates/);
---expect fixed likewise with the first kind at 1.0.
-
-Local launch (default): one launch of the ranks per topology (world size, sp), one after the
-other, each running all of its points in one process group (one engine per point, destroyed
-before the next); the parent merges the reports. --world-size and --sp restrict the topologies.
-Under torchrun / the deepspeed launcher: the launcher's world size only, every sp that divides
-it (or --sp), in the one process group.
-
---timeout is the deadline of the whole audit: each launch gets what is left of it.
-
-The runnable script is repro/parity_audit.py (``main`` below); every rank it starts runs it too.
-"""
+"""Gradient-scale parity audit: every ZeRO configuration point against one plain-torch oracle."""
 
 from __future__ import annotations
 
@@ -40,6 +15,7 @@ from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, 
                                select, topologies)
 from repro.harness import launch
 from repro.harness.env import dist_version
+from repro.harness.files import relative_to
 from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, validate
 
 SCRIPT = "parity_audit"
@@ -57,24 +33,19 @@ EXPECT_HELP = (
 
 def _add_arguments(parser) -> None:
     parser.set_defaults(timeout=DEFAULT_TIMEOUT_S)
-    # Unset, --world-size and --sp mean every topology of the audit's space and --backend a choice per topology:
-    # defaults of None tell them apart from given values (abbreviated ones included).
+    # Defaults of None tell unset --world-size/--sp/--backend (every topology; a backend each) from given ones.
     parser.add_argument(
-        "--world-size", type=int,
-        help="only the topologies of this world size (default: every one, up to 4 ranks; under "
-        "torchrun its world size)")
+        "--world-size", type=int, help="only the topologies of this world size (default: every one, "
+        "up to 4 ranks; under torchrun its world size)")
     parser.add_argument(
-        "--sp", type=int,
-        help=f"only the topologies of this sp (default: every one of {', '.join(map(str, SP_VALUES))} "
-        "that divides the world size)")
+        "--sp", type=int, help="only the topologies of this sp (default: every one of "
+        f"{', '.join(map(str, SP_VALUES))} that divides the world size)")
     parser.add_argument(
-        "--backend", choices=["gloo", "nccl", "auto"],
-        help="gloo: CPU ranks; nccl: one GPU per rank; auto (default): for each topology, nccl when "
-        "there is a GPU for every rank, else gloo")
+        "--backend", choices=["gloo", "nccl", "auto"], help="gloo: CPU ranks; nccl: one GPU per rank; "
+        "auto (default): for each topology, nccl when there is a GPU for every rank, else gloo")
     parser.add_argument(
-        "--mode", choices=MODES, default="quick",
-        help="quick: a covering subset (every factor level, every reduce path); full: the whole "
-        "space (default quick)")
+        "--mode", choices=MODES, default="quick", help="quick: a covering subset (every factor "
+        "level, every reduce path); full: the whole space (default quick)")
     parser.add_argument("--stage", type=int, action="append", choices=STAGES,
                         help="only these ZeRO stages (repeatable)")
     parser.add_argument("--dtype", action="append", choices=DTYPES, help="only these dtypes (repeatable)")
@@ -104,25 +75,17 @@ class Selection:
     @classmethod
     def of(cls, args: ReproArgs) -> Selection:
         e = args.extra
-
-        def t(x):
-            return tuple(x) if x else None
-
-        return cls(e["mode"], t(e["stage"]), t(e["dtype"]), t(e["gas"]), t(e["point"]))
+        return cls(e["mode"], *(tuple(e[k]) if e[k] else None for k in ("stage", "dtype", "gas", "point")))
 
     def points(self, topos):
         return select(self.mode, topos, self.stages, self.dtypes, self.gas, self.patterns)
 
     def argv(self) -> list[str]:
         out = ["--mode", self.mode]
-        for flag, values in (("--stage", self.stages), ("--dtype", self.dtypes), ("--gas", self.gas), ("--point",
-                                                                                                       self.patterns)):
+        for flag, values in zip(("--stage", "--dtype", "--gas", "--point"), dataclasses.astuple(self)[1:]):
             for v in values or ():
                 out += [flag, str(v)]
         return out
-
-
-# --------------------------------------------------------------------------- entry
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,38 +140,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _repro_args(ns: argparse.Namespace) -> ReproArgs:
-    """The parsed flags as the shared contract's ``ReproArgs``, validated by ``cli.validate``.
-
-    ``extra`` records whether --world-size and --sp were given (``world_size_given``,
-    ``sp_given``) and the --backend choice (``backend_choice``, "auto" when unset); where they were
-    not, the contract's checks see a world size and sp every topology accepts (sp 1; world size sp).
-    """
+    """The parsed flags as ``ReproArgs`` (``cli.validate``); ``extra`` records whether --world-size and --sp were
+    given and the --backend choice; unset, the checks see values every topology accepts (sp 1, world size sp)."""
     given = dict(world_size_given=ns.world_size is not None, sp_given=ns.sp is not None, backend_choice=ns.backend
                  or "auto")
     sp = ns.sp if given["sp_given"] else 1
     world_size = ns.world_size if given["world_size_given"] else sp
-    filled = argparse.Namespace(**{
-        **vars(ns), "world_size": world_size,
-        "sp": sp,
-        "backend": given["backend_choice"],
-        **given
-    })
-    return validate(filled)
+    return validate(
+        argparse.Namespace(**dict(vars(ns), world_size=world_size, sp=sp, backend=given["backend_choice"], **given)))
 
 
 def _list(selection: Selection, topos) -> int:
     groups = group_by_topology(selection.points(topos))
-    total = 0
     for topo, points in groups.items():
-        print(f"# world {topo.world_size}, {topo.label()}: {len(points)} points")
-        for p in points:
-            print(p.id)
-        total += len(points)
-    print(f"# {total} points in {len(groups)} launches ({selection.mode})")
+        print(f"# world {topo.world_size}, {topo.label()}: {len(points)} points", *(p.id for p in points), sep="\n")
+    print(f"# {sum(map(len, groups.values()))} points in {len(groups)} launches ({selection.mode})")
     return 0
-
-
-# --------------------------------------------------------------------------- parent
 
 
 def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
@@ -232,13 +179,9 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
             "nccl" if gpu_count() >= topo.world_size else "gloo")
         child_args = dataclasses.replace(args, world_size=topo.world_size, sp=topo.sp, timeout=left, backend=backend,
                                          json=None)
-        child_argv = [
-            "--world-size",
-            str(topo.world_size), "--sp",
-            str(topo.sp), "--backend", backend, "--expect", args.expect, "--timeout", f"{left:.1f}", "--known",
-            str(args.extra["known"]), *(["--no-known"] if args.extra["no_known"] else []), *selection.argv(),
-            *(["--keep-logs"] if args.keep_logs else [])
-        ]
+        child_argv = (f"--world-size {topo.world_size} --sp {topo.sp} --backend {backend} --expect {args.expect} "
+                      f"--timeout {left:.1f}").split() + ["--known", str(args.extra["known"])]
+        child_argv += ["--no-known"] * args.extra["no_known"] + selection.argv() + ["--keep-logs"] * args.keep_logs
         received: list[dict] = []
         print(
             f"[parity-audit] launch {topo.label()} (world {topo.world_size}, {backend}): {len(topo_points)} points, "
@@ -267,12 +210,14 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
     return report.exit_code
 
 
+def _known_file(args: ReproArgs) -> str:
+    return "(none: --no-known)" if args.extra["no_known"] else relative_to(str(args.extra["known"]), REPO_ROOT)
+
+
 def _final(args: ReproArgs, known, topo_runs, points, meta, launcher: str) -> AuditReport:
-    known_file = "(none: --no-known)" if args.extra["no_known"] else _rel(args.extra["known"])
-    return AuditReport.build(known=known, known_file=known_file, expect=args.expect, points=points, script=SCRIPT,
-                             deepspeed_version=meta["deepspeed_version"], torch_version=meta["torch_version"],
-                             backend=meta.get("backend", args.backend), device=meta.get("device", "cpu"),
-                             launcher=launcher, mode=args.extra["mode"], topologies=topo_runs)
+    meta = {"backend": args.backend, "device": "cpu", **meta}  # deepspeed_version, torch_version, backend, device
+    return AuditReport.build(known=known, known_file=_known_file(args), expect=args.expect, points=points,
+                             script=SCRIPT, launcher=launcher, mode=args.extra["mode"], topologies=topo_runs, **meta)
 
 
 def _local_meta(args: ReproArgs) -> dict:
@@ -280,19 +225,9 @@ def _local_meta(args: ReproArgs) -> dict:
                 backend=args.backend, device="cpu")
 
 
-def _rel(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
-
-
 def _emit(report: AuditReport, args: ReproArgs) -> None:
-    table = args.extra["table"]
-    if table != "none":
-        text = render_table(report, only_failing=(table == "failing"))
-        print(text, flush=True)
-        print(flush=True)
+    if (table := args.extra["table"]) != "none":
+        print(render_table(report, only_failing=(table == "failing")) + "\n", flush=True)
     print(render_summary(report), flush=True)
     if args.json is not None:
         report.write(args.json)
@@ -304,13 +239,9 @@ def _rejudge(args: ReproArgs, known) -> int:
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    known_file = "(none: --no-known)" if args.extra["no_known"] else _rel(args.extra["known"])
-    report = previous.rejudge(known, known_file, args.expect)
+    report = previous.rejudge(known, _known_file(args), args.expect)
     _emit(report, args)
     return report.exit_code
-
-
-# --------------------------------------------------------------------------- ranks
 
 
 def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
@@ -342,11 +273,9 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
                 outcome = run_point(p, SMALL_AND_LARGE, ctx.rank, ctx.device, mpu)
                 rows = []
                 for g in outcome.grads:
-                    expected = oracle[key][g.name]
-                    f = fit(g.full_grad, expected)
-                    rows.append(
-                        raw_row(g.name, g.numel, g.path, g.dtype, f.ratio, f.residual,
-                                _max_rel_dev(g.full_grad, expected, f.ratio)))
+                    f = fit(g.full_grad, oracle[key][g.name])
+                    max_dev = _max_rel_dev(g.full_grad, oracle[key][g.name], f.ratio)
+                    rows.append(raw_row(g.name, g.numel, g.path, g.dtype, f.ratio, f.residual, max_dev))
                 points_out.append(
                     raw_point(p.id, p.fields(), outcome.status, outcome.message, outcome.optimizer, outcome.seconds,
                               rows))
@@ -370,16 +299,12 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
 
 def _max_rel_dev(observed, expected, ratio: float) -> float:
     target = expected.double() * ratio
-    dev = (observed.double() - target).abs()
-    denom = target.abs().clamp_min(1e-30)
-    return float((dev / denom).max()) if target.numel() else 0.0
+    return float(((observed.double() - target).abs() / target.abs().clamp_min(1e-30)).max()) if target.numel() else 0.0
 
 
 def _reset_sp_state() -> None:
-    """Forget the previous topology's sp groups before building the next one's mpu (one process
-    group running several sp values under an external launcher): DeepSpeed keeps the last mpu
-    an engine was given in ``deepspeed.utils.groups.mpu``, and 0.17+'s ``parallel_state_sp`` its
-    groups in module globals."""
+    """Forget the previous topology's sp groups (``groups.mpu``, 0.17+'s ``parallel_state_sp`` globals) before
+    building the next one's mpu: one process group runs several sp values under an external launcher."""
     from deepspeed.utils import groups
 
     groups.mpu = None

@@ -1,28 +1,5 @@
-"""The parity audit's configuration space: points, quick/full selection, grouping by topology.
-
-Pure logic, no torch, no DeepSpeed. A point is one ``deepspeed.initialize`` + forward/backward:
-
-  stage                 0, 1, 2, 3
-  reduce_scatter        True / False          (stages 1-3; None for stage 0)
-  contiguous_gradients  True / False          (stages 1-3; None for stage 0)
-  bucket                "fits" / "overflow"   (reduce_bucket_size 500 or 16 for the probe's 4- and
-                                               64-element parameters; stages 1-3; None for stage 0)
-  sp, dp                sp in {1, 2, 4}, dp in {1, 2}, sp * dp <= 4
-  dtype                 "fp32" / "bf16"       ("bf16": {"enabled": true})
-  gas                   gradient_accumulation_steps 1 / 2
-  predivide             "1" / "world" / "3"   gradient_predivide_factor 1.0, the world size (the
-                                               value where every stage's "skip the postscale"
-                                               shortcut fires), or 3.0 (a generic factor)
-  prescale              prescale_gradients False / True
-
-Stage 0 reads none of reduce_scatter / contiguous_gradients / reduce_bucket_size: the engine
-reduces through ``allreduce_gradients`` with its own bucket size (MEMORY_OPT_ALLREDUCE_SIZE), so
-those knobs are not varied for it. Every stage reads gradient_predivide_factor and
-prescale_gradients somewhere (engine.allreduce_bucket, stage_1_and_2.gradient_reduction_w_predivide,
-ZeRO-3's two scatter methods); where a stage rejects them (ZeRO-2/3 with reduce_scatter) the
-point is run anyway and reported as rejected. With world size 1 the "world" factor is 1.0, the
-same as "1", so that level is dropped there.
-"""
+"""The parity audit's configuration space (docs/parity-audit.md, "The point space"): points, quick/full selection,
+grouping by topology. Pure logic, no torch, no DeepSpeed; a point is one ``deepspeed.initialize`` + backward."""
 
 from __future__ import annotations
 
@@ -59,17 +36,10 @@ class Topo:
 
 def topologies(world_sizes: Iterable[int] | None = None, sps: Iterable[int] | None = None) -> list[Topo]:
     """Every (world, sp) of the space, optionally restricted; ordered by world size, then sp."""
-    out = []
-    for sp, dp in itertools.product(SP_VALUES, DP_VALUES):
-        topo = Topo(sp * dp, sp)
-        if topo.world_size > MAX_WORLD:
-            continue
-        if world_sizes is not None and topo.world_size not in set(world_sizes):
-            continue
-        if sps is not None and topo.sp not in set(sps):
-            continue
-        out.append(topo)
-    return sorted(out)
+    world_sizes, sps = (None if x is None else set(x) for x in (world_sizes, sps))
+    return sorted(
+        Topo(sp * dp, sp) for sp, dp in itertools.product(SP_VALUES, DP_VALUES)
+        if sp * dp <= MAX_WORLD and (world_sizes is None or sp * dp in world_sizes) and (sps is None or sp in sps))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,13 +89,10 @@ class AuditPoint:
     @property
     def id(self) -> str:
         """Stable, shell-friendly name, e.g. ``z3.rs0.cg1.overflow/sp2dp1/bf16/gas2/pdf=world/prescale``."""
-        knobs = "" if self.stage == 0 else (f".rs{int(self.reduce_scatter)}.cg{int(self.contiguous_gradients)}"
-                                            f".{self.bucket}")
-        return "/".join([
-            f"z{self.stage}{knobs}",
-            self.topo.label(), self.dtype, f"gas{self.gas}", f"pdf={self.predivide}",
-            "prescale" if self.prescale else "postscale"
-        ])
+        rs, cg = int(bool(self.reduce_scatter)), int(bool(self.contiguous_gradients))
+        knobs = "" if self.stage == 0 else f".rs{rs}.cg{cg}.{self.bucket}"
+        scale = "prescale" if self.prescale else "postscale"
+        return f"z{self.stage}{knobs}/{self.topo.label()}/{self.dtype}/gas{self.gas}/pdf={self.predivide}/{scale}"
 
     def zero_section(self) -> dict:
         section: dict = {"stage": self.stage}
@@ -136,21 +103,16 @@ class AuditPoint:
 
     def config_overrides(self) -> dict:
         """Top-level DeepSpeed config keys this point sets (besides zero_optimization)."""
-        out: dict = {
-            "gradient_accumulation_steps": self.gas,
-            "gradient_predivide_factor": self.predivide_factor,
-            "prescale_gradients": self.prescale
-        }
+        out: dict = dict(gradient_accumulation_steps=self.gas, gradient_predivide_factor=self.predivide_factor,
+                         prescale_gradients=self.prescale)
         if self.dtype == "bf16":
             out["bf16"] = {"enabled": True}
         return out
 
     def fields(self) -> dict:
         """What a known-discrepancy predicate may test (see repro.audit.expect)."""
-        data = dataclasses.asdict(self)
-        data.update(world=self.world_size, predivide_factor=self.predivide_factor,
+        return dict(dataclasses.asdict(self), world=self.world_size, predivide_factor=self.predivide_factor,
                     reduce_bucket_size=self.reduce_bucket_size)
-        return data
 
     @classmethod
     def from_fields(cls, data: dict) -> AuditPoint:
@@ -158,25 +120,13 @@ class AuditPoint:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def stage_knobs(stage: int) -> list[tuple[bool | None, bool | None, str | None]]:
-    if stage == 0:
-        return [(None, None, None)]
-    return list(itertools.product((True, False), (True, False), tuple(BUCKET_SIZES)))
-
-
-def scale_knobs(world_size: int) -> list[tuple[str, bool]]:
-    levels = [p for p in PREDIVIDE_LEVELS if not (p == "world" and world_size == 1)]
-    return list(itertools.product(levels, (False, True)))
-
-
 def full_space(topos: Sequence[Topo]) -> list[AuditPoint]:
     points = []
-    for topo in topos:
-        for stage in STAGES:
-            for (rs, cg, bucket), dtype, gas, (pdf, prescale) in itertools.product(stage_knobs(stage), DTYPES,
-                                                                                   GAS_VALUES,
-                                                                                   scale_knobs(topo.world_size)):
-                points.append(AuditPoint(stage, rs, cg, bucket, topo.sp, topo.dp, dtype, gas, pdf, prescale))
+    for topo, stage in itertools.product(topos, STAGES):
+        zero_knobs = [(None, None, None)] if stage == 0 else itertools.product(*[(True, False)] * 2, BUCKET_SIZES)
+        levels = [p for p in PREDIVIDE_LEVELS if not (p == "world" and topo.world_size == 1)]
+        knobs = itertools.product(zero_knobs, DTYPES, GAS_VALUES, itertools.product(levels, (False, True)))
+        points += [AuditPoint(stage, *rcb, topo.sp, topo.dp, dtype, gas, *scale) for rcb, dtype, gas, scale in knobs]
     return points
 
 
@@ -186,19 +136,8 @@ def quick_space(topos: Sequence[Topo]) -> list[AuditPoint]:
 
 
 def quick_rule(p: AuditPoint) -> bool:
-    """Which full-space points the quick mode keeps.
-
-    * Every reduce path once per topology with sp > 1 or dp > 1: each stage with every
-      (reduce_scatter, contiguous_gradients, bucket) at fp32, gas 1, no predivide, postscale.
-    * The numerics and accumulation axes on the reduce paths they can change: bf16 and gas 2
-      together, for each stage's default path and ZeRO-3's mixed-bucket split, on every
-      topology.
-    * The scaling knobs where each stage reads them: predivide "world" (the postscale
-      shortcut) and "3", and prescale, on the paths that honour them (ZeRO-0, ZeRO-1/2
-      without reduce_scatter, ZeRO-3 without reduce_scatter) plus one rejected combination
-      per rejecting stage.
-    World size 1 (sp1dp1) keeps only the default path of each stage: nothing is reduced.
-    """
+    """Which full-space points the quick mode keeps (docs/parity-audit.md); world size 1 keeps only each stage's
+    default path: nothing is reduced there."""
     base = p.dtype == "fp32" and p.gas == 1 and p.predivide == "1" and not p.prescale
     default_path = p.stage == 0 or (p.reduce_scatter and p.contiguous_gradients and p.bucket == "fits")
     mixed_bucket = p.stage == 3 and not p.reduce_scatter and p.contiguous_gradients and p.bucket == "overflow"
@@ -217,9 +156,9 @@ def quick_rule(p: AuditPoint) -> bool:
         honours = True  # ZeRO-3's __avg_scatter_grads with a predivide factor
     if honours and p.bucket in (None, "fits", "overflow") and (p.stage in (0, 3) or p.bucket == "fits"):
         return True
-    rejected_probe = (p.stage in (2, 3) and p.reduce_scatter and p.contiguous_gradients and p.bucket == "fits"
-                      and p.predivide == "world" and not p.prescale)
-    return rejected_probe
+    # one rejected combination per rejecting stage
+    return (p.stage in (2, 3) and p.reduce_scatter and p.contiguous_gradients and p.bucket == "fits"
+            and p.predivide == "world" and not p.prescale)
 
 
 def select(mode: str, topos: Sequence[Topo], stages: Iterable[int] | None = None, dtypes: Iterable[str] | None = None,

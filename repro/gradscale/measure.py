@@ -1,11 +1,5 @@
-"""Run one ZeRO configuration through a real DeepSpeed engine and read back full gradients.
-
-One engine per configuration: build the probe model, ``deepspeed.initialize`` it with the sp
-mpu, one forward/backward on this rank's inputs, read every parameter's full (reduced)
-gradient with ``safe_get_full_grad`` (a collective under ZeRO-3: every rank calls it), and
-note which reduction each gradient went through, by watching ZeRO-3's two reduce methods
-(calls pass straight through; nothing is changed). The engine is destroyed before the next.
-"""
+"""Run one ZeRO configuration through a real DeepSpeed engine (one forward/backward on this rank's inputs) and
+read back every parameter's full gradient and the reduce path it took."""
 
 from __future__ import annotations
 
@@ -18,7 +12,7 @@ import torch
 from repro.gradscale.model import ProbeModel, rank_inputs
 from repro.gradscale.space import ParamSpec, ZeroConfig
 from repro.harness.engine import destroy_engine, ds_config, full_gradients, watch_reduce_paths
-from repro.harness.scales import ReducePath
+from repro.harness.scales import ReducePath, default_path
 
 
 @dataclasses.dataclass
@@ -54,10 +48,8 @@ def run_config(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device
 
 
 def path_of(param, paths: dict[int, ReducePath] | None, zero: ZeroConfig) -> ReducePath:
-    if zero.stage == 0:
-        return ReducePath.STAGE_0
-    if zero.stage in (1, 2):
-        return ReducePath.STAGE_1_2
+    if zero.stage != 3:
+        return default_path(zero.stage)
     if id(param) not in paths:
         raise RuntimeError(f"{zero.label()}: the gradient of a parameter went through neither ZeRO-3 reduce path")
     return paths[id(param)]

@@ -11,12 +11,8 @@ _INPUT_SEED = 8692  # the upstream report's issue number; any fixed value works
 
 
 class ProbeModel(torch.nn.Module):
-    """Independent 1-D parameters, loss = sum_p 0.5 * ||p * x_p||^2, so dL/dp = p * x_p^2.
-
-    The gradient depends on both the weights and the rank's input, so ranks' local
-    gradients differ in direction as well as size: a missing reduction, a doubled one or a
-    1/sp scale each give a distinct, detectable result.
-    """
+    """Independent 1-D parameters, loss = sum_p 0.5 * ||p * x_p||^2, so dL/dp = p * x_p^2: ranks' local gradients
+    differ in direction and size, so a missing, doubled or 1/sp-scaled reduction each shows."""
 
     def __init__(self, specs: tuple[ParamSpec, ...]):
         super().__init__()
@@ -34,8 +30,7 @@ class ProbeModel(torch.nn.Module):
         return loss
 
 
-# Micro-step m > 0 of gradient accumulation draws its inputs from its own stream; micro-step 0
-# keeps the seed the single-step reproducers have always used.
+# Micro-step m > 0 draws from its own stream; micro-step 0 keeps the single-step reproducers' seed.
 _MICRO_STEP_STRIDE = 1_000_003
 
 
@@ -48,13 +43,8 @@ def rank_inputs(specs: tuple[ParamSpec, ...], rank: int, dtype=torch.float32, de
 
 def local_gradients(specs: tuple[ParamSpec, ...], rank: int, micro_step: int = 0,
                     model_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """Rank ``rank``'s own gradient, in float64 plain torch: no DeepSpeed, no collectives.
-
-    ``model_dtype`` (e.g. torch.bfloat16): first round the weights and the inputs to the dtype
-    the engine computes in, as DeepSpeed does when it casts the model, then differentiate in
-    float64. The oracle then sees the same operands as the engine and differs from it only by
-    the engine's arithmetic rounding. ``None`` keeps the original float64 inputs.
-    """
+    """Rank ``rank``'s own gradient, in float64 plain torch; ``model_dtype``: weights and inputs first rounded to
+    the engine's dtype (the oracle then sees the engine's operands), ``None`` keeps them float64."""
     model = ProbeModel(specs)
     inputs = rank_inputs(specs, rank, dtype=torch.float64, micro_step=micro_step)
     if model_dtype is not None:

@@ -1,9 +1,5 @@
-"""The expected full gradient, from the ranks' local gradients, in plain torch.
-
-Convention (DeepSpeed #4530, #5555; ZeRO-0/1/2 and ZeRO-3's contiguous path): gradients are
-summed over the sequence-parallel ranks (each holds a slice of the same sequence) and
-averaged over the data-parallel ranks (each holds other samples).
-"""
+"""The expected full gradient, from the ranks' local gradients, in plain torch: summed over the sp ranks,
+averaged over the dp ranks (DeepSpeed's convention, #4530, #5555)."""
 
 from __future__ import annotations
 
@@ -26,13 +22,8 @@ def expected_gradient(local: Sequence[torch.Tensor], topology: Topology) -> torc
 
 def expected_gradients(specs: tuple[ParamSpec, ...], topology: Topology, micro_steps: int = 1,
                        model_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """Every parameter's expected full gradient (float64), computed by every rank alike.
-
-    With gradient accumulation (``micro_steps`` > 1) DeepSpeed scales each micro-step's loss by
-    1/micro_steps, so the expectation is the mean over micro-steps of (sum over sp, mean over
-    dp); micro-step m feeds every rank its own inputs for that step. ``model_dtype``: see
-    ``model.local_gradients`` (operands rounded to the engine's dtype, arithmetic in float64).
-    """
+    """Every parameter's expected full gradient (float64), computed by every rank alike; with ``micro_steps`` > 1
+    the mean over micro-steps (DeepSpeed scales each one's loss by 1/micro_steps)."""
     if micro_steps < 1:
         raise ValueError(f"micro_steps must be >= 1, got {micro_steps}")
     per_step = []

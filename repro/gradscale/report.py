@@ -1,43 +1,5 @@
-"""The gradient-scale reproducers' results: typed pydantic models, to and from JSON, and the table a person reads.
-
-JSON schema ``zero3-sp-gradfix/repro-report/v1`` (one object):
-
-  schema            str    the schema name above
-  script            str    the reproducer that wrote it
-  deepspeed_version str    importlib.metadata version of the DeepSpeed that ran
-  torch_version     str
-  python_version    str
-  backend           str    "gloo" | "nccl"
-  device            str    "cpu" | "cuda"
-  launcher          str    "local" (the script started its ranks) | "external" (torchrun, deepspeed)
-  world_size, sp, dp int
-  expect            str    "fixed" | "buggy"
-  rows              list   one per (config, parameter):
-      config        str    e.g. "zero3 rs=True cg=True bucket=500"
-      stage         int    ZeRO stage
-      reduce_scatter, contiguous_gradients  bool|null;  reduce_bucket_size  int|null
-      param         str    parameter name;  numel  int
-      path          str    the reduction the gradient went through (observed, not predicted)
-      observed_norm, expected_norm  float   L2 norms of DeepSpeed's full gradient and the oracle's
-      ratio         float  <observed, expected> / <expected, expected>
-      residual      float  ||observed - ratio * expected|| / ||expected||
-      label         str    the ratio in words (``scales.label``): "1", "1/2", "2", ..., "other"
-                           (files written before the harness's label say "1.0" for "1")
-      target        float  the scale the expectation predicts for this row
-      ok            bool   observed == target * expected, elementwise within tolerance
-      buggy_target  float  the scale the known unpatched pattern predicts
-      buggy_ok      bool   the row matches the unpatched pattern
-      fixed_ok      bool   the row matches the oracle (scale 1.0)
-  extra             dict   script-specific facts (e.g. the reduce bucket size used)
-  holds             bool   every row ok                                              (derived)
-  pattern           str    "fixed" (every row at 1.0), "buggy" (exactly the unpatched pattern,
-                           with at least one row at 1/sp) or "other"                 (derived)
-  exit_code         int    0 holds, 1 does not hold                                  (derived)
-  wall_time_s       float  the launch's wall time (parent process start to end)
-
-The derived fields are written for readers without this package; reading a file back recomputes
-them and rejects one whose stored values disagree with its rows (``JsonReport.from_dict``).
-"""
+"""The gradient-scale reproducers' results (schema ``zero3-sp-gradfix/repro-report/v1``): typed pydantic models,
+to and from JSON, and the table a person reads. docs/code/repro-harness-gradscale-audit.md lists the fields."""
 
 from __future__ import annotations
 

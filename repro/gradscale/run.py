@@ -1,14 +1,8 @@
-"""The program both gradient-scale reproducers run: flags, launch, and each rank's work.
-
-Every rank runs each configuration through a real engine; rank 0 compares DeepSpeed's full
-gradients with the oracle and builds the report. The oracle needs no collectives: every
-rank's local gradient is a pure function of the seed and the rank, so each process computes
-all of them itself.
-"""
+"""The program both gradient-scale reproducers run: flags, launch, and each rank's work (rank 0 reports; every
+rank computes the whole oracle itself, no collectives)."""
 
 from __future__ import annotations
 
-import platform
 from typing import Callable, Sequence
 
 from repro.gradscale.expect import matches
@@ -26,19 +20,17 @@ from repro.harness.topology import build_mpu
 def make_rows(zero: ZeroConfig, measured: Sequence[Measured], expected: dict, sp: int, expect: str) -> list[Row]:
     rows = []
     for m in measured:
-        fit = scales.fit(m.full_grad, expected[m.name])
-        target = scales.expected_scale(m.path, sp, expect)
-        buggy_target = scales.expected_scale(m.path, sp, "buggy")
+        oracle = expected[m.name]
+        fit = scales.fit(m.full_grad, oracle)
+        target, buggy_target = (scales.expected_scale(m.path, sp, e) for e in (expect, "buggy"))
+        ok, buggy_ok, fixed_ok = (matches(m.full_grad, oracle, scale) for scale in (target, buggy_target, 1.0))
         rows.append(
             Row(config=zero.label(), stage=zero.stage, reduce_scatter=zero.reduce_scatter,
                 contiguous_gradients=zero.contiguous_gradients, reduce_bucket_size=zero.reduce_bucket_size,
                 param=m.name, numel=m.numel, path=str(m.path), observed_norm=fit.observed_norm,
                 expected_norm=fit.expected_norm, ratio=fit.ratio, residual=fit.residual,
-                label=scales.label(fit.ratio,
-                                   fit.residual), target=target, ok=matches(m.full_grad, expected[m.name],
-                                                                            target), buggy_target=buggy_target,
-                buggy_ok=matches(m.full_grad, expected[m.name],
-                                 buggy_target), fixed_ok=matches(m.full_grad, expected[m.name], 1.0)))
+                label=scales.label(fit.ratio, fit.residual), target=target, ok=ok, buggy_target=buggy_target,
+                buggy_ok=buggy_ok, fixed_ok=fixed_ok))
     return rows
 
 
@@ -62,16 +54,17 @@ def rank_program(script: str, configs: Sequence[ZeroConfig], specs: tuple[ParamS
         report = Report(script=script, deepspeed_version=deepspeed_version(), torch_version=torch.__version__,
                         backend=ctx.backend, device=ctx.device.split(":")[0],
                         launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size,
-                        sp=ctx.topology.sp, dp=ctx.topology.dp, expect=ctx.args.expect, rows=rows,
-                        python_version=platform.python_version())
+                        sp=ctx.topology.sp, dp=ctx.topology.dp, expect=ctx.args.expect, rows=rows)
         return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
 
     return program
 
 
-def main(description: str, script: str, select_configs: Callable[[ReproArgs],
-                                                                 Sequence[ZeroConfig]], specs: tuple[ParamSpec, ...],
-         add_arguments=None, check: Check | None = None, argv: list[str] | None = None) -> int:
+Select = Callable[[ReproArgs], Sequence[ZeroConfig]]
+
+
+def main(description: str, script: str, select_configs: Select, specs: tuple[ParamSpec, ...], add_arguments=None,
+         check: Check | None = None, argv: list[str] | None = None) -> int:
 
     def launch_ranks(args: ReproArgs) -> int:
         program = rank_program(script, select_configs(args), specs, check)
@@ -84,8 +77,7 @@ def require_paths(*paths: ReducePath) -> Check:
     """A check that every given path carried at least one gradient."""
 
     def check(rows: list[Row]) -> None:
-        missing = [str(p) for p in paths if not any(r.path == str(p) for r in rows)]
-        if missing:
+        if missing := [str(p) for p in paths if not any(r.path == str(p) for r in rows)]:
             raise RuntimeError(f"no gradient went through {', '.join(missing)}: the scenario did not occur")
 
     return check

@@ -1,8 +1,4 @@
-"""What the gradient-scale reproducers measure: the ZeRO configurations and the probe's parameters.
-
-Plain data, no torch and no DeepSpeed: a script picks its configurations and parameter shapes
-from here, ``measure`` runs them.
-"""
+"""What the gradient-scale reproducers measure: the ZeRO configurations and the probe's parameters. Plain data."""
 
 from __future__ import annotations
 
@@ -20,30 +16,18 @@ class ZeroConfig:
     reduce_bucket_size: int | None = None
 
     def label(self) -> str:
-        knobs = [
-            f"rs={self.reduce_scatter}" if self.reduce_scatter is not None else "",
-            f"cg={self.contiguous_gradients}" if self.contiguous_gradients is not None else "",
-            f"bucket={self.reduce_bucket_size}" if self.reduce_bucket_size is not None else ""
-        ]
-        return " ".join([f"zero{self.stage}"] + [k for k in knobs if k])
+        knobs = {"rs": self.reduce_scatter, "cg": self.contiguous_gradients, "bucket": self.reduce_bucket_size}
+        return " ".join([f"zero{self.stage}"] + [f"{k}={v}" for k, v in knobs.items() if v is not None])
 
     def zero_section(self) -> dict[str, Any]:
-        section: dict[str, Any] = {"stage": self.stage}
-        for key in ("reduce_scatter", "contiguous_gradients", "reduce_bucket_size"):
-            if getattr(self, key) is not None:
-                section[key] = getattr(self, key)
-        return section
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 # The issue's four ZeRO-3 configurations (reduce_scatter, contiguous_gradients, bucket):
 # (False, True, 500) takes the contiguous path; (False, False, 500) and (True, True, 500)
 # take __avg_scatter_grads; (False, True, 16) splits: small params contiguous, large not.
-ZERO3_CONFIGS = (
-    ZeroConfig(3, False, True, 500),
-    ZeroConfig(3, False, False, 500),
-    ZeroConfig(3, True, True, 500),
-    ZeroConfig(3, False, True, 16),
-)
+ZERO3_CONFIGS = tuple(
+    ZeroConfig(3, *k) for k in ((False, True, 500), (False, False, 500), (True, True, 500), (False, True, 16)))
 REFERENCE_CONFIGS = (ZeroConfig(1), ZeroConfig(2))
 
 

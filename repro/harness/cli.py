@@ -1,13 +1,10 @@
-"""The command-line contract every reproducer keeps.
-
-Flags: --world-size --sp --backend --expect --json --timeout (and --keep-logs).
-Exit codes: 0 the expectation holds; 1 it does not; 2 could not run; 77 skipped.
-"""
+"""The command-line contract every reproducer keeps: the common flags, their checks and the exit codes."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -83,7 +80,6 @@ def build_parser(description: str, prog: str | None = None, expect_help: str = E
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> ReproArgs:
-    """Parse and validate; UsageError for anything a run cannot start with."""
     return validate(parser.parse_args(argv))
 
 
@@ -102,14 +98,13 @@ def validate(ns: argparse.Namespace) -> ReproArgs:
         _check_writable(ns.json)
     common = {"world_size", "sp", "backend", "expect", "json", "timeout", "keep_logs", "local_rank"}
     extra = {k: v for k, v in vars(ns).items() if k not in common}
-    return ReproArgs(world_size=world_size, sp=ns.sp, backend=_resolve_backend(ns.backend, world_size),
-                     expect=ns.expect, json=ns.json, timeout=ns.timeout, keep_logs=ns.keep_logs, extra=extra)
+    backend = ns.backend if ns.backend != "auto" else "nccl" if gpu_count() >= world_size else "gloo"
+    return ReproArgs(world_size=world_size, sp=ns.sp, backend=backend, expect=ns.expect, json=ns.json,
+                     timeout=ns.timeout, keep_logs=ns.keep_logs, extra=extra)
 
 
 def _check_writable(path: Path) -> None:
     """Refuse a results file that cannot be written before any rank starts (not after the work)."""
-    import os
-
     folder = path.parent
     existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
     if existing is not None and not existing.is_dir():
@@ -123,16 +118,8 @@ def _check_writable(path: Path) -> None:
 
 
 def _launcher_world_size() -> int | None:
-    import os
-
     value = os.environ.get("WORLD_SIZE")
     return int(value) if value and value.isdigit() and "RANK" in os.environ else None
-
-
-def _resolve_backend(choice: str, world_size: int) -> str:
-    if choice != "auto":
-        return choice
-    return "nccl" if gpu_count() >= world_size else "gloo"
 
 
 def gpu_count() -> int:

@@ -1,8 +1,5 @@
-"""What every family does to a real DeepSpeed engine: its config, watching ZeRO-3's reduce paths, tearing it down.
-
-Nothing here changes what DeepSpeed computes: the reduce methods are wrapped per engine instance and
-every call passes straight through.
-"""
+"""What every family does to a real DeepSpeed engine: its config, watching ZeRO-3's reduce paths (calls pass
+straight through, per engine instance), tearing it down."""
 
 from __future__ import annotations
 
@@ -13,15 +10,14 @@ from repro.harness.scales import ReducePath
 
 def ds_config(zero: Any, **overrides: Any) -> dict[str, Any]:
     """The DeepSpeed config of a run: ``zero`` has ``zero_section()`` or is a ready zero_optimization section."""
-    config: dict[str, Any] = {
+    return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "zero_optimization": dict(zero) if isinstance(zero, dict) else zero.zero_section(),
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 2**30,
+        **overrides,
     }
-    config.update(overrides)
-    return config
 
 
 def destroy_engine(engine) -> None:
@@ -34,13 +30,7 @@ def destroy_engine(engine) -> None:
 
 
 def watch_reduce_paths(optimizer) -> dict[int, ReducePath]:
-    """Record, per parameter id, which of ZeRO-3's reduce methods handled its gradient.
-
-    Both are name-mangled methods of DeepSpeedZeroOptimizer_Stage3, looked up on the instance
-    at call time, so an instance attribute wraps them for this engine only. The contiguous
-    one is handed a flat buffer: its parameters are the current bucket's (an attribute whose
-    name changed in 0.17: ``params_in_ipg_bucket`` before, ``ipg_buckets[dtype].params`` after).
-    """
+    """Record, per parameter id, which of ZeRO-3's two (name-mangled) reduce methods handled its gradient."""
     seen: dict[int, ReducePath] = {}
     avg = mangled_name(optimizer, "__avg_scatter_grads")
     contiguous = mangled_name(optimizer, "__avg_scatter_contiguous_grads")
@@ -51,7 +41,12 @@ def watch_reduce_paths(optimizer) -> dict[int, ReducePath]:
         return getattr(type(optimizer), avg)(optimizer, params_to_reduce, *args, **kwargs)
 
     def avg_scatter_contiguous(buffer, *args, **kwargs):
-        for p in _bucket_params(optimizer, args, kwargs):
+        # The bucket's parameters: ``params_in_ipg_bucket`` before 0.17, ``ipg_buckets[dtype].params`` after.
+        if hasattr(optimizer, "params_in_ipg_bucket"):
+            params = list(optimizer.params_in_ipg_bucket)
+        else:
+            params = list(optimizer.ipg_buckets[args[0] if args else kwargs.get("communication_data_type")].params)
+        for p in params:
             seen[id(p)] = ReducePath.CONTIGUOUS
         return getattr(type(optimizer), contiguous)(optimizer, buffer, *args, **kwargs)
 
@@ -68,13 +63,6 @@ def mangled_name(optimizer, method: str) -> str:
     raise RuntimeError(f"{type(optimizer).__name__} has no {method}: not a ZeRO-3 optimizer this probe knows")
 
 
-def _bucket_params(optimizer, args, kwargs) -> list:
-    if hasattr(optimizer, "params_in_ipg_bucket"):
-        return list(optimizer.params_in_ipg_bucket)
-    dtype = args[0] if args else kwargs.get("communication_data_type")
-    return list(optimizer.ipg_buckets[dtype].params)
-
-
 def full_gradients(engine, names: list[str], where: str = "") -> list[tuple[str, object, object]]:
     """(name, parameter, full reduced gradient) of each named parameter of ``engine.module``, in order.
 
@@ -85,9 +73,8 @@ def full_gradients(engine, names: list[str], where: str = "") -> list[tuple[str,
     named = dict(engine.module.named_parameters())
     out = []
     for name in names:
-        param = named[name]
-        grad = safe_get_full_grad(param)
+        grad = safe_get_full_grad(named[name])
         if grad is None:
             raise RuntimeError(f"{where}DeepSpeed returned no gradient for {name}")
-        out.append((name, param, grad))
+        out.append((name, named[name], grad))
     return out

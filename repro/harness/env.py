@@ -19,8 +19,7 @@ def cache_root() -> Path:
     """Where built comm ops, sdists and source trees are kept between runs."""
     if os.environ.get(CACHE_VAR):
         return Path(os.environ[CACHE_VAR])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "zero3-sp-gradfix"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zero3-sp-gradfix"
 
 
 def deepspeed_version() -> str:
@@ -28,18 +27,12 @@ def deepspeed_version() -> str:
 
 
 def torch_extensions_dir() -> Path:
-    """One folder per DeepSpeed install (location, version, torch, python).
-
-    DeepSpeed's CPU backend JIT-builds its shared-memory comm op at every init (~1 min on
-    2 cores); keyed like this it is built once per install, and two installs never share a
-    folder (two builds into one folder at once force a rebuild).
-    """
+    """One folder per DeepSpeed install (location, version, torch, python): the CPU comm op is built once each."""
     spec = importlib.util.find_spec("deepspeed")
     location = str(Path(spec.origin).parent) if spec and spec.origin else "none"
     deepspeed = dist_version("deepspeed") or "none"
     key = "|".join([location, deepspeed, dist_version("torch") or "none", sys.version])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return cache_root() / "torch_extensions" / f"ds{deepspeed}-{digest}"
+    return cache_root() / "torch_extensions" / f"ds{deepspeed}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 def dist_version(dist: str) -> str | None:
@@ -52,17 +45,14 @@ def dist_version(dist: str) -> str | None:
 
 def rank_environment(backend: str, world_size: int, local_world_size: int) -> dict[str, str]:
     """Variables every rank gets; the caller keeps values the user set, except DS_ACCELERATOR."""
-    env = {
-        # gloo runs DeepSpeed's CPU accelerator; nccl its CUDA one.
+    return {
         "DS_ACCELERATOR": "cuda" if backend == "nccl" else "cpu",
         # The CPU accelerator's device_count(): without it 0.14/0.15 shell out to numactl
         # inside __avg_scatter_grads, and the multi-node branch is picked wrongly.
         "LOCAL_SIZE": str(local_world_size),
         "TORCH_EXTENSIONS_DIR": str(torch_extensions_dir()),
-        # Two cores, up to four ranks: one thread each keeps the ranks from starving each other.
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),  # one thread a rank: ranks do not starve
     }
-    return env
 
 
 class HostEnvironment(Record):

@@ -1,7 +1,4 @@
-"""The exit codes every program of the package speaks: the one place they are defined.
-
-Pure module (no torch, no DeepSpeed): tox's plugin (toxfile.py) loads it by path.
-"""
+"""The exit codes every program of the package speaks. Pure: tox's plugin (toxfile.py) loads it by path."""
 
 HOLDS = 0  # the expectation holds
 DOES_NOT_HOLD = 1  # it does not (under --expect fixed: the bug is reproduced)

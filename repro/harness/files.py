@@ -1,9 +1,4 @@
-"""Reading TOML and writing JSON the one way the package does it.
-
-``tomllib`` is in the standard library from Python 3.11; on 3.10 the ``tomli`` backport (a
-dependency there) is the same module under another name. JSON results are written atomically
-(a temporary file, then a rename): a reader never sees half a report, even after a crash.
-"""
+"""Reading TOML and writing JSON the one way the package does it (JSON atomically: a reader never sees half)."""
 
 from __future__ import annotations
 
@@ -36,8 +31,7 @@ def write_json(path: Path | str, data: Any, indent: int | None = 2) -> Path:
 
 
 def relative_to(path: str | None, root: Path) -> str | None:
-    """``path`` relative to ``root`` (a record that names it stays valid where ``root`` is copied), or as given
-    when it is not under ``root``."""
+    """``path`` relative to ``root`` (valid wherever ``root`` is copied), or as given when not under it."""
     if path is None:
         return None
     try:

@@ -1,30 +1,14 @@
-"""Start the ranks of a reproducer, or join the ranks an external launcher started.
-
-Two ways in, one rank program:
-
-* ``python repro/<script>.py``: this module is the parent. It hosts the rendezvous store on a
-  port the kernel picked (so parallel launches never collide), starts W child processes of the
-  same script, each in its own process group, and watches them against one deadline. The
-  first rank that fails (a traceback, a signal, an exit before reporting) has its log printed
-  with its rank, and every other rank is killed at once.
-* ``torchrun`` / the ``deepspeed`` launcher: RANK, WORLD_SIZE, MASTER_ADDR... are already set;
-  the process runs its rank directly, joins ``env://``, and a watchdog thread enforces the
-  deadline; the launcher tears the others down when one exits non-zero.
-
-Each rank ends with ``os._exit`` after reporting: DeepSpeed's CPU backend sometimes aborts
-in C++ destructors at interpreter exit (docs/runtime-facts.md), after the work succeeded. A rank
-that reported success and then died that way is counted as a success, and said so.
-
-Modelled on torch/testing/_internal/common_distributed.py: the failing rank's traceback goes
-home (a status file), the parent tears every rank down, and skips have their own exit code.
-"""
+"""Start the ranks of a reproducer (local launch) or join those an external launcher (torchrun, deepspeed)
+started: one rank program, one deadline, every rank torn down, the failing rank named."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import faulthandler
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,11 +25,8 @@ from repro.harness.env import rank_environment
 from repro.harness.topology import Topology
 from repro.harness.files import write_json
 
-# Set by the parent in each child's environment: the folder its status file goes to.
-CHILD_DIR_VAR = "REPRO_LAUNCH_DIR"
-# Set by the parent too: the launch's deadline (time.time()). Each rank's watchdog fires then, dumps
-# every thread's stack into its status file and exits; the parent waits _REPORT_GRACE_S longer, so
-# it reports those stacks rather than only "still running".
+CHILD_DIR_VAR = "REPRO_LAUNCH_DIR"  # set by the parent for each child: where its status file goes
+# The launch's deadline (time.time()), for the ranks' watchdogs; the parent waits _REPORT_GRACE_S longer.
 DEADLINE_VAR = "REPRO_LAUNCH_DEADLINE"
 _REPORT_GRACE_S = 5.0
 _REPORT_FILE = "report.json"
@@ -78,9 +59,7 @@ class RankStatus:
     exit_code: int
     message: str = ""
     traceback: str = ""
-    # Wall time of the report. The ranks share one clock, so among failed ranks the earliest is
-    # the cause: a peer's "connection closed" comes after the failing rank wrote its status and left.
-    at: float = dataclasses.field(default_factory=time.time)
+    at: float = dataclasses.field(default_factory=time.time)  # one clock: the earliest failure is the cause
 
     def write(self, folder: Path) -> None:
         write_json(folder / f"rank{self.rank}.status.json", dataclasses.asdict(self), indent=None)
@@ -88,9 +67,7 @@ class RankStatus:
     @classmethod
     def read(cls, folder: Path, rank: int) -> RankStatus | None:
         path = folder / f"rank{rank}.status.json"
-        if not path.exists():
-            return None
-        return cls(**json.loads(path.read_text()))
+        return cls(**json.loads(path.read_text())) if path.exists() else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +79,7 @@ class RankResult:
 
 
 RankProgram = Callable[[RankContext], RankResult]
-# Called once per launch with rank 0's report and the launch's wall time: by the parent for a
-# local launch, by rank 0 itself under an external launcher. Prints the table, writes --json.
+# Called once per launch with rank 0's report and the wall time: by the parent, or by rank 0 under torchrun.
 ReportSink = Callable[[dict, float], None]
 _STARTED = time.monotonic()
 
@@ -114,18 +90,13 @@ def external_launcher_env() -> bool:
 
 
 def run(args: ReproArgs, program: RankProgram, sink: ReportSink, rank_argv: list[str] | None = None) -> int:
-    """Entry point of every reproducer: parent, spawned child, or externally launched rank.
-
-    The parent starts each rank as ``rank_argv`` (script and flags); by default this process's own command line.
-    """
+    """Entry point of every reproducer: parent, spawned child, or externally launched rank; the parent starts each
+    rank as ``rank_argv`` (script and flags), by default this process's command line."""
     if CHILD_DIR_VAR in os.environ:
         _run_rank(args, program, sink, Path(os.environ[CHILD_DIR_VAR]))
     if external_launcher_env():
         _run_rank(args, program, sink, None)
     return _spawn_and_wait(args, sink, rank_argv or sys.argv)
-
-
-# --------------------------------------------------------------------------- parent side
 
 
 @dataclasses.dataclass
@@ -138,8 +109,7 @@ class _Child:
 def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> int:
     import torch.distributed as tdist  # deferred: `--help` and bad flags need no torch
 
-    # The parent hosts the store; the kernel picks the port, and the parent holds it until
-    # every rank is gone, so two launches at once can never pick the same one.
+    # The kernel picks the store's port and the parent holds it to the end: parallel launches never collide.
     store = tdist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=args.timeout))
     workdir = Path(tempfile.mkdtemp(prefix="repro-launch-"))
@@ -149,13 +119,10 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> 
     rank_deadline = f"{time.time() + args.timeout:.3f}"
     try:
         for rank in range(args.world_size):
-            env = dict(os.environ)
-            env.update(rank_environment(args.backend, args.world_size, args.world_size))
-            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.world_size),
-                       LOCAL_WORLD_SIZE=str(args.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), **{
-                           CHILD_DIR_VAR: str(workdir),
-                           DEADLINE_VAR: rank_deadline
-                       })
+            env = dict(os.environ, **rank_environment(args.backend, args.world_size, args.world_size), RANK=str(rank),
+                       LOCAL_RANK=str(rank), WORLD_SIZE=str(args.world_size), LOCAL_WORLD_SIZE=str(args.world_size),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port))
+            env.update({CHILD_DIR_VAR: str(workdir), DEADLINE_VAR: rank_deadline})
             log = workdir / f"rank{rank}.log"
             with open(log, "wb") as out:
                 proc = subprocess.Popen([sys.executable, str(script), *rank_argv[1:]], env=env, stdout=out,
@@ -180,25 +147,17 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> 
         remove_shm_buffers("127.0.0.1", store.port)
         del store
         if not args.keep_logs:
-            _remove_tree(workdir)
+            shutil.rmtree(workdir)
 
 
 def remove_shm_buffers(addr: str, port: int | str, rank: int | None = None) -> int:
-    """Remove the shared-memory segments DeepSpeed's CPU comm op left for one launch.
-
-    ``deepspeed_shm_comm`` creates ``/dev/shm/deepspeed_*_<MASTER_ADDR>_<MASTER_PORT>_<rank>``
-    (about 64 MB a rank) at init and never unlinks them: RAM-backed, they add up over a test
-    session until the machine runs out of memory. Called when the launch is over (or, under
-    torchrun, by each rank as it leaves: a mapping stays valid after the unlink).
-    """
+    """Remove the /dev/shm segments (~64 MB a rank) DeepSpeed's CPU comm op left for one launch and never unlinks."""
     pattern = f"deepspeed_*_{addr}_{port}_{'*' if rank is None else rank}"
     removed = 0
     for path in Path("/dev/shm").glob(pattern):
-        try:
+        with contextlib.suppress(OSError):
             path.unlink()
             removed += 1
-        except OSError:
-            pass
     return removed  # how many (the reduce-path benchmark records it)
 
 
@@ -239,13 +198,8 @@ def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArg
 
 
 def _report_failure(children: list[_Child], workdir: Path) -> int:
-    """Print the rank that failed first, and one line for each rank that failed because of it.
-
-    The parent notices exits in polling order, which is not the order they happened in: by the
-    time it sees rank 0's "connection closed", the rank that closed it has long reported.
-    A rank that died without reporting (a signal, an abort in C++) is taken as the cause; among
-    the ranks that reported an error, the earliest one is.
-    """
+    """Print the rank that failed first (one that died unreported, else the earliest report), and a line for
+    each rank that failed after it: exits are noticed in polling order, not in the order they happened."""
     failures: list[tuple[_Child, int | None, RankStatus | None]] = []
     for child in children:
         code = child.proc.poll()
@@ -279,10 +233,9 @@ def _describe_exit(code: int) -> str:
 
 
 def _print_log_tail(child: _Child, lines: int) -> None:
-    try:
+    tail = []
+    with contextlib.suppress(OSError):
         tail = child.log.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        tail = []
     for line in tail:
         print(f"[rank {child.rank}] {line}", file=sys.stderr)
 
@@ -298,32 +251,17 @@ def _kill_all(children: list[_Child]) -> None:
         _signal_group(c.proc, signal.SIGTERM)
     end = time.monotonic() + _KILL_GRACE_S
     for c in alive:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             c.proc.wait(timeout=max(0.0, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
     for c in children:
         _signal_group(c.proc, signal.SIGKILL)  # also reaps grandchildren (compiler jobs)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             c.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _remove_tree(path: Path) -> None:
-    for p in sorted(path.glob("**/*"), reverse=True):
-        p.unlink(missing_ok=True) if not p.is_dir() else p.rmdir()
-    path.rmdir()
-
-
-# --------------------------------------------------------------------------- rank side
 
 
 def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_dir: Path | None) -> None:
@@ -361,7 +299,11 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
         ctx = RankContext(rank, local_rank, world_size, topology, args.backend, device, args,
                           external_launcher=status_dir is None)
         result = program(ctx)
-        _destroy_process_group()
+        import torch.distributed as tdist
+
+        if tdist.is_initialized():
+            tdist.barrier()
+            tdist.destroy_process_group()
         if result.report is not None:
             if status_dir is not None:
                 write_json(status_dir / _REPORT_FILE, result.report, indent=None)
@@ -377,12 +319,7 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
 
 
 def all_threads_stack() -> str:
-    """Every thread's stack now, most recent call first (``faulthandler``'s dump, one block per thread).
-
-    The main thread is the rank's program, stuck; the others can be why (a DeepSpeed or torch
-    helper thread holding a lock, a collective waiting in a communication thread). The thread that
-    asks (the watchdog's timer) is marked "Current thread".
-    """
+    """Every thread's stack now (``faulthandler``'s dump): the stuck program's, and its helper threads'."""
     with tempfile.TemporaryFile("w+") as dump:  # faulthandler writes to a file descriptor
         faulthandler.dump_traceback(file=dump, all_threads=True)
         dump.seek(0)
@@ -390,10 +327,8 @@ def all_threads_stack() -> str:
 
 
 def _start_watchdog(timeout: float, rank: int, status_dir: Path | None) -> threading.Timer:
-    """After the deadline: every thread's stack into the status file (the parent prints it), exit 2.
-
-    The deadline is the parent's (DEADLINE_VAR) in a local launch, else ``timeout`` from now.
-    """
+    """At the deadline (the parent's DEADLINE_VAR, else ``timeout`` from now): every thread's stack into the
+    status file (the parent prints it), exit 2."""
     wall_deadline = os.environ.get(DEADLINE_VAR) if status_dir is not None else None
     delay = max(0.0, float(wall_deadline) - time.time()) if wall_deadline else timeout
 
@@ -436,11 +371,3 @@ def _init_process_group(args: ReproArgs, rank: int, world_size: int, local_rank:
     # DeepSpeed wraps the group that is already up (and builds its CPU comm op on first use).
     deepspeed.init_distributed(dist_backend=args.backend)
     return device
-
-
-def _destroy_process_group() -> None:
-    import torch.distributed as tdist
-
-    if tdist.is_initialized():
-        tdist.barrier()
-        tdist.destroy_process_group()

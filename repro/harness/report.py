@@ -1,12 +1,5 @@
-"""What every report of the package shares: a pydantic v2 model, JSON out, validated JSON in.
-
-A family's report subclasses ``JsonReport``, sets ``SCHEMA`` (the name written in its ``schema``
-field) and declares its fields; what it derives from them (``holds``, ``pattern``, ``exit_code``)
-are ``computed_field`` properties, written to the JSON for readers without this package. Reading
-a file back (``load`` / ``from_dict``) validates every field and recomputes the derived ones: a
-file whose stored verdict disagrees with its own rows is rejected, not trusted. The JSON schema
-of each report is exported under ``docs/schemas/`` (``python -m patch_and_test.schemas``).
-"""
+"""What every report of the package shares: a pydantic v2 model, JSON out, validated JSON in (derived fields
+recomputed and checked); the JSON schemas are exported under docs/schemas/."""
 
 from __future__ import annotations
 
@@ -21,11 +14,8 @@ from repro.harness.files import write_json
 
 
 class Record(BaseModel):
-    """A row or other nested record of a report: typed, immutable, no unknown fields.
-
-    What a record derives (``computed_field``) is written for readers, and recomputed, not read,
-    when a file is loaded: older files worded some of it otherwise ("1.0" where the label is "1").
-    """
+    """A row or other nested record of a report: typed, immutable, no unknown fields; derived fields are
+    recomputed, not read, when a file is loaded (older files worded some otherwise)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -38,7 +28,7 @@ class Record(BaseModel):
 
 
 class JsonReport(BaseModel):
-    """The base of every report (see the module docstring)."""
+    """The base of every report: ``SCHEMA`` names it; derived fields are ``computed_field`` properties."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
@@ -89,11 +79,8 @@ class JsonReport(BaseModel):
 
 
 class LaunchReport(JsonReport):
-    """A report of one multi-rank launch: who ran what, where, and how it ended; a family adds its rows.
-
-    The family supplies ``table()`` (its rows for a person) and the derived ``holds``; the summary
-    line, and ``emit`` (the launcher's sink: wall time in, table out, ``--json`` written) are shared.
-    """
+    """A report of one multi-rank launch: who ran what, where, and how it ended. A family adds its rows,
+    ``table()`` and the derived ``holds``; the summary line and ``emit`` (the launcher's sink) are shared."""
 
     script: str
     deepspeed_version: str

@@ -1,26 +1,5 @@
-"""Scales and ratios, for every family: the one rule, the one fit, the one label. Pure logic.
-
-The rule. A gradient read back from DeepSpeed, divided by the true gradient of the same samples
-(sum over the sp ranks, mean over dp), is the product of two factors:
-
-* the loss recipe's factor ``m``: 1 when each sp rank backprops its own token-weighted share
-  (``none`` / ``own_share``, the convention DeepSpeed's reductions assume); sp for ``allgather``
-  (every rank backprops the full-sequence loss gathered with the differentiable all_gather, whose
-  backward sums the sp ranks' identical gradients); sp for an ``own_share`` client that
-  *compensates* (multiplies its ZeRO-3 share by sp because it believes DeepSpeed averages over sp);
-  times 1/sp when the caller *divides* the recipe's loss by sp before backward (axolotl's trainer does,
-  because it believes the recipe expects gradients averaged over sp).
-* DeepSpeed's factor ``r``: 1/sp for a gradient reduced by ZeRO-3's ``__avg_scatter_grads`` with
-  sp > 1 when the fix is absent (``buggy``: it divides by the whole world instead of world/sp),
-  1 on every other path and with the fix (``fixed``).
-
-The fit: ``ratio = <o, e> / <e, e>`` and ``residual = ||o - ratio e|| / ||e||``; since
-``o - ratio e`` is orthogonal to ``e``, the norm-wise relative error against any scale ``s`` is
-``sqrt(residual^2 + (ratio - s)^2) / s`` (``error_at``).
-
-The label: the simple fraction (``"1"``, ``"1/2"``, ``"2"``, denominator <= 64) the ratio is at,
-within a tolerance, else ``"other"``.
-"""
+"""Scales and ratios, for every family: the one rule (observed / true gradient = the loss recipe's factor ``m``
+x DeepSpeed's factor ``r``), the one fit and the one label. Pure logic."""
 
 from __future__ import annotations
 
@@ -49,7 +28,7 @@ class ReducePath(str, enum.Enum):
 
 
 def default_path(stage: int) -> ReducePath:
-    """The path a stage's default config takes (ZeRO-3: ``reduce_scatter=True``, ``__avg_scatter_grads``)."""
+    """The path a stage's default config takes (ZeRO-3: ``__avg_scatter_grads``)."""
     return {0: ReducePath.STAGE_0, 1: ReducePath.STAGE_1_2, 2: ReducePath.STAGE_1_2, 3: ReducePath.AVG_SCATTER}[stage]
 
 
@@ -79,7 +58,7 @@ def recipe_factor(recipe: str, sp: int, compensates: bool = False, divides_by_sp
 
 def expected_scale(path: ReducePath | str, sp: int, expect: str, recipe: str = "none", compensates: bool = False,
                    divides_by_sp: bool = False) -> float:
-    """The rule: the scale of the gradient over the true gradient (module docstring)."""
+    """The rule: the scale of the gradient over the true gradient (``m`` x ``r``)."""
     return float(recipe_factor(recipe, sp, compensates, divides_by_sp) * deepspeed_factor(path, sp, expect))
 
 
@@ -95,14 +74,12 @@ class Fit:
 
 def fit(observed, expected) -> Fit:
     """The best scalar fit of ``observed`` to ``expected`` (float64, on CPU)."""
-    o = observed.detach().double().flatten().cpu()
-    e = expected.detach().double().flatten().cpu()
+    o, e = (t.detach().double().flatten().cpu() for t in (observed, expected))
     e_norm = float(e.norm())
     if e_norm == 0.0:
         raise ValueError("the expected gradient is zero: the check cannot tell scales apart")
     ratio = float(o.dot(e) / e.dot(e))
-    residual = float((o - ratio * e).norm()) / e_norm
-    return Fit(float(o.norm()), e_norm, ratio, residual)
+    return Fit(float(o.norm()), e_norm, ratio, float((o - ratio * e).norm()) / e_norm)
 
 
 def error_at(ratio: float, residual: float, scale: float) -> float:
@@ -117,6 +94,4 @@ def label(ratio: float, residual: float = 0.0, tol: float = LABEL_TOL) -> str:
     if not ratio > 0 or math.isinf(ratio):
         return "other"
     frac = Fraction(ratio).limit_denominator(MAX_DENOMINATOR)
-    if frac > 0 and error_at(ratio, residual, float(frac)) <= tol:
-        return str(frac)
-    return "other"
+    return str(frac) if frac > 0 and error_at(ratio, residual, float(frac)) <= tol else "other"

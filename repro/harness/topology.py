@@ -1,10 +1,5 @@
-"""Sequence-/data-parallel layout, and the mpu object that hands it to DeepSpeed.
-
-Layout (as in DeepSpeed's ``parallel_state_sp`` and Megatron): sp groups are blocks of
-consecutive ranks, ``[0..sp-1], [sp..2sp-1], ...``; dp groups take one rank from each block.
-ZeRO reduces over all ``sp * dp`` ranks and, by convention (#4530, #5555), sums over sp and
-averages over dp.
-"""
+"""Sequence-/data-parallel layout (sp groups: blocks of consecutive ranks; dp groups: one rank from each block,
+as in DeepSpeed's ``parallel_state_sp``), and the mpu object that hands it to DeepSpeed."""
 
 from __future__ import annotations
 
@@ -39,23 +34,14 @@ class Topology:
 
 
 class SequenceParallelMpu:
-    """A minimal mpu for DeepSpeed versions without ``parallel_state_sp`` (before 0.17).
-
-    It answers what those versions' engine and ZeRO optimizers ask: the sequence-parallel
-    and sequence+data-parallel groups, and a model-parallel group of one rank (no tensor or
-    pipeline parallelism here). Its "data-parallel group" is the group ZeRO shards parameters
-    over, which under sp must span every sp x dp rank: 0.14-0.16 partition ZeRO-3 parameters
-    over ``mpu.get_data_parallel_group()``, and with 0.17's ``parallel_state_sp`` DeepSpeed
-    uses the world group there. A dp-only group would shard parameters over fewer ranks than
-    the gradients are reduce-scattered over (measured: wrong weights in the forward).
-    """
+    """A minimal mpu for DeepSpeed versions without ``parallel_state_sp`` (before 0.17); its "data-parallel
+    group" spans every sp x dp rank (docs/code/repro-harness-gradscale-audit.md says why)."""
 
     def __init__(self, topology: Topology):
         from deepspeed import comm as dist
 
         rank = dist.get_rank()
-        self._topology = topology
-        # Every rank must create every group, in the same order.
+        self._dist, self._topology = dist, topology
         self._sp = _own_group(dist, topology.sp_groups(), rank)
         self._mp = _own_group(dist, [[r] for r in range(topology.world_size)], rank)
         self._sdp = dist.new_group(list(range(topology.world_size)))
@@ -67,9 +53,7 @@ class SequenceParallelMpu:
         return self._topology.sp
 
     def get_sequence_parallel_rank(self) -> int:
-        from deepspeed import comm as dist
-
-        return dist.get_rank(group=self._sp)
+        return self._dist.get_rank(group=self._sp)
 
     def get_sequence_data_parallel_group(self):
         return self._sdp
@@ -78,11 +62,9 @@ class SequenceParallelMpu:
         return self._topology.world_size
 
     def get_sequence_data_parallel_rank(self) -> int:
-        from deepspeed import comm as dist
+        return self._dist.get_rank()
 
-        return dist.get_rank()
-
-    # ZeRO's "data-parallel group" is the sequence+data-parallel one: every sp x dp rank (see above).
+    # ZeRO's "data-parallel group" is the sequence+data-parallel one: every sp x dp rank.
     get_data_parallel_group = get_sequence_data_parallel_group
     get_data_parallel_world_size = get_sequence_data_parallel_world_size
     get_data_parallel_rank = get_sequence_data_parallel_rank
@@ -98,21 +80,13 @@ class SequenceParallelMpu:
 
 
 def _own_group(dist, groups: list[list[int]], rank: int):
-    mine = None
-    for ranks in groups:
-        group = dist.new_group(ranks)
-        if rank in ranks:
-            mine = group
-    return mine
+    created = [(dist.new_group(ranks), ranks) for ranks in groups]  # every group, on every rank, in order
+    return next((group for group, ranks in created if rank in ranks), None)
 
 
 def build_mpu(topology: Topology):
-    """The mpu to pass to ``deepspeed.initialize``: DeepSpeed's own where it has one.
-
-    ``None`` for sp == 1 (plain data parallelism). ``parallel_state_sp`` (0.17+) keeps its
-    groups in module globals, so it is initialized once per process and reused by every
-    engine of the run.
-    """
+    """The mpu to pass to ``deepspeed.initialize``: None for sp == 1, else DeepSpeed's own ``parallel_state_sp``
+    (0.17+; module globals, initialized once per process) where it has one."""
     if topology.sp == 1:
         return None
     try:
