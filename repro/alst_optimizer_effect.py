@@ -1,8 +1,5 @@
 #!/usr/bin/env python
-"""What a gradient sp times larger does to the update (docs/downstream-notice.md); the code is
-``repro.alst.optimizer_effect``."""
-
-from __future__ import annotations
+"""What a gradient sp times larger does to the update (docs/downstream-notice.md); code: ``repro.alst``."""
 
 import sys
 from pathlib import Path

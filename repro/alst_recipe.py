@@ -1,8 +1,6 @@
 #!/usr/bin/env python
 """The ALST recipe check (docs/alst-recipe.md); the code is the package ``repro.alst`` (``repro.alst.run``)."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 

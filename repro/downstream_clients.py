@@ -1,8 +1,5 @@
 #!/usr/bin/env python
-"""The downstream clients check (docs/downstream-notice.md); the code is the package ``repro.downstream``
-(``repro.downstream.run``)."""
-
-from __future__ import annotations
+"""The downstream clients check (docs/downstream-notice.md); the code is the package ``repro.downstream``."""
 
 import sys
 from pathlib import Path

@@ -1,8 +1,5 @@
 #!/usr/bin/env python
-"""``python -m repro.tiny_llama build DIR | hub-cache HF_HOME`` (docs/alst-recipe.md); the code is
-``repro.alst.tiny_llama``."""
-
-from __future__ import annotations
+"""``python -m repro.tiny_llama build DIR | hub-cache HF_HOME`` (docs/alst-recipe.md); code: ``repro.alst``."""
 
 import sys
 from pathlib import Path

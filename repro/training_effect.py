@@ -1,8 +1,6 @@
 #!/usr/bin/env python
 """The training-level effect (docs/downstream-notice.md); the code is the package ``repro.training``."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 

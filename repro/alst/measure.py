@@ -1,22 +1,15 @@
 """The ALST recipe check, rank side: the tiny Llama, the baseline, one engine per stage and recipe.
 
-A tiny Llama (``repro.alst.tiny_llama``: built from a fixed LlamaConfig and seed, saved locally;
-nothing is downloaded) is trained one step under Ulysses sequence parallelism with DeepSpeed's
-own ``UlyssesSPAttentionHF`` and ``UlyssesSPDataLoaderAdapter``, and its full gradients are
-compared with a non-sequence-parallel baseline of the same samples (plain torch, fp32, the
-mean over the dp groups of each group's full-sequence gradient). Each dp group trains on its
-own 16-token sample whose first labels are masked, so the sp shards hold different numbers
-of loss tokens and the token weighting is exercised. The recipes and stages are
-``repro.alst.space``'s; ``program`` is the rank program ``repro.alst.run`` launches.
+``program`` is the rank program ``repro.alst.run`` launches; docs/code/repro-alst-training-downstream.md says how.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib.util
 import inspect
 import os
-import platform
 from pathlib import Path
 
 from repro.alst import tiny_llama
@@ -26,20 +19,15 @@ from repro.harness import launch
 from repro.harness.env import dist_version
 
 SCRIPT = "alst_recipe"
-# The gradients compared: DeepSpeed's test looks at layers[0].self_attn.q_proj.weight; the
-# others cover an MLP weight, a norm and the (untied) output head.
-PARAMS = (
-    "model.layers.0.self_attn.q_proj.weight",
-    "model.layers.1.mlp.down_proj.weight",
-    "model.norm.weight",
-    "lm_head.weight",
-)
+# DeepSpeed's test looks at layer 0's q_proj; the others cover an MLP weight, a norm and the (untied) output head.
+PARAMS = ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight", "model.norm.weight",
+          "lm_head.weight")
 SEQ_LEN = 16  # divisible by sp = 2 and 4
 MASKED_PREFIX = 3  # labels[:3] = -100 ("prompt"); every shard still has >= 1 loss token at sp = 4
 _SAMPLE_SEED = 8692
 ATTN = "sdpa"
-
-# ----------------------------------------------------------------------------- preflight
+MODEL = tiny_llama.HUB_REPO_ID + " shape, local seeded weights"
+ZERO_CONFIG = "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)"
 
 
 def skip_reason() -> str | None:
@@ -57,9 +45,6 @@ def skip_reason() -> str | None:
     return None
 
 
-# ----------------------------------------------------------------------------- data
-
-
 def sample(dp_index: int):
     """dp group ``dp_index``'s sample: (input_ids, position_ids, labels), each [1, SEQ_LEN]."""
     import torch
@@ -71,9 +56,6 @@ def sample(dp_index: int):
     labels = input_ids.clone()
     labels[:, :MASKED_PREFIX] = -100
     return input_ids, position_ids, labels
-
-
-# ----------------------------------------------------------------------------- baseline
 
 
 def baseline(model_dir: Path, dp: int, device: str):
@@ -95,9 +77,6 @@ def baseline(model_dir: Path, dp: int, device: str):
     return losses, expected
 
 
-# ----------------------------------------------------------------------------- sp runs
-
-
 def register_ulysses(model_dir: Path, sp: int):
     """``UlyssesSPAttentionHF.register_with_transformers``; its keyword for the length changed in 0.18."""
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
@@ -114,44 +93,36 @@ EQUIVALENT_ALL_GATHER = "repro.alst.measure: all_gather, backward = sum over the
 
 
 def all_gather_impl(backend: str, dp: int) -> str:
-    """Which differentiable all_gather the allgather recipe uses.
-
-    torch's own, as DeepSpeed's recipe does, wherever it can run. Its gloo backward (an
-    all-to-all made of ``dist.scatter(..., src=i, group=group)`` with ``i`` a *group* rank where
-    scatter wants a global one) fails on every sp group but the one holding global rank 0
-    ("Global rank 0 is not part of group", torch 2.13, measured): with gloo and dp > 1 an
-    autograd function with the same forward (all_gather) and backward (the sum over the group
-    of the gathered outputs' gradients, this rank's slot) stands in.
-    """
+    """Which differentiable all_gather the allgather recipe uses: torch's, except on gloo with dp > 1, where its
+    backward fails on every sp group without global rank 0 (torch 2.13) and an equivalent stands in."""
     return EQUIVALENT_ALL_GATHER if backend == "gloo" and dp > 1 else TORCH_ALL_GATHER
 
 
-_GATHER_FN = None
+@functools.cache
+def _gather_fn():
+    import torch
+    import torch.distributed as tdist
+
+    class AllGatherSumBackward(torch.autograd.Function):
+
+        @staticmethod
+        def forward(ctx, group, tensor):
+            ctx.group = group
+            out = [torch.empty_like(tensor) for _ in range(tdist.get_world_size(group=group))]
+            tdist.all_gather(out, tensor.contiguous(), group=group)
+            return tuple(out)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            stacked = torch.stack([g.contiguous() for g in grads])
+            tdist.all_reduce(stacked, group=ctx.group)
+            return None, stacked[tdist.get_rank(group=ctx.group)]
+
+    return AllGatherSumBackward
 
 
 def _equivalent_all_gather(tensor, group):
-    global _GATHER_FN
-    if _GATHER_FN is None:
-        import torch
-        import torch.distributed as tdist
-
-        class AllGatherSumBackward(torch.autograd.Function):
-
-            @staticmethod
-            def forward(ctx, group, tensor):
-                ctx.group = group
-                out = [torch.empty_like(tensor) for _ in range(tdist.get_world_size(group=group))]
-                tdist.all_gather(out, tensor.contiguous(), group=group)
-                return tuple(out)
-
-            @staticmethod
-            def backward(ctx, *grads):
-                stacked = torch.stack([g.contiguous() for g in grads])
-                tdist.all_reduce(stacked, group=ctx.group)
-                return None, stacked[tdist.get_rank(group=ctx.group)]
-
-        _GATHER_FN = AllGatherSumBackward
-    return _GATHER_FN.apply(group, tensor)
+    return _gather_fn().apply(group, tensor)
 
 
 def sp_backward_loss(recipe: str, loss_local, shift_labels, sp_group, sp_world_size: int, gather_impl: str):
@@ -181,10 +152,7 @@ def sp_backward_loss(recipe: str, loss_local, shift_labels, sp_group, sp_world_s
 
 
 def sp_engine(stage: int, model_dir: Path, mpu, sp: int):
-    """The tiny Llama under ZeRO-``stage`` with ``sp`` sequence-parallel ranks: (engine, config).
-
-    SGD with lr 0: the gradients are read, never applied.
-    """
+    """The tiny Llama under ZeRO-``stage`` with ``sp`` sequence-parallel ranks: (engine, config); SGD with lr 0."""
     import deepspeed
     import torch
     from transformers import AutoModelForCausalLM
@@ -215,18 +183,14 @@ def ulysses_adapter(engine, input_ids, position_ids, labels):
 
 def sp_shard(engine, dp_index: int, notes: dict[str, str]):
     """This rank's shard of sample ``dp_index`` through UlyssesSPDataLoaderAdapter: (batch, sp group, sp size).
-
-    ``notes`` (the caller's, it goes into its report's extra) gets "adapter" when the adapter cannot run here.
-    """
+    ``notes`` (its report's extra) gets "adapter" when the adapter cannot run here."""
     from deepspeed.utils import groups
 
-    sp_group = groups._get_sequence_parallel_group()
     sp_world_size = groups._get_sequence_parallel_world_size()
-    sp_rank = groups._get_sequence_parallel_rank()
     input_ids, position_ids, labels = sample(dp_index)
-    adapter = ulysses_adapter(engine, input_ids, position_ids, labels)
-    batch = _first_shard(adapter, input_ids, position_ids, labels, sp_rank, sp_world_size, notes)
-    return batch, sp_group, sp_world_size
+    batch = _first_shard(ulysses_adapter(engine, input_ids, position_ids, labels), input_ids, position_ids, labels,
+                         groups._get_sequence_parallel_rank(), sp_world_size, notes)
+    return batch, groups._get_sequence_parallel_group(), sp_world_size
 
 
 def sp_loss(engine, shard: dict, recipe: str, sp_group, sp: int, gather_impl: str):
@@ -239,8 +203,7 @@ def sp_loss(engine, shard: dict, recipe: str, sp_group, sp: int, gather_impl: st
     return sp_backward_loss(recipe, loss_local, shift_labels, sp_group, sp, gather_impl)
 
 
-def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str, notes: dict[str,
-                                                                                                                str]):
+def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int, gather_impl: str, notes: dict):
     """One engine, one step: {param: full gradient}, the full-sequence loss, {param: reduce path}."""
     from repro.harness.engine import destroy_engine, full_gradients, watch_reduce_paths
 
@@ -253,7 +216,7 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         grads, reduce_paths = {}, {}
         for name, param, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {recipe}: "):
             grads[name] = grad.detach().double().cpu().clone()
-            reduce_paths[name] = _path(stage, param, paths)
+            reduce_paths[name] = "stage_1_and_2" if stage in (1, 2) else str(paths.get(id(param), "unobserved"))
         return grads, full_loss, reduce_paths
     finally:
         destroy_engine(engine)
@@ -261,16 +224,9 @@ def run_sp(stage: int, recipe: str, model_dir: Path, mpu, sp: int, dp_index: int
         gc.collect()
 
 
-def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_world_size: int, notes: dict[str,
-                                                                                                         str]) -> dict:
-    """The adapter's first micro-batch; on gloo, for DeepSpeed 0.17.x .. 0.19.6-dev, the same by hand.
-
-    Those versions all_gather a 0-dim seqlen into 1-element tensors, which gloo rejects
-    ("invalid tensor size"); NCCL moves the bytes, and 0.19.8 sends a 1-element tensor. The
-    check raises on every rank before any data moves, so the ranks stay in step. The fallback
-    does what the adapter does to one sample: pad the labels with -100, shift them left into
-    ``shift_labels``, and give this rank its contiguous slice of every tensor.
-    """
+def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_world_size: int, notes: dict) -> dict:
+    """The adapter's first micro-batch; where gloo rejects the adapter's 0-dim seqlen all_gather (DeepSpeed 0.17.x
+    .. 0.19.6-dev; every rank raises before data moves), the same by hand: labels padded, shifted, sliced."""
     import torch
 
     try:
@@ -286,21 +242,20 @@ def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_worl
     return {"input_ids": input_ids[:, cut], "position_ids": position_ids[:, cut], "shift_labels": shift[:, cut]}
 
 
-def _path(stage: int, param, paths) -> str:
-    if stage in (1, 2):
-        return "stage_1_and_2"
-    return str(paths.get(id(param), "unobserved"))
+def launch_fields(ctx: launch.RankContext, script: str) -> dict:
+    """The report fields every family takes from the launch (python_version: the model's default)."""
+    import torch
 
-
-# ----------------------------------------------------------------------------- rank program
+    return dict(script=script, deepspeed_version=dist_version("deepspeed") or "none", torch_version=torch.__version__,
+                backend=ctx.backend, device=ctx.device.split(":")[0],
+                launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size,
+                sp=ctx.topology.sp, dp=ctx.topology.dp, expect=ctx.args.expect)
 
 
 def program(ctx: launch.RankContext) -> launch.RankResult:
-    # transformers 5.25 loads hub kernels by default and needs `kernels>=0.19.1,<0.20`, which PyPI
-    # does not have; the tiny fp32 CPU model uses none. Its documented switch turns them off.
+    # transformers 5.25 loads hub kernels by default (needs a `kernels` PyPI lacks); the tiny model uses none.
     os.environ.setdefault("USE_HUB_KERNELS", "0")
-    reason = skip_reason()
-    if reason:
+    if reason := skip_reason():
         raise launch.SkipRank(reason)
     import torch
 
@@ -310,8 +265,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     except ImportError as err:
         raise launch.SkipRank(f"cannot import the ALST pieces: {err}") from err
 
-    topology = ctx.topology
-    sp, dp = topology.sp, topology.dp
+    sp, dp = ctx.topology.sp, ctx.topology.dp
     dp_index = ctx.rank // sp
     model_dir = tiny_llama.build(tiny_llama.default_model_dir())
     # The baseline first: registering Ulysses replaces the sdpa attention function process-wide.
@@ -334,18 +288,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     if int(flag) and mine_ok:
         losses.append(other_group_mismatch())
     report = AlstReport(
-        script=SCRIPT, deepspeed_version=dist_version("deepspeed") or "none", torch_version=torch.__version__,
-        transformers_version=transformers.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
-        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size, sp=sp, dp=dp,
-        expect=ctx.args.expect, rows=rows, losses=losses, python_version=platform.python_version(), extra={
-            "model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
-            "model_dir": str(model_dir),
-            "attn_implementation": ATTN,
-            "all_gather": gather_impl,
-            "seq_len": SEQ_LEN,
-            "masked_prefix": MASKED_PREFIX,
-            "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
-            "dtype": "float32",
-            **notes
-        })
+        **launch_fields(ctx, SCRIPT), transformers_version=transformers.__version__, rows=rows, losses=losses,
+        extra=dict(model=MODEL, model_dir=str(model_dir), attn_implementation=ATTN, all_gather=gather_impl,
+                   seq_len=SEQ_LEN, masked_prefix=MASKED_PREFIX, zero_config=ZERO_CONFIG, dtype="float32", **notes))
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)

@@ -1,19 +1,10 @@
 """What a gradient sp times larger does to the update: Adam/AdamW, clipping, SGD. Plain torch, one process.
 
-The ZeRO-3 fix multiplies every gradient that users of the ALST all_gather recipe get under
-ZeRO-3 by sp (it was 1/sp of ZeRO-1/2's and cancelled the recipe's double count). This
-script trains two copies of the tiny Llama (repro/alst/tiny_llama.py) on the same batches, one on
-``loss`` and one on ``sp * loss``, and reports after N steps how far the parameters moved
-apart, relative to how far they moved at all:
-
-* Adam/AdamW: the update m / (sqrt(v) + eps) is invariant to a constant gradient scale except
-  through eps, so the difference is of order eps / sqrt(v) (~1e-4 here, where gradient entries
-  are ~1e-4; smaller on real models with larger gradients, larger where gradients are tiny).
-* Adam + clip_grad_norm(max_norm): the norm is sp times larger; while clipping is active the
-  scaled run's gradient is divided by a per-step factor sp times larger, which is again a
-  constant only if clipping is active on every step in both runs. Where it kicks in for one run
-  and not the other, the trajectories differ for real.
-* SGD: the update is sp times larger (the effective learning rate is sp times larger).
+Two copies of the tiny Llama (repro/alst/tiny_llama.py) train on the same batches, one on ``loss`` and one on
+``sp * loss`` (the ALST all_gather recipe's ZeRO-3 gradient after the fix); after N steps it reports how far the
+parameters moved apart, relative to how far they moved at all. Adam's update is invariant to a constant gradient
+scale except through eps; clipping is, only while it is active on every step in both runs; SGD's update is sp times
+larger. The measured numbers: docs/downstream-notice.md.
 
 Usage: python repro/alst_optimizer_effect.py [--sp 2] [--steps 20] [--json FILE]. Needs transformers.
 """
@@ -54,14 +45,13 @@ def run(optimizer: str, sp: int, steps: int, clip: float | None) -> dict:
     base = tiny_llama.make_model()
     start = _flat(base)
     models = {1: base, sp: copy.deepcopy(base)}
-    opts = {}
-    for scale, model in models.items():
-        if optimizer == "sgd":
-            opts[scale] = torch.optim.SGD(model.parameters(), lr=1e-2)
-        else:
-            opts[scale] = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-8, weight_decay=0.0)
-    norms = {1: [], sp: []}
-    clipped = {1: 0, sp: 0}
+    opts = {
+        scale:
+        torch.optim.SGD(model.parameters(), lr=1e-2) if optimizer == "sgd" else torch.optim.AdamW(
+            model.parameters(), lr=1e-3, eps=1e-8, weight_decay=0.0)
+        for scale, model in models.items()
+    }
+    norms, clipped = {1: [], sp: []}, {1: 0, sp: 0}
     for ids, labels in _batches(steps):
         for scale, model in models.items():
             opts[scale].zero_grad()
@@ -103,10 +93,8 @@ def main(argv=None) -> int:
         print("SKIP: transformers is not installed")
         return exit_codes.SKIPPED
     results = [
-        run("adamw", args.sp, args.steps, None),
-        run("adamw", args.sp, args.steps, 1.0),
-        run("adamw", args.sp, args.steps, 2.0),
-        run("sgd", args.sp, args.steps, None)
+        run(opt, args.sp, args.steps, clip)
+        for opt, clip in (("adamw", None), ("adamw", 1.0), ("adamw", 2.0), ("sgd", None))
     ]
     for r in results:
         print(f"{r['optimizer']:<5} clip={str(r['clip_max_norm']):<4} "

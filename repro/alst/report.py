@@ -70,7 +70,17 @@ class AlstReport(LaunchReport):
     tolerances: dict[str, float] = Field(default_factory=lambda: dict(TOLERANCES))
 
     def table(self) -> str:
-        return render_table(self)
+        header = ("recipe", "stage", "param", "path", "ratio", "expect", "residual", "verdict")
+        lines = [(r.recipe, f"zero{r.stage}", r.param, r.path, f"{r.ratio:.6f} ({r.label})", scales.label(r.target),
+                  f"{r.residual:.1e}", "ok" if r.ok else "MISMATCH") for r in self.rows]
+        out = text_table(header, lines)
+        if self.losses:
+            out.append("")
+            for x in self.losses:
+                what = x.get("note") or (  # a note: no values, what another dp group found
+                    f"sp {x['sp_loss']:.7f}  baseline {x['baseline_loss']:.7f}  rel diff {x['rel_diff']:.1e}")
+                out.append(f"loss {x['recipe']:<9} zero{x['stage']}: {what}  {'ok' if x['ok'] else 'MISMATCH'}")
+        return "\n".join(out + ["", self.summary()])
 
     def versions(self) -> str:
         return f"{super().versions()}, transformers {self.transformers_version}"
@@ -102,27 +112,14 @@ def pattern_of(rows: list[AlstRow]) -> str:
 
 def loss_entry(recipe: str, stage: int, sp_loss: float, baseline_loss: float) -> dict[str, Any]:
     rel = abs(sp_loss - baseline_loss) / max(abs(baseline_loss), 1e-30)
-    return {
-        "recipe": recipe,
-        "stage": stage,
-        "sp_loss": sp_loss,
-        "baseline_loss": baseline_loss,
-        "rel_diff": rel,
-        "ok": loss_ok(rel)
-    }
+    return dict(recipe=recipe, stage=stage, sp_loss=sp_loss, baseline_loss=baseline_loss, rel_diff=rel,
+                ok=loss_ok(rel))
 
 
 def other_group_mismatch() -> dict[str, Any]:
     """Rank 0's loss entry when only another dp group's losses mismatched (every rank checks its own)."""
-    return {
-        "recipe": "*",
-        "stage": 0,
-        "sp_loss": None,
-        "baseline_loss": None,
-        "rel_diff": None,
-        "ok": False,
-        "note": "another dp group's loss mismatched"
-    }
+    return dict(recipe="*", stage=0, sp_loss=None, baseline_loss=None, rel_diff=None, ok=False,
+                note="another dp group's loss mismatched")
 
 
 def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, expect: str, path: str) -> AlstRow:
@@ -140,21 +137,5 @@ def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, e
                    fixed_ok=fits[targets["fixed"]].ok)
 
 
-def render_table(report: AlstReport) -> str:
-    header = ("recipe", "stage", "param", "path", "ratio", "expect", "residual", "verdict")
-    lines = [(r.recipe, f"zero{r.stage}", r.param, r.path, f"{r.ratio:.6f} ({r.label})", scales.label(r.target),
-              f"{r.residual:.1e}", "ok" if r.ok else "MISMATCH") for r in report.rows]
-    out = text_table(header, lines)
-    if report.losses:
-        out.append("")
-        for x in report.losses:
-            verdict = "ok" if x["ok"] else "MISMATCH"
-            if x.get("note"):  # no values: what another dp group found
-                out.append(f"loss {x['recipe']:<9} zero{x['stage']}: {x['note']}  {verdict}")
-                continue
-            out.append(f"loss {x['recipe']:<9} zero{x['stage']}: sp {x['sp_loss']:.7f}  baseline "
-                       f"{x['baseline_loss']:.7f}  rel diff {x['rel_diff']:.1e}  {verdict}")
-    return "\n".join(out + ["", report.summary()])
-
-
+render_table = AlstReport.table
 emit = AlstReport.emit

@@ -1,31 +1,15 @@
 """The gradient scale of DeepSpeed's ALST / Ulysses-HF loss recipe, ZeRO-2 and ZeRO-3.
 
-A tiny Llama (``repro/tiny_llama.py``: built from a fixed LlamaConfig and seed, saved locally;
-nothing is downloaded) is trained one step under Ulysses sequence parallelism with DeepSpeed's
-own ``UlyssesSPAttentionHF`` and ``UlyssesSPDataLoaderAdapter``, and its full gradients are
-compared with a non-sequence-parallel baseline of the same samples (plain torch, fp32, the
-mean over the dp groups of each group's full-sequence gradient). Each dp group trains on its
-own 16-token sample whose first labels are masked, so the sp shards hold different numbers
-of loss tokens and the token weighting is exercised.
+A tiny Llama (``repro/tiny_llama.py``; nothing is downloaded) trains one step under Ulysses sequence parallelism
+with DeepSpeed's own ``UlyssesSPAttentionHF`` and ``UlyssesSPDataLoaderAdapter``, one engine per ZeRO stage (default
+knobs) and loss recipe, and its full gradients are compared with a plain-torch baseline of the same samples without
+sequence parallelism. ``allgather`` is the recipe of DeepSpeed's tutorial and ``TestUlyssesSPHF`` (the
+differentiable all_gather of the shard losses: its backward sums over the sp ranks); with ``own_share`` every rank
+backprops only ``loss_r * tokens_r / total_tokens``. The scales --expect names are the rule of
+``repro/harness/scales.py``; the tolerances are in ``repro/alst/expect.py`` (docs/alst-recipe.md).
 
-For ZeRO-2 and ZeRO-3 (default knobs: ZeRO-3 reduces through ``__avg_scatter_grads``) two
-loss recipes are run, one engine each:
-
-* ``allgather``: the recipe of DeepSpeed's tutorial and ``TestUlyssesSPHF`` (and of HF
-  transformers' ``deepspeed_sp_compute_loss`` before it changed, and ArcticTraining): the
-  differentiable ``torch.distributed.nn.functional.all_gather`` of the shard losses; its
-  backward sums over the sp ranks, so every rank's gradient is sp times its share.
-* ``own_share``: every rank backprops only ``loss_r * tokens_r / total_tokens``.
-
-``--expect buggy`` holds iff the unpatched pattern is seen: allgather ZeRO-2 at sp and
-ZeRO-3 at 1 (the ZeRO-3 bug cancels the double count), own_share ZeRO-2 at 1 and ZeRO-3
-at 1/sp. ``--expect fixed`` holds iff ZeRO-3 moved to sp and 1 (ZeRO-2 unchanged). The
-expected scales are the rule of ``repro/harness/scales.py``; the tolerances, and why, are in
-``repro/alst/expect.py``.
-
-Needs transformers (the ``alst`` extra) and a DeepSpeed with ``UlyssesSPAttentionHF``
-(0.17.2 and later); without either it exits 77 with the reason. sp must divide the model's
-4 attention heads (sp = 2 or 4).
+Needs transformers (the ``alst`` extra) and a DeepSpeed with ``UlyssesSPAttentionHF`` (0.17.2 and later); without
+either it exits 77 with the reason. sp must divide the model's 4 attention heads (sp = 2 or 4).
 """
 
 from __future__ import annotations
@@ -60,11 +44,9 @@ def preflight(args: ReproArgs) -> int | None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return exit_codes.ERROR
-    if not launch.external_launcher_env() and launch.CHILD_DIR_VAR not in os.environ:
-        reason = skip_reason()  # cheap
-        if reason:
-            print(f"SKIP: {reason}", flush=True)
-            return EXIT_SKIP
+    if not launch.external_launcher_env() and launch.CHILD_DIR_VAR not in os.environ and (reason := skip_reason()):
+        print(f"SKIP: {reason}", flush=True)
+        return EXIT_SKIP
     return None
 
 
@@ -73,9 +55,7 @@ def checked_launch(program, emit) -> Callable[[ReproArgs], int]:
 
     def run(args: ReproArgs) -> int:
         stop = preflight(args)
-        if stop is not None:
-            return stop
-        return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
+        return stop if stop is not None else launch.run(args, program, lambda rep, wall: emit(rep, wall, args.json))
 
     return run
 

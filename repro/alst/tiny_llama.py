@@ -1,28 +1,9 @@
 """A tiny Llama built locally, and an offline stand-in for the hub repo DeepSpeed's tests load.
 
-Nothing here downloads anything. Two uses:
-
-* ``build(folder)``: a ``LlamaForCausalLM`` from a fixed ``LlamaConfig`` and a fixed seed,
-  saved with ``save_pretrained`` (fp32 safetensors + config.json). The ALST recipe check
-  (``repro/alst_recipe.py``) loads it with ``from_pretrained(folder)``.
-* ``populate_hub_cache(hf_home)``: lays that model out in a Hugging Face hub cache as if it
-  had been downloaded from ``hf-internal-testing/tiny-random-LlamaForCausalLM``, so that
-  DeepSpeed's ``tests/unit/ulysses_alst/test_ulysses_sp_hf.py``, which calls
-  ``from_pretrained('hf-internal-testing/tiny-random-LlamaForCausalLM')``, runs unchanged with
-  ``HF_HUB_OFFLINE=1 HF_HOME=<hf_home>``: the hub client then resolves the repo id from the
-  cache (``<hf_home>/hub/models--<org>--<name>/refs/main`` -> ``snapshots/<rev>/``) and never
-  opens a connection. The test does not edit anything and does not know.
-
-The shape is that of the hub repo (the config DeepSpeed's test relies on): a Llama with
-hidden_size 16, 4 attention heads (head_dim 4; DeepSpeed's flex-attention test says
-"tiny-random-LlamaForCausalLM has head_dim=4"), 4 key/value heads, 2 layers,
-intermediate_size 64, vocab_size 32000, max_position_embeddings 2048, rms_norm_eps 1e-6,
-untied embeddings, fp32. Its weights are ours (seeded), not the hub's: the tests compare a
-sequence-parallel run with a baseline of the same weights, so only the shape matters; the
-loss values they print differ from a run against the real repo. No tokenizer is written:
-the test feeds token ids and never loads one.
-
-CLI::
+Nothing here downloads anything. ``build`` saves a ``LlamaForCausalLM`` of a fixed ``LlamaConfig`` (the shape of
+hf-internal-testing/tiny-random-LlamaForCausalLM) and seed; ``hub-cache`` lays it out in a Hugging Face hub cache
+under that repo id, so that DeepSpeed's tests/unit/ulysses_alst/test_ulysses_sp_hf.py runs unchanged and offline
+(docs/alst-recipe.md):
 
     python -m repro.tiny_llama build DIR            # save the model to DIR
     python -m repro.tiny_llama hub-cache HF_HOME    # build it into a hub cache; prints the env to use
@@ -49,23 +30,11 @@ from repro.harness import exit_codes
 HUB_REPO_ID = "hf-internal-testing/tiny-random-LlamaForCausalLM"
 SEED = 20260917
 
-# The hub repo's architecture (see the module docstring). Kept as plain data so the unit
-# tests and the cache key need no transformers.
-TINY_LLAMA_CONFIG: dict = {
-    "hidden_size": 16,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "vocab_size": 32000,
-    "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-6,
-    "hidden_act": "silu",
-    "initializer_range": 0.02,
-    "tie_word_embeddings": False,
-    "bos_token_id": 0,
-    "eos_token_id": 1,
-}
+# The hub repo's architecture, as plain data: the unit tests and the cache key need no transformers.
+TINY_LLAMA_CONFIG: dict = dict(hidden_size=16, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048,
+                               rms_norm_eps=1e-6, hidden_act="silu", initializer_range=0.02, tie_word_embeddings=False,
+                               bos_token_id=0, eos_token_id=1)
 
 # A fixed, made-up revision: the cache needs one, and a fixed one keeps reruns identical.
 CACHE_REVISION = "0" * 24 + "a1570000d5c0ffee"
@@ -109,11 +78,8 @@ def make_model(seed: int = SEED):
 
 
 def build(folder: Path, seed: int = SEED) -> Path:
-    """Save the model to ``folder`` (config.json + model.safetensors) unless it is already there.
-
-    Safe to call from several processes at once: each writes a private temporary folder and
-    renames it into place; the loser of the race discards its copy (the content is the same).
-    """
+    """Save the model to ``folder`` (config.json + model.safetensors) unless it is already there. Safe from several
+    processes at once: each renames its private temporary folder into place; the race's loser discards its copy."""
     folder = Path(folder)
     if _complete(folder):
         return folder
@@ -155,7 +121,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
@@ -172,14 +138,8 @@ def hub_cache_repo_dir(hf_home: Path, repo_id: str = HUB_REPO_ID) -> Path:
 
 def populate_hub_cache(hf_home: Path, repo_id: str = HUB_REPO_ID, seed: int = SEED,
                        revision: str = CACHE_REVISION) -> Path:
-    """Put the tiny model into ``hf_home``'s hub cache under ``repo_id``; return the snapshot folder.
-
-    Layout written (what huggingface_hub reads offline)::
-
-        hub/models--hf-internal-testing--tiny-random-LlamaForCausalLM/
-            refs/main                    -> the revision
-            snapshots/<revision>/config.json, model.safetensors
-    """
+    """Put the tiny model into ``hf_home``'s hub cache under ``repo_id`` (``refs/main`` -> the revision,
+    ``snapshots/<revision>/``: what huggingface_hub reads offline); return the snapshot folder."""
     model_dir = build(default_model_dir(seed), seed)
     repo_dir = hub_cache_repo_dir(hf_home, repo_id)
     snapshot = repo_dir / "snapshots" / revision

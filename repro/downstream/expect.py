@@ -1,37 +1,9 @@
 """What a downstream client's sequence-parallel loss gets from DeepSpeed: the one rule. Pure logic.
 
-A client (HF transformers' Trainer, ArcticTraining's SFTTrainer, ...) turns the shard losses of
-the sp ranks into the tensor each rank backprops; DeepSpeed then reduces the ranks' gradients.
-The gradient the optimizer sees, divided by the gradient of the same samples without sequence
-parallelism (the *ratio*), is the product of two factors:
-
-* the client's factor ``m`` (the sum over the sp ranks of their local gradients / the true gradient):
-
-  | recipe kind  | what each rank backprops                                   | m                        |
-  |--------------|------------------------------------------------------------|--------------------------|
-  | ``allgather``| the full-sequence loss, aggregated with the differentiable | sp (its backward sums    |
-  |              | ``torch.distributed.nn.functional.all_gather``             | over the sp ranks)       |
-  | ``own_share``| its own token-weighted share of the loss                   | 1, or sp under ZeRO-3    |
-  |              |                                                            | when its gate compensates|
-
-  times 1/sp when the caller *divides* the loss by sp before backward (``divides_by_sp``): axolotl's
-  ``AxolotlTrainer.compute_loss`` divides transformers' sp loss by ``sp_size`` ("ZeRO sums them").
-
-* DeepSpeed's factor ``r`` (the reduced gradient / the sum over sp of the local gradients):
-  1 under ZeRO-1/2; under ZeRO-3's default path (``reduce_scatter: true``,
-  ``__avg_scatter_grads``) 1/sp without the fix and 1 with it.
-
-expected ratio = m * r: ``repro.harness.scales.expected_scale``, the rule every family uses;
-this module decides the client's side of it (its recipe kind, and whether its gate
-compensates). A ratio of 1 is the true gradient; anything else is mis-scaled.
-
-A client *compensates* when it multiplies its ZeRO-3 share by sp because it believes DeepSpeed
-averages over sp; its gate (``repro.downstream.space``) decides that. transformers 5.25.0's gate
-is ``deepspeed < 0.20.2``: a patched build keeps its release number (``0.19.8``,
-``0.19.6+<hash>``), so it compensates for a bug that is no longer there. The recipe kind and gate
-are read from the client's own function source (``classify``), so a release that changes its
-loss code is classified by what it does, not by its number; a division by ``sp_size`` is read from
-that source and from its caller's (a trainer that wraps the loss function).
+The ratio (DeepSpeed's reduced gradient / the gradient without sequence parallelism) is the client's factor (its
+recipe kind, its gate, a division by sp) times DeepSpeed's, through ``repro.harness.scales.expected_scale``; this
+module reads the client's side from its source (``classify``), so a release is judged by what its code does, not
+by its number. docs/code/repro-alst-training-downstream.md has the table.
 """
 
 from __future__ import annotations
@@ -61,14 +33,8 @@ class ClientKind:
 
 
 def classify(source: str, caller: str = "") -> ClientKind:
-    """The recipe kind and gate of a client's loss function, from its source text.
-
-    allgather: it calls the differentiable all_gather. Otherwise own_share; its gate is
-    ``marker-or-version`` when it reads the capability marker, ``version`` when it multiplies
-    by ``sp_size`` under a ``version.parse("X")`` comparison, else ``none``. ``caller`` is the
-    source of the code that calls the loss function and backprops what it returns (a trainer's
-    ``compute_loss``); it and ``source`` decide ``divides_by_sp`` (``loss = loss / ...sp_size``).
-    """
+    """The recipe kind and gate of a client's loss function, from its source text; ``caller``: the source of the
+    code that backprops what it returns (a trainer's ``compute_loss``), read with it for ``divides_by_sp``."""
     divides = bool(_DIVIDES_RE.search(source) or _DIVIDES_RE.search(caller))
     if _ALL_GATHER in source:
         return ClientKind("allgather", "none", divides_by_sp=divides)

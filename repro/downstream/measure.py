@@ -1,39 +1,8 @@
 """Drive the installed clients' own sp loss functions on real DeepSpeed engines (rank side).
 
-For each client found in this interpreter and each ZeRO stage (2, 3 with DeepSpeed's defaults),
-one engine trains the tiny Llama (``repro.alst.tiny_llama``) one step under Ulysses sp with
-DeepSpeed's ``UlyssesSPAttentionHF`` and its data-loader sharding; the tensor backpropagated is
-whatever the client's function returns, imported from the installed client, never copied:
-
-* transformers 5.x: ``transformers.integrations.deepspeed.deepspeed_sp_compute_loss`` (5.5 on),
-  or ``Trainer._deepspeed_sp_compute_loss`` (5.0 to 5.4). They take the caller's accelerator and
-  parallelism config; those two are stood in for by plain objects carrying what the function
-  reads (``torch_device_mesh["sp"].get_group()`` -> DeepSpeed's sp group; ``sp_backend``,
-  ``sp_size``; for 5.0 a trainer whose ``accelerator`` is that object). transformers'
-  ``is_deepspeed_zero3_enabled()`` is made true the way accelerate does it, with a real
-  ``HfDeepSpeedConfig`` of the engine's config held while the step runs.
-* ArcticTraining: ``SFTTrainer.loss`` called on a stand-in trainer holding the engine, its
-  module, the device, the sp group, a config with ``sequence_parallel_size`` and a non-liger
-  model type (the tiled-logits path, DeepSpeed's ``TiledFusedLogitsLoss``), and no callbacks
-  (the method is wrapped by ArcticTraining's callback mixin).
-* accelerate: its ALST example ``test_utils/scripts/external_deps/test_ds_alst_ulysses_sp.py``
-  is checked for a loss function to import; it has none (module-level script), which the row says.
-* trl: ``SFTTrainer.compute_loss`` (its own entry), on a trainer made with ``object.__new__`` (the method's
-  ``super()`` needs a real SFTTrainer) holding what the method reads; the model's forward is given trl's
-  fused LM head (``add_fused_lm_head``, as ``SFTTrainer.__init__`` does). It hands the loss to
-  transformers' ``Trainer.compute_loss``.
-* axolotl: ``AxolotlTrainer.compute_loss`` (``axolotl.core.trainers.base``), the same way; it divides
-  transformers' sp loss by ``sp_size``.
-
-A client whose entry wraps another's loss function (trl, axolotl) is classified by that function's
-source and its own (``classify(loss, caller)``), and the run records, with a profiler hook held while
-the entry runs, that the entry did reach that function (``ClientRow.reached``); a row whose entry did
-not reach it cannot match the rule.
-
-DeepSpeed, the engines and the collectives are real; the measured gradient is DeepSpeed's full
-gradient (``safe_get_full_grad``, a collective under ZeRO-3) against the non-sp baseline of the
-same sample (``repro.alst.measure.baseline``). ``program`` is the rank program ``repro.downstream.run``
-launches.
+The loss backpropagated is whatever the client's own function returns, imported from the installed client, never
+copied; the callers' objects it reads are stood in for (docs/code/repro-alst-training-downstream.md says how, per
+client). ``program`` is the rank program ``repro.downstream.run`` launches.
 """
 
 from __future__ import annotations
@@ -47,7 +16,6 @@ import importlib
 import importlib.util
 import inspect
 import os
-import platform
 import sys
 import types
 from collections import defaultdict
@@ -66,6 +34,11 @@ from repro.harness.report import error_line
 SCRIPT = "downstream_clients"
 PARAMS = alst_measure.PARAMS
 ACCELERATE_SCRIPT = "accelerate.test_utils.scripts.external_deps.test_ds_alst_ulysses_sp"
+CALLERS = (
+    "transformers: accelerator and ParallelismConfig stand-ins (sp group, sp_backend, sp_size) + a real "
+    "HfDeepSpeedConfig; arctic_training: a stand-in SFTTrainer (engine, module, device, sp group, config); trl, "
+    "axolotl: their Trainer subclass made with object.__new__ holding the same accelerator stand-in, the engine "
+    "and the attributes their compute_loss reads")
 
 
 def deepspeed_state() -> tuple[bool, bool]:
@@ -78,11 +51,8 @@ def deepspeed_state() -> tuple[bool, bool]:
 
 
 def client_source(fn) -> str:
-    """The function's source and that of the same-module functions it calls by name (one level).
-
-    A client may move its gate into a helper (the proposed transformers patch does); classify()
-    must see it.
-    """
+    """The function's source and that of the same-module functions it calls by name (one level): a client may
+    move its gate into a helper (the proposed transformers patch does), and classify() must see it."""
     fn = getattr(fn, "__func__", fn)
     parts = [inspect.getsource(fn)]
     for name in fn.__code__.co_names:
@@ -90,9 +60,6 @@ def client_source(fn) -> str:
         if inspect.isfunction(callee) and callee.__module__ == fn.__module__ and callee is not fn:
             parts.append(inspect.getsource(callee))
     return "\n".join(parts)
-
-
-# ----------------------------------------------------------------------------- clients
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,17 +73,13 @@ class Client:
     kind: ClientKind | None
     why_not: str = ""  # not applicable
     error: str = ""  # installed, but importing it failed
-    # Parameters left out of the row's fit, with why: their gradient is not the sp recipe's to scale.
-    exclude: dict = dataclasses.field(default_factory=dict)
-    # A wrapping entry (trl, axolotl): (dotted name, code) of the loss function it must be seen to call.
-    reaches: tuple[str, types.CodeType] | None = None
+    exclude: dict = dataclasses.field(default_factory=dict)  # params left out of the fit (not the recipe's scale): why
+    reaches: tuple[str, types.CodeType] | None = None  # trl, axolotl: (name, code) of the loss fn they must call
 
 
 def transformers_sp_loss():
-    """(function, dotted name, the Trainer class when it is Trainer's method (5.0-5.1)) of transformers' sp loss.
-
-    (None, "-", None) when the installed transformers has none; raises when transformers does not import.
-    """
+    """(function, dotted name, the Trainer class when it is Trainer's method (5.0-5.1)) of transformers' sp loss;
+    (None, "-", None) when the installed transformers has none; raises when transformers does not import."""
     integ = importlib.import_module("transformers.integrations.deepspeed")
     fn = getattr(integ, "deepspeed_sp_compute_loss", None)
     if fn is not None:
@@ -148,10 +111,8 @@ def hf_deepspeed_config(ds_config: dict):
 
 
 def sp_accelerator(sp_group, sp: int):
-    """A stand-in for accelerate's Accelerator under DeepSpeed sp: what the clients' loss code reads of it.
-
-    ``gather_for_metrics`` (trl's logged metrics only) returns this rank's value.
-    """
+    """A stand-in for accelerate's Accelerator under DeepSpeed sp: what the clients' loss code reads of it
+    (``gather_for_metrics``, for trl's logged metrics only, returns this rank's value)."""
     pc = types.SimpleNamespace(sp_backend="deepspeed", sp_size=sp, sp_enabled=sp > 1, tp_size=1)
     return types.SimpleNamespace(parallelism_config=pc,
                                  torch_device_mesh={"sp": types.SimpleNamespace(get_group=lambda: sp_group)},
@@ -159,10 +120,8 @@ def sp_accelerator(sp_group, sp: int):
 
 
 def trainer_instance(cls, **attributes):
-    """An instance of a client's Trainer subclass without its __init__ (which builds a whole training run).
-
-    A real instance, so that the method's ``super()`` resolves; only the attributes given are set.
-    """
+    """A real instance of a client's Trainer subclass (so that ``super()`` resolves) without its __init__ (which
+    builds a whole training run); only the attributes given are set."""
     trainer = object.__new__(cls)
     vars(trainer).update(attributes)
     return trainer
@@ -200,12 +159,9 @@ def find_transformers() -> Client | None:
 
     def call(engine, batch, sp_group, sp, ds_config):
         accelerator = sp_accelerator(sp_group, sp)
+        caller = accelerator if trainer_cls is None else types.SimpleNamespace(accelerator=accelerator)
         with hf_deepspeed_config(ds_config):
-            inputs = dict(batch)
-            if trainer_cls is None:
-                return fn(accelerator, engine, inputs, False, accelerator.parallelism_config)
-            return fn(types.SimpleNamespace(accelerator=accelerator), engine, inputs, False,
-                      accelerator.parallelism_config)
+            return fn(caller, engine, dict(batch), False, accelerator.parallelism_config)
 
     return Client("transformers", version, fn_name, call, classify(client_source(fn)))
 
@@ -240,47 +196,52 @@ def trainer_entry(client: str, module: str, trainer: str, who: str) -> TrainerEn
     return TrainerEntry(version, imported, entry_name, entry, loss_fn, loss_name)
 
 
+def trainer_client(name: str, found: TrainerEntry, make_trainer: Callable) -> Client:
+    """The client whose entry is ``found``'s compute_loss, called on ``make_trainer(engine, accelerator)``."""
+
+    def call(engine, batch, sp_group, sp, ds_config):
+        trainer = make_trainer(engine, sp_accelerator(sp_group, sp))
+        with hf_deepspeed_config(ds_config):
+            return found.entry(trainer, engine, dict(batch), False)
+
+    return Client(name, found.version, found.entry_name, call,
+                  classify(client_source(found.loss_fn), client_source(found.entry)),
+                  reaches=(found.loss_name, found.loss_fn.__code__))
+
+
 def find_trl() -> Client | None:
     found = trainer_entry("trl", "trl.trainer.sft_trainer", "SFTTrainer", "its SFTTrainer")
     if not isinstance(found, TrainerEntry):
         return found
-    version, sft, entry_name, entry, loss_fn, loss_name = found
+    sft = found.module
     if not hasattr(sft, "add_fused_lm_head"):
         return Client(
-            "trl", version, entry_name, None, None,
+            "trl", found.version, found.entry_name, None, None,
             why_not=f"not called: this reproducer drives SFTTrainer.compute_loss as trl 1.16 writes it "
-            f"(the model's forward given trl's fused LM head, add_fused_lm_head); trl {version}'s "
+            f"(the model's forward given trl's fused LM head, add_fused_lm_head); trl {found.version}'s "
             "sft_trainer has no add_fused_lm_head")
 
-    def call(engine, batch, sp_group, sp, ds_config):
+    def make_trainer(engine, accelerator):
         # SFTTrainer.__init__ gives the model trl's fused LM head; compute_loss asks for it (fused_lm_head=True).
         sft.add_fused_lm_head(engine.module, outputs=("log_probs", "entropy", "is_top1"))
-        trainer = trainer_instance(sft.SFTTrainer, accelerator=sp_accelerator(sp_group, sp), model=engine,
-                                   aux_loss_enabled=False, _metrics={"train": defaultdict(list)},
-                                   _total_train_tokens=0, _tp_size=1)
-        with hf_deepspeed_config(ds_config):
-            return entry(trainer, engine, dict(batch), False)
+        return trainer_instance(sft.SFTTrainer, accelerator=accelerator, model=engine, aux_loss_enabled=False,
+                                _metrics={"train": defaultdict(list)}, _total_train_tokens=0, _tp_size=1)
 
-    return Client("trl", version, entry_name, call, classify(client_source(loss_fn), client_source(entry)),
-                  reaches=(loss_name, loss_fn.__code__))
+    return trainer_client("trl", found, make_trainer)
 
 
 def find_axolotl() -> Client | None:
     found = trainer_entry("axolotl", "axolotl.core.trainers.base", "AxolotlTrainer", "its trainer")
     if not isinstance(found, TrainerEntry):
         return found
-    version, base, entry_name, entry, loss_fn, loss_name = found
 
-    def call(engine, batch, sp_group, sp, ds_config):
+    def make_trainer(engine, accelerator):
         # What compute_loss reads on the sp path: no token counting, no packing, no ORPO, no multimodal ids.
         args = types.SimpleNamespace(include_tkps=False, sample_packing=False, orpo_alpha=None)
-        trainer = trainer_instance(base.AxolotlTrainer, accelerator=sp_accelerator(sp_group, sp), model=engine,
-                                   args=args, _inject_mm_token_type_ids=False, _model_type="llama")
-        with hf_deepspeed_config(ds_config):
-            return entry(trainer, engine, dict(batch), False)
+        return trainer_instance(found.module.AxolotlTrainer, accelerator=accelerator, model=engine, args=args,
+                                _inject_mm_token_type_ids=False, _model_type="llama")
 
-    return Client("axolotl", version, entry_name, call, classify(client_source(loss_fn), client_source(entry)),
-                  reaches=(loss_name, loss_fn.__code__))
+    return trainer_client("axolotl", found, make_trainer)
 
 
 def find_arctic_training() -> Client | None:
@@ -295,21 +256,14 @@ def find_arctic_training() -> Client | None:
         return Client("arctic_training", version, fn_name, None, None, error=error_line(err))
 
     def call(engine, batch, sp_group, sp, ds_config):
+        # SFTTrainer.loss is wrapped by ArcticTraining's callback mixin: a trainer with no callbacks registered.
         trainer = types.SimpleNamespace(
-            device=engine.device,
-            model=engine,
-            model_unwrapped=engine.module,
-            sp_group=sp_group,
-            sp_world_size=sp,
+            device=engine.device, model=engine, model_unwrapped=engine.module, sp_group=sp_group, sp_world_size=sp,
             config=types.SimpleNamespace(sequence_parallel_size=sp, model=types.SimpleNamespace(type="causal")),
-            # SFTTrainer.loss is wrapped by ArcticTraining's callback mixin: a trainer with no callbacks registered.
             _run_callbacks=lambda name, args, kwargs: (args, kwargs))
         return fn(trainer, {k: v for k, v in batch.items() if k != "labels"})
 
     # Measured (0.8.0 on DeepSpeed 0.19.8): the trunk's gradients follow the rule exactly; lm_head's does not.
-    # SFTTrainer.loss's non-liger path computes logits+loss with DeepSpeed's TiledFusedLogitsLoss, which
-    # backprops into its compute_params (lm_head) inside forward with an incoming gradient of 1.0 and in
-    # backward rescales only the hidden states' gradient: lm_head gets the gradient of the token *sum*.
     lm_head = ("not the sp recipe's scale: SFTTrainer.loss's tiled logits+loss (DeepSpeed's TiledFusedLogitsLoss) "
                "computes lm_head's gradient inside forward with an incoming gradient of 1.0 and never rescales it "
                "(backward scales only the hidden states' gradient), so it is the gradient of the loss-token sum")
@@ -330,11 +284,9 @@ def find_accelerate() -> Client | None:
             "accelerate", version, "-", None, None,
             why_not=f"accelerate {version} has no {ACCELERATE_SCRIPT} (no ALST recipe shipped) and no sp "
             "loss code of its own")
-    why = module_level_recipe(Path(spec.origin).read_text())
-    if why:
-        return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, why_not=why)
-    return Client("accelerate", version, ACCELERATE_SCRIPT, None, None,
-                  why_not="its loss code is in a function this reproducer does not know how to call yet")
+    why = (module_level_recipe(Path(spec.origin).read_text())
+           or "its loss code is in a function this reproducer does not know how to call yet")
+    return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, why_not=why)
 
 
 def module_level_recipe(source: str) -> str:
@@ -358,9 +310,6 @@ def find_clients() -> list[Client]:
     return [c for c in found if c is not None]
 
 
-# ----------------------------------------------------------------------------- one engine
-
-
 def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_index: int,
                notes: dict[str, str]) -> tuple[dict[str, object], list[str]]:
     """One engine, one step, the client's loss: ({param: full gradient (float64, CPU)}, functions reached)."""
@@ -373,10 +322,8 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
         codes = dict([client.reaches]) if client.reaches else {}
         loss, reached = codes_called(functools.partial(client.call, engine, batch, sp_group, sp, config), codes)
         engine.backward(loss)
-        return {
-            name: grad.detach().double().cpu().clone()
-            for name, _, grad in full_gradients(engine, list(PARAMS), f"zero{stage} {client.name}: ")
-        }, reached
+        grads = full_gradients(engine, list(PARAMS), f"zero{stage} {client.name}: ")
+        return {name: grad.detach().double().cpu().clone() for name, _, grad in grads}, reached
     finally:
         destroy_engine(engine)
         del engine
@@ -385,10 +332,8 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
 
 def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, sp: int, assume_fixed: bool,
                  deepspeed_version: str, marker: bool, reached: list[str] = ()) -> ClientRow:
-    """The row: the fit of all compared gradients at once against the rule's value.
-
-    A wrapping entry that did not reach the loss function it was classified by cannot match the rule.
-    """
+    """The row: the fit of all compared gradients at once against the rule's value. A wrapping entry that did not
+    reach the loss function it was classified by cannot match the rule."""
     import torch
 
     fitted = [p for p in PARAMS if p not in client.exclude]
@@ -414,10 +359,9 @@ def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, 
 
 def unmeasured_rows(client: Client) -> list[ClientRow]:
     status, note = ("error", client.error) if client.error else ("not-applicable", client.why_not)
-    return [
-        ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
-                  status=status, note=note)
-    ]
+    row = ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
+                    status=status, note=note)
+    return [row]
 
 
 def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: int, expected_grads: dict,
@@ -436,15 +380,10 @@ def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: 
     return rows
 
 
-# ----------------------------------------------------------------------------- rank program
-
-
 def program(ctx: launch.RankContext) -> launch.RankResult:
-    reason = alst_measure.skip_reason()
-    if reason:
+    if reason := alst_measure.skip_reason():
         raise launch.SkipRank(reason)
-    # transformers 5.25 loads hub kernels by default and needs `kernels>=0.19.1,<0.20`, which PyPI
-    # does not have; the tiny fp32 CPU model uses none. Its documented switch turns them off.
+    # transformers 5.25 loads hub kernels by default (needs a `kernels` PyPI lacks); the tiny model uses none.
     os.environ.setdefault("USE_HUB_KERNELS", "0")
     import torch
 
@@ -466,29 +405,8 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     rows = measure_all(clients, model_dir, mpu, sp, dp_index, expected, ctx.args.expect == "fixed", ds_version, marker,
                        notes)
     report = DownstreamReport(
-        script=SCRIPT, deepspeed_version=ds_version, deepspeed_fixed=fixed, marker=marker,
-        torch_version=torch.__version__, backend=ctx.backend, device=ctx.device.split(":")[0],
-        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size, sp=sp, dp=dp,
-        expect=ctx.args.expect, rows=rows, python_version=platform.python_version(), extra={
-            "model":
-            tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
-            "seq_len":
-            alst_measure.SEQ_LEN,
-            "masked_prefix":
-            alst_measure.MASKED_PREFIX,
-            "params":
-            list(PARAMS),
-            "zero_config":
-            "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
-            "dtype":
-            "float32",
-            "callers":
-            "transformers: accelerator and ParallelismConfig stand-ins (sp group, sp_backend, "
-            "sp_size) + a real HfDeepSpeedConfig; arctic_training: a stand-in SFTTrainer (engine, "
-            "module, device, sp group, config); trl, axolotl: their Trainer subclass made with "
-            "object.__new__ holding the same accelerator stand-in, the engine and the attributes "
-            "their compute_loss reads",
-            **notes
-        })
-    code = report.exit_code
-    return launch.RankResult(1 if code == 1 else 0, report.to_dict() if ctx.rank == 0 else None)
+        **alst_measure.launch_fields(ctx, SCRIPT), deepspeed_fixed=fixed, marker=marker, rows=rows,
+        extra=dict(model=alst_measure.MODEL, seq_len=alst_measure.SEQ_LEN, masked_prefix=alst_measure.MASKED_PREFIX,
+                   params=list(PARAMS), zero_config=alst_measure.ZERO_CONFIG, dtype="float32", callers=CALLERS,
+                   **notes))
+    return launch.RankResult(1 if report.exit_code == 1 else 0, report.to_dict() if ctx.rank == 0 else None)

@@ -70,7 +70,11 @@ class DownstreamReport(LaunchReport):
     rows: list[ClientRow]
 
     def table(self) -> str:
-        return render_table(self)
+        header = ("client", "version", "stage", "ratio", "residual", "rule", "verdict")
+        lines = [(r.client, r.client_version, "-" if r.stage is None else f"zero{r.stage}",
+                  "-" if r.ratio is None else f"{r.ratio:.6f}", "-" if r.residual is None else f"{r.residual:.1e}",
+                  "-" if r.expected is None else scales.label(r.expected), r.verdict) for r in self.rows]
+        return "\n".join(text_table(header, lines) + ["", self.summary()])
 
     def versions(self) -> str:
         return (f"DeepSpeed {self.deepspeed_version} ({deepspeed_label(self.deepspeed_fixed, self.marker)}), "
@@ -105,12 +109,5 @@ def deepspeed_label(fixed: bool, marker: bool) -> str:
     return "patched, marker" if marker else "patched, no marker"
 
 
-def render_table(report: DownstreamReport) -> str:
-    header = ("client", "version", "stage", "ratio", "residual", "rule", "verdict")
-    lines = [(r.client, r.client_version, "-" if r.stage is None else f"zero{r.stage}",
-              "-" if r.ratio is None else f"{r.ratio:.6f}", "-" if r.residual is None else f"{r.residual:.1e}",
-              "-" if r.expected is None else scales.label(r.expected), r.verdict) for r in report.rows]
-    return "\n".join(text_table(header, lines) + ["", report.summary()])
-
-
+render_table = DownstreamReport.table
 emit = DownstreamReport.emit

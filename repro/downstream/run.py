@@ -1,20 +1,14 @@
 """The gradient scale that HF transformers', accelerate's and ArcticTraining's own sp loss code gets from DeepSpeed.
 
-For every client installed in this interpreter, and ZeRO-2 and ZeRO-3 (DeepSpeed's defaults),
-one real engine trains the tiny Llama one step under Ulysses sequence parallelism with the loss
-the client's own function returns (imported from the installed client; ``repro/downstream/measure.py``
-says how each is called). Measured: the ratio of DeepSpeed's full gradient to the non-sp
-baseline gradient of the same sample, and the residual of that fit. Expected: the one rule of
-``repro/downstream/expect.py`` (the client's recipe kind and gate, read from its source, times
-DeepSpeed's ZeRO-3 reduction with or without the fix).
+For every client installed in this interpreter, and ZeRO-2 and ZeRO-3 (DeepSpeed's defaults), one real engine
+trains the tiny Llama one step under Ulysses sequence parallelism with the loss the client's own function returns.
+Measured: the ratio of DeepSpeed's full gradient to the non-sp baseline gradient of the same sample. Expected: the
+rule of ``repro/downstream/expect.py`` (the client's recipe kind and gate, read from its source, times DeepSpeed's
+ZeRO-3 reduction with or without the fix, as --expect says the installed DeepSpeed is).
 
---expect says what the installed DeepSpeed is: ``buggy`` (unpatched) or ``fixed`` (carries the
-fix; whether it exposes the ``ZERO3_SP_GRADIENTS_SUMMED`` marker is read from it). The run holds
-(exit 0) iff every measured row's ratio matches the rule evaluated under that assumption, so
-each run checks the rule and, through it, whether DeepSpeed is what --expect says. A row whose
-rule value is not 1 is a known mis-scaling: it holds, and its verdict names the factor. A
-client release without an sp loss function gives a "not applicable" row, a client that fails
-to import an error row (exit 2); a run with nothing to measure exits 77.
+The run holds (exit 0) iff every measured row's ratio matches the rule; a row whose rule value is not 1 is a known
+mis-scaling: it holds, and its verdict names the factor. A client release without an sp loss function gives a "not
+applicable" row, a client that fails to import an error row (exit 2); a run with nothing to measure exits 77.
 
 Needs transformers and a DeepSpeed with ``UlyssesSPAttentionHF`` (0.17.2 and later).
 """

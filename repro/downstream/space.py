@@ -1,13 +1,8 @@
 """What the downstream check covers: the clients, their recipe kinds and gates, the ZeRO stages. Pure data.
 
-A client's *gate* decides whether it compensates (multiplies its ZeRO-3 share by sp because it
-believes DeepSpeed averages over sp):
-
-* ``none``: never (the allgather recipes; ``own_share`` without a gate).
-* ``version``: transformers 5.25.0: ``deepspeed < 0.20.2`` (read from the client's source).
-* ``marker-or-version``: the proposed transformers patch (``patches/downstream/transformers``):
-  compensates unless DeepSpeed exposes ``MARKER_NAME = True`` in ``MARKER_MODULE`` or is
-  ``>= 0.20.2``.
+A client's *gate* decides whether it compensates (multiplies its ZeRO-3 share by sp): ``none`` never; ``version``
+below a DeepSpeed release (transformers 5.25.0: ``< 0.20.2``); ``marker-or-version`` unless DeepSpeed exposes
+``MARKER_NAME = True`` in ``MARKER_MODULE`` or is at least that release (``patches/downstream/transformers``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from repro.harness import exit_codes
+from repro.harness import exit_codes, scales
 from repro.training.report import TrainingReport
 from repro.training.space import RECIPES
 
@@ -62,7 +62,7 @@ def draw(unpatched: TrainingReport, patched: TrainingReport, out: Path) -> Path:
                 colour, style, marker = STYLE[(run.stage, patched_build)]
                 factor = report.check(run, "fixed" if patched_build else "buggy").factor
                 label = (f"ZeRO-{run.stage}, DeepSpeed {'patched' if patched_build else 'unpatched'} "
-                         f"(x{_fraction(factor)})")
+                         f"(x{scales.label(factor)})")
                 kwargs = dict(color=colour, ls=style, marker=marker, markevery=5, ms=4, lw=1.4)
                 norm_ax.plot(steps, [s.grad_norm for s in run.steps], label=label, **kwargs)
                 loss_ax.plot(steps, [s.loss for s in run.steps], label=label.split(" (")[0], **kwargs)
@@ -85,12 +85,6 @@ def draw(unpatched: TrainingReport, patched: TrainingReport, out: Path) -> Path:
     fig.savefig(out, dpi=110, metadata={"Software": None})
     plt.close(fig)
     return out
-
-
-def _fraction(value: float) -> str:
-    from repro.harness.scales import label
-
-    return label(value)
 
 
 def main(argv: list[str] | None = None) -> int:

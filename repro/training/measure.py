@@ -1,13 +1,8 @@
 """The training-effect run, rank side: the plain-torch reference, then one engine per (stage, recipe).
 
-Each engine is a real ``deepspeed.initialize`` of the tiny Llama with ``torch.optim.AdamW`` and the
-stage's default ZeRO knobs, under Ulysses sp (DeepSpeed's ``UlyssesSPAttentionHF``; each step's sample
-is sharded by its ``UlyssesSPDataLoaderAdapter``). Per step it records the full-sequence loss, the norm
-of DeepSpeed's full reduced gradient over every parameter (``safe_get_full_grad``, float64: the
-gradient the optimizer steps with) and the norm DeepSpeed itself reports (``get_global_grad_norm``,
-what gradient clipping and logging use). The reference trains the same weights on the same batches with
-the same optimizer in one process without sequence parallelism: its gradient is the true gradient.
-The loss recipes are ``repro.alst.measure``'s (``sp_backward_loss``), the same code the ALST check runs.
+Each engine is a real ``deepspeed.initialize`` with AdamW under Ulysses sp; per step it records the full-sequence
+loss, the norm of DeepSpeed's full reduced gradient (float64: what the optimizer steps with) and the norm DeepSpeed
+reports (``get_global_grad_norm``). The loss recipes are ``repro.alst.measure``'s, the code the ALST check runs.
 """
 
 from __future__ import annotations
@@ -15,7 +10,7 @@ from __future__ import annotations
 import gc
 import math
 import os
-import platform
+from collections import Counter
 from pathlib import Path
 
 from repro.alst import measure as alst_measure, tiny_llama
@@ -56,11 +51,6 @@ def reference(model_dir: Path, steps: int) -> list[StepRecord]:
     return records
 
 
-def _shard(engine, step: int) -> dict:
-    """This rank's shard of step ``step``'s sample, through DeepSpeed's UlyssesSPDataLoaderAdapter."""
-    return next(iter(alst_measure.ulysses_adapter(engine, *batch(step))))
-
-
 def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: str, steps: int) -> TrainingRun:
     """One engine trained ``steps`` steps with ``recipe``'s loss: the per-step records and the reduce paths."""
     import deepspeed
@@ -78,7 +68,7 @@ def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: 
         sp_group = groups._get_sequence_parallel_group()
         records = []
         for step in range(steps):
-            shard = _shard(engine, step)
+            shard = next(iter(alst_measure.ulysses_adapter(engine, *batch(step))))  # this rank's shard
             to_backprop, full_loss = alst_measure.sp_loss(engine, shard, recipe, sp_group, sp, gather_impl)
             engine.backward(to_backprop)
             norm = _norm(grad for _, _, grad in full_gradients(engine, names, f"zero{stage} {recipe}: "))
@@ -87,12 +77,7 @@ def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: 
             records.append(
                 StepRecord(step=step, loss=full_loss, grad_norm=norm,
                            ds_grad_norm=None if reported is None else float(reported)))
-        if seen is None:
-            paths = {"stage_1_and_2": len(names)}
-        else:
-            paths = {}
-            for path in seen.values():
-                paths[str(path)] = paths.get(str(path), 0) + 1
+        paths = {"stage_1_and_2": len(names)} if seen is None else dict(Counter(str(p) for p in seen.values()))
         return TrainingRun(stage=stage, recipe=recipe, reduce_paths=paths, steps=records)
     finally:
         destroy_engine(engine)
@@ -103,14 +88,12 @@ def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: 
 def program(ctx: launch.RankContext) -> launch.RankResult:
     # transformers 5.25 loads hub kernels by default (its switch turns them off; the tiny model uses none).
     os.environ.setdefault("USE_HUB_KERNELS", "0")
-    reason = alst_measure.skip_reason()
-    if reason:
+    if reason := alst_measure.skip_reason():
         raise launch.SkipRank(reason)
     import torch
     import transformers
 
     from repro.downstream.measure import deepspeed_state
-    from repro.harness.env import dist_version
 
     sp, dp = ctx.topology.sp, ctx.topology.dp
     if dp != 1:
@@ -130,19 +113,9 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     runs = [sp_run(stage, recipe, model_dir, mpu, sp, gather_impl, steps) for stage in STAGES for recipe in RECIPES]
     fixed, marker = deepspeed_state()
     report = TrainingReport(
-        script=SCRIPT, deepspeed_version=dist_version("deepspeed") or "none", deepspeed_fixed=fixed, marker=marker,
-        torch_version=torch.__version__, transformers_version=transformers.__version__, backend=ctx.backend,
-        device=ctx.device.split(":")[0], launcher="external" if ctx.external_launcher else "local",
-        world_size=ctx.world_size, sp=sp, dp=dp, expect=ctx.args.expect, reference=ref, runs=runs,
-        python_version=platform.python_version(), extra={
-            "model": tiny_llama.HUB_REPO_ID + " shape, local seeded weights",
-            "optimizer": "torch.optim.AdamW",
-            "lr": LR,
-            "eps": EPS,
-            "weight_decay": 0.0,
-            "gradient_clipping": 0.0,
-            "dtype": "float32",
-            "zero_config": "stage only (DeepSpeed defaults: ZeRO-3 reduce_scatter=True)",
-            "all_gather": gather_impl
-        })
+        **alst_measure.launch_fields(ctx, SCRIPT), deepspeed_fixed=fixed, marker=marker,
+        transformers_version=transformers.__version__, reference=ref, runs=runs,
+        extra=dict(model=alst_measure.MODEL, optimizer="torch.optim.AdamW", lr=LR, eps=EPS, weight_decay=0.0,
+                   gradient_clipping=0.0, dtype="float32", zero_config=alst_measure.ZERO_CONFIG,
+                   all_gather=gather_impl))
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)

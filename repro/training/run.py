@@ -1,13 +1,9 @@
 """The training-level effect of the ZeRO-3 sp gradient scale: loss and gradient norm over a short run.
 
-The tiny Llama trains ``--steps`` steps (default 30) with AdamW on the same batches under ZeRO-2 and
-ZeRO-3 (DeepSpeed's default knobs), with the ALST all_gather recipe and the own-share recipe, one engine
-each, in one launch; and once in plain torch without sequence parallelism (the true gradient). Per step:
-the loss, the norm of the gradient the optimizer steps with, and the norm DeepSpeed reports.
-
-``--expect buggy`` holds iff every run's gradient norm sits at the unpatched rule's factor of the
-reference on every step (allgather: ZeRO-2 sp, ZeRO-3 1; own_share: ZeRO-2 1, ZeRO-3 1/sp) and every
-loss on the reference's; ``--expect fixed`` with ZeRO-3 at sp and 1. ``python -m repro.training.figure``
+The tiny Llama trains ``--steps`` steps with AdamW on the same batches under ZeRO-2 and ZeRO-3 (DeepSpeed's default
+knobs), with the ALST all_gather recipe and the own-share recipe, one engine each, in one launch; and once in plain
+torch without sequence parallelism (the true gradient). --expect holds iff every run's gradient norm sits at the
+rule's factor of the reference on every step and every loss on the reference's. ``python -m repro.training.figure``
 draws two such reports (unpatched and patched) into one figure.
 
 Needs transformers and DeepSpeed >= 0.19.8 on gloo (its UlyssesSPDataLoaderAdapter shards each step;

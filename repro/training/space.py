@@ -1,22 +1,12 @@
 """What the training-effect run covers: stages, recipes, steps, the optimizer and the batches. Pure data.
 
-Every (stage, recipe) engine trains the tiny Llama (``repro.alst.tiny_llama``) from the same weights on
-the same ``STEPS`` batches with AdamW, under Ulysses sequence parallelism, with DeepSpeed's default ZeRO
-knobs for the stage (ZeRO-3: ``reduce_scatter=True``, the ``__avg_scatter_grads`` path). A plain-torch
-run of the same model, batches and optimizer without sequence parallelism is the reference (the true
-gradient). AdamW without clipping: its update is invariant to a constant gradient scale except through
-eps, so every run follows (nearly) the same trajectory and the ratio of two runs' gradient norms stays
-at the constant the rule predicts on every step; what the scale changes shows in the gradient norm
-(what clipping, logging and SGD-like optimizers see), not in the loss.
+AdamW without clipping: every run follows (nearly) the reference's trajectory, so a constant gradient scale shows in
+the gradient norm (what clipping, logging and SGD-like optimizers see), not in the loss.
 """
 
 from __future__ import annotations
 
-from repro.alst.space import RECIPES, STAGES
-
-__all__ = [
-    "RECIPES", "STAGES", "STEPS", "DISTINCT_BATCHES", "LR", "EPS", "SEQ_LEN", "MASKED_PREFIX", "BATCH_SEED", "batch"
-]
+from repro.alst.space import RECIPES as RECIPES, STAGES as STAGES  # re-exported
 
 STEPS = 30
 DISTINCT_BATCHES = 4  # the steps cycle through these, so the loss falls visibly (the model memorises them)
