@@ -1,7 +1,6 @@
 """The patch-and-test pipeline: get source -> apply series -> run checks -> verdict -> bundle.
 
-Role packages, imports one way: ``core`` (1) <- ``upstream``, ``downstream``, ``tools`` (2) <- ``job``,
-``doctor`` (3) <- ``review`` (4) <- the commands on top (5: ``python -m patch_and_test[.X]``).
+Role packages on floors, imports one way (CONTRIBUTING.md, "Layout").
 """
 
 from pathlib import Path

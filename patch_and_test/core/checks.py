@@ -1,12 +1,10 @@
-"""The checks the pipeline runs against an installed DeepSpeed: each a subprocess, each with a log.
-
-* the reproducers (``repro/*.py``), judged by their exit code and report;
-* pytest suites (the package's twin of the upstream regression test, DeepSpeed's own tests
-  in a checkout), judged by their JUnit XML, test by test.
+"""The checks the pipeline runs against an installed DeepSpeed, each a logged subprocess: the reproducers (judged by
+exit code and report) and pytest suites (judged test by test from their JUnit XML).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -21,14 +19,14 @@ from pathlib import Path
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import pins
 from patch_and_test.core.errors import Exit
+from patch_and_test.core.series import parse_version
 from repro.harness.report import Record
 from repro.gradscale.space import SCRIPTS
 from repro.harness.env import dist_version
 
 REPRODUCERS = SCRIPTS  # the gradient-scale family's programs
 AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
-# In the job, the audit's quick mode at the job's world size: sp 1 x dp 2 and sp 2 x dp 1, every
-# reduce path, dtype and scaling knob (the 4-rank layouts run in its tests and on demand).
+# In the job, the audit's quick mode at 2 ranks (sp 1 x dp 2, sp 2 x dp 1); the 4-rank layouts run in its tests.
 SCRIPT_ARGS = {AUDIT: ("--world-size", "2")}
 ALST = "alst_recipe"  # the ALST loss recipe's scale; needs transformers and DeepSpeed >= 0.17.2
 ALST_MIN_VERSION = "0.17.2"  # UlyssesSPAttentionHF appears
@@ -37,11 +35,8 @@ ALST_REQUIREMENTS = PACKAGE_ROOT / "requirements" / "alst.txt"  # the one place 
 
 
 def alst_pin_problem() -> str | None:
-    """Why the installed transformers cannot run the ALST steps (not the pinned one), or None.
-
-    The tiny Llama and the recipe's numbers were measured with that release (docs/alst-recipe.md); another one
-    fails inside the ranks, minutes later, with a traceback (5.24: "Unrecognized model").
-    """
+    """Why the installed transformers cannot run the ALST steps (not the pinned one), or None: another release fails
+    inside the ranks, minutes later (5.24: "Unrecognized model")."""
     pin = pins.requirement("transformers", ALST_REQUIREMENTS)
     installed = dist_version("transformers")
     if installed is None:
@@ -54,10 +49,6 @@ def alst_pin_problem() -> str | None:
 
 def alst_unavailable(deepspeed_version: str) -> str | None:
     """Why the ALST reproducer cannot run here, or None when it can."""
-    import importlib.util
-
-    from patch_and_test.core.series import parse_version
-
     if parse_version(deepspeed_version) < parse_version(ALST_MIN_VERSION):
         return f"DeepSpeed {deepspeed_version} has no UlyssesSPAttentionHF (from {ALST_MIN_VERSION})"
     if importlib.util.find_spec("transformers") is None:
@@ -115,12 +106,8 @@ def run_reproducer(script: str, expect: str, out_dir: Path, phase: str, *, backe
     report = out_dir / f"{script}.json"
     log = out_dir / f"{script}.log"
     report.unlink(missing_ok=True)
-    cmd = [
-        sys.executable,
-        str(PACKAGE_ROOT / "repro" / f"{script}.py"), "--expect", expect, "--backend", backend, "--json",
-        str(report), "--timeout",
-        str(timeout), *SCRIPT_ARGS.get(script, ())
-    ]
+    args = ["--expect", expect, "--backend", backend, "--json", str(report), "--timeout", str(timeout)]
+    cmd = [sys.executable, str(PACKAGE_ROOT / "repro" / f"{script}.py"), *args, *SCRIPT_ARGS.get(script, ())]
     code, duration = run_logged(cmd, log, timeout=timeout + 60, cwd=PACKAGE_ROOT)
     pattern = _pattern(json.loads(report.read_text())) if report.exists() else None
     return ReproCheck(name=f"{phase}/{script}", script=script, expect=expect, exit_code=code, pattern=pattern,
@@ -155,13 +142,8 @@ def junit_outcomes(junit: Path) -> dict[str, str]:
         return {}
     outcomes = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
-        test_id = f"{case.get('classname', '')}::{case.get('name')}"
-        outcome = "passed"
-        for tag in ("failure", "error", "skipped"):
-            if case.find(tag) is not None:
-                outcome = {"failure": "failed"}.get(tag, tag)
-                break
-        outcomes[test_id] = outcome
+        tag = next((tag for tag in ("failure", "error", "skipped") if case.find(tag) is not None), "passed")
+        outcomes[f"{case.get('classname', '')}::{case.get('name')}"] = {"failure": "failed"}.get(tag, tag)
     return outcomes
 
 
@@ -172,8 +154,7 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
         out.flush()
         # Its own session, so that a deadline takes down every rank it started, not just the parent.
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
-        # A SIGTERM to the job (kill, a CI timeout) must take that session down too: raise, so the handler
-        # below runs, instead of dying at once and leaving the ranks running on a tree the next job reuses.
+        # A SIGTERM to the job must take that session down too: raise, so that the handler below kills it.
         previous = (signal.signal(signal.SIGTERM, _exit_on_sigterm)
                     if threading.current_thread() is threading.main_thread() else None)
         try:

@@ -1,7 +1,5 @@
-"""Exit codes of the pipeline and the errors that carry them.
-
-Every user-facing failure is one of these: the CLI prints ``error: <message>`` on one line
-and exits with the class's code. Nothing is left half-done when one is raised.
+"""Exit codes of the pipeline and the errors that carry them: a user-facing failure is one of these, printed as
+``error: <message>`` on one line, the exit code the class's; nothing is left half-done when one is raised.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The one way the package runs git: hooks off, output captured, a failure as one line.
-
-A user's repository is only read or cloned, but its hooks (and a global ``core.hooksPath``) would
-still run on our commits, am and checkouts in the copies; every call turns them off.
+"""The one way the package runs git: hooks off (a user's or global hooks would run on our commits in the copies),
+output captured, a failure as one line.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Content hashes of what a pipeline run depends on: equal inputs, reusable results.
-
-The code part is computed, not listed: every module of the package that the pipeline's entry points
-and the programs it launches import (followed through ``import`` statements, those inside functions
-included), plus the data files they read. A module added to that graph is covered at once.
+"""Content hashes of what a pipeline run depends on: equal inputs, reusable results. The code part follows the
+imports (function-level ones too) from the entry points, so a module added to that graph is covered at once.
 """
 
 from __future__ import annotations
@@ -43,14 +40,6 @@ def tree_digest(paths: list[Path], root: Path) -> str:
     return digest.hexdigest()
 
 
-def _module_file(name: str, root: Path) -> Path | None:
-    base = root.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def _imported(path: Path, root: Path) -> set[str]:
     """Names of the package's own modules that a file imports (relative imports resolved)."""
     rel = path.relative_to(root).with_suffix("")
@@ -82,9 +71,8 @@ def pipeline_files(root: Path = PACKAGE_ROOT) -> list[Path]:
         for name in _imported(path, root):
             parts = name.split(".")
             for i in range(1, len(parts) + 1):  # the packages' __init__ run too
-                found = _module_file(".".join(parts[:i]), root)
-                if found is not None:
-                    todo.append(found)
+                base = root.joinpath(*parts[:i])
+                todo += [f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()][:1]
     data = {p for g in DATA_GLOBS for p in root.glob(g) if p.is_file()}
     return sorted(seen | data)
 

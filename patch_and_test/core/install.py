@@ -1,9 +1,5 @@
-"""Build a DeepSpeed source tree into a wheel (cached by git tree id) and install it here.
-
-The wheel cache is keyed by the tree's git object id, the interpreter and torch: the same
-source is built once, and reinstalling the unpatched or patched build on a warm cache is a
-second or two. DeepSpeed's setup.py imports torch, so the build runs in this interpreter
-without isolation, with DS_BUILD_OPS=0 (ops are JIT-built at run time).
+"""Build a DeepSpeed source tree into a wheel, cached by (git tree id, interpreter, torch), and install it here; the
+build runs without isolation (setup.py imports torch) and with DS_BUILD_OPS=0 (ops are JIT-built at run time).
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ class Installed:
 
 
 def tree_id(tree: Path, rev: str = "HEAD") -> str:
-    return _git(tree, "rev-parse", f"{rev}^{{tree}}")
+    return git_out(tree, "rev-parse", f"{rev}^{{tree}}").strip()
 
 
 def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
@@ -54,22 +50,19 @@ def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
         if not cached:
             wheels = [_build_wheel(tree, rev, wheel_dir, installer, out)]
         _run(installer.install_cmd(wheels[0]), out)
-        # PYTHONDONTWRITEBYTECODE is common in CI images and uv does not compile: without
-        # bytecode every rank re-parses DeepSpeed (seconds per launch).
-        _run([sys.executable, "-m", "compileall", "-q", "-j0", str(_site_packages() / "deepspeed")], out)
+        # Without bytecode (PYTHONDONTWRITEBYTECODE in CI images; uv does not compile) every rank re-parses DeepSpeed.
+        deepspeed = Path(sysconfig.get_paths()["purelib"]) / "deepspeed"
+        _run([sys.executable, "-m", "compileall", "-q", "-j0", str(deepspeed)], out)
         prebuild_comm_op(out)
     return Installed(importlib.metadata.version("deepspeed"), wheels[0], tid, cached, installer.kind)
 
 
-# The ranks' CPU comm op, built here once, where the ranks will look for it. A reinstall gives the
-# op's sources new mtimes, so ninja rebuilds it at the next init; in a rank that build runs inside
-# the launch's deadline, and two ranks' compilers beside the ranks themselves can exhaust memory.
+# The ranks' CPU comm op, built once here, not inside a launch's deadline (a reinstall makes ninja rebuild it).
 _PREBUILD = """
 import os
 from repro.harness.env import torch_extensions_dir
 folder = torch_extensions_dir()
-# torch's build lock of a build that was killed stays forever and every later build waits on it;
-# nothing else builds into this install's folder while the job installs.
+# A killed build's lock stays forever and every later build waits on it; nothing else builds here now.
 (folder / "deepspeed_shm_comm" / "lock").unlink(missing_ok=True)
 os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)
 os.environ["DS_ACCELERATOR"] = "cpu"
@@ -125,9 +118,7 @@ class Installer:
                 uv = uv_module.find_uv_bin()
             except (ImportError, FileNotFoundError):
                 uv = None
-        if uv:
-            return cls("uv", (uv, ))
-        return cls("pip", (sys.executable, "-m", "pip"))
+        return cls("uv", (uv, )) if uv else cls("pip", (sys.executable, "-m", "pip"))
 
     def install_cmd(self, wheel: Path) -> list[str]:
         if self.kind == "uv":
@@ -136,16 +127,9 @@ class Installer:
 
     def wheel_cmd(self, source: Path, out_dir: Path) -> list[str]:
         if self.kind == "uv":
-            return [
-                *self.argv, "build", "--wheel", "--no-build-isolation", "--python", sys.executable, "-o",
-                str(out_dir),
-                str(source)
-            ]
+            uv_args = ["build", "--wheel", "--no-build-isolation", "--python", sys.executable, "-o", str(out_dir)]
+            return [*self.argv, *uv_args, str(source)]
         return [*self.argv, "wheel", "--no-deps", "--no-build-isolation", "-w", str(out_dir), str(source)]
-
-
-def _site_packages() -> Path:
-    return Path(sysconfig.get_paths()["purelib"])
 
 
 def _torch_version() -> str:
@@ -163,15 +147,10 @@ def _run(cmd: list[str], out, env=None, cwd=None) -> None:
         raise InstallFailed(f"'{' '.join(cmd[:3])} ...' failed with exit {proc.returncode} (log: {out.name})")
 
 
-def _git(tree: Path, *args: str) -> str:
-    return git_out(tree, *args).strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m patch_and_test.install --pypi X``: install unpatched DeepSpeed X from its verified sdist."""
 
     from patch_and_test.core import source
-    from patch_and_test.core.errors import PipelineError
 
     parser = CommandParser(prog="python -m patch_and_test.install", description=main.__doc__)
     what = parser.add_mutually_exclusive_group(required=True)

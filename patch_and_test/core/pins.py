@@ -1,7 +1,6 @@
-"""The pinned versions of torch and the lint tools: requirements/pins.txt is the one place they are written.
+"""The pinned versions of torch and the lint tools, read from requirements/pins.txt (their one place).
 
-Read by tox (toxfile.py loads this file by path: tox's interpreter does not have the package on its
-path, so this module imports nothing but the standard library), noxfile.py and patch_and_test.tools.lint.
+toxfile.py loads this file by path, without the package: it imports nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-# Not patch_and_test.PACKAGE_ROOT: tox loads this file without the package (see above).
 PINS_FILE = Path(__file__).resolve().parents[2] / "requirements" / "pins.txt"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$")
 

@@ -1,8 +1,5 @@
-"""Pick the patch series for a DeepSpeed tree, tell whether the tree already has the fix, apply it.
-
-The manifest ``patches/series.toml`` maps DeepSpeed version ranges to series; each series is a
-``git format-patch`` output made on a real upstream commit. ``apply_series`` runs ``git am`` and,
-on any failure, puts the tree back exactly as it was before raising.
+"""Pick the patch series for a DeepSpeed tree (``patches/series.toml``), tell whether the tree already has the
+fix, apply it with ``git am``: all or nothing, a failure puts the tree back as it was.
 """
 
 from __future__ import annotations
@@ -28,26 +25,16 @@ STAGE3 = "deepspeed/runtime/zero/stage3.py"
 
 Version = tuple[int, int, int]
 
-# role -> the top-level folders of the tree the patch needs besides the code itself.
-#   fix:       the change; applies to any tree of the range, PyPI sdists included. It may also edit
-#              existing tests that the change would break (bisectable); on a tree without tests/
-#              those hunks are left out (git am --exclude)
-#   test:      the regression test; needs tests/
-#   companion: a change that must land with the fix in DeepSpeed's own tests and docs (the ALST
-#              recipe that relied on the bug); needs tests/ and docs/
-#   marker:    backports only: the capability marker (MARKER_NAME in stage3.py) that tells client code a
-#              build with a released number has the fix; code only, like fix. Not in the pull request.
+# role -> the top-level folders of the tree the patch needs besides the code (CONTRIBUTING.md, "The series"). A
+# fix may also edit tests/: those hunks are left out on a tree without tests/ (git am --exclude).
 ROLES: dict[str, tuple[str, ...]] = {"fix": (), "test": ("tests", ), "companion": ("tests", "docs"), "marker": ()}
 
 
 def parse_version(text: str) -> Version:
-    """``0.19.6``, ``v0.19.6``, ``0.19.6+fe7b53c``, ``0.19.6.dev0`` -> (0, 19, 6): the one version parser.
+    """``0.19.6``, ``v0.19.6``, ``0.19.6+fe7b53c``, ``0.19.6.dev0`` -> (0, 19, 6): the package's one version parser.
 
-    Built on ``packaging.version.Version`` (PEP 440); every version the package reads or compares
-    goes through here. DeepSpeed's master carries the next release's number in version.txt (0.19.6
-    while 0.19.5 is the newest tag), so a dev, pre or local suffix maps to the release it leads up to.
-    A DeepSpeed version has three numbers: ``0.19`` is refused.
-    """
+    A dev, pre or local suffix maps to the release it leads up to (master's version.txt names the next release);
+    a version without three numbers (``0.19``) is refused."""
     try:
         parsed = packaging.version.Version(text.strip())
     except packaging.version.InvalidVersion:
@@ -202,13 +189,12 @@ def load_manifest(path: Path | str | None = None) -> Manifest:
         base_commit = str(raw.get("base_commit", ""))
         if not re.fullmatch(r"[0-9a-f]{40}", base_commit):
             raise errors.BadInput(f"{where}: base_commit must be a full 40-hex commit id")
+        low, below = (_version_field(raw, key, where) for key in ("min_version", "below_version"))
         series.append(
-            Series(name=name, version=int(raw.get("version",
-                                                  1)), min_version=_version_field(raw, "min_version", where),
-                   below_version=_version_field(raw, "below_version",
-                                                where), base_commit=base_commit, base_ref=str(raw.get("base_ref", "")),
-                   directory=directory, cover_letter=directory / raw.get("cover_letter", "0000-cover-letter.patch"),
-                   patches=tuple(patches), verified=tuple(raw.get("verified", []))))
+            Series(name=name, version=int(raw.get("version", 1)), min_version=low, below_version=below,
+                   base_commit=base_commit, base_ref=str(raw.get("base_ref", "")), directory=directory,
+                   cover_letter=directory / raw.get("cover_letter", "0000-cover-letter.patch"), patches=tuple(patches),
+                   verified=tuple(raw.get("verified", []))))
     if not series:
         raise errors.BadInput(f"{path}: no [[series]]")
     ordered = sorted(series, key=lambda s: s.min_version)
@@ -232,19 +218,12 @@ def series_for_version(version: str | Version, manifest: Manifest | None = None)
                                 f"({', '.join(f'{s.name}: {s.range_text}' for s in manifest.series)})")
 
 
-def read_tree_version(tree: Path | str) -> str:
-    version_file = Path(tree) / "version.txt"
+def series_for_tree(tree: Path | str, manifest: Manifest | None = None) -> Series:
     try:
-        return version_file.read_text().strip()
+        version = (Path(tree) / "version.txt").read_text().strip()
     except FileNotFoundError:
         raise errors.BadInput(f"{tree} has no version.txt: not a DeepSpeed source tree") from None
-
-
-def series_for_tree(tree: Path | str, manifest: Manifest | None = None) -> Series:
-    return series_for_version(read_tree_version(tree), manifest)
-
-
-# --- already fixed? ---------------------------------------------------------------------------
+    return series_for_version(version, manifest)
 
 
 def tree_has_fix(tree: Path | str) -> bool:
@@ -258,9 +237,6 @@ def tree_has_fix(tree: Path | str) -> bool:
         return source_has_fix(source)
     except SyntaxError as exc:
         raise errors.BadInput(f"{path} does not parse as Python: {exc}") from None
-
-
-# --- applying ---------------------------------------------------------------------------------
 
 
 def work_tree_root(path: Path | str) -> Path:
@@ -350,7 +326,7 @@ def _restore(root: Path, head: str, ref: str) -> None:
     """Undo a failed ``git am`` session: back to the HEAD, branch, index and files it started from."""
     git(root, "am", "--abort", check=False)
     if _state(root) != (head, ref) or git(root, "status", "--porcelain", "--untracked-files=no").stdout.strip():
-        # am --abort already resets to where the session began; this is the belt to its braces.
+        # Belt and braces: am --abort already resets to where the session began.
         if ref:
             git(root, "update-ref", ref, head)
             git(root, "symbolic-ref", "HEAD", ref)
@@ -360,13 +336,9 @@ def _restore(root: Path, head: str, ref: str) -> None:
 
 
 def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = None) -> ApplyResult:
-    """``git am`` the series onto ``repo`` (its current branch); all or nothing.
-
-    Patches that need ``tests/`` (roles test and companion; a companion also needs ``docs/``) are
-    skipped, and reported, on a tree without those folders (a PyPI sdist has neither) or when
-    ``skip_tests`` is true. Raises NotACheckout, DirtyCheckout, AlreadyFixed or
-    SeriesDoesNotApply; after SeriesDoesNotApply the branch, HEAD, index and files are as before.
-    """
+    """``git am`` the series onto ``repo`` (its current branch); all or nothing. Patches that need folders the tree
+    lacks (or, with ``skip_tests``, tests/) are skipped and reported. Raises NotACheckout, DirtyCheckout,
+    AlreadyFixed or SeriesDoesNotApply (the tree then back as before)."""
     root = work_tree_root(Path(repo))
     ensure_clean(root)
     if tree_has_fix(root):
@@ -393,8 +365,7 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
     if not to_apply:
         return ApplyResult(series=series.name, series_version=series.version, repo=root, applied=(),
                            skipped=tuple(skipped), base=head, head=head)
-    # A fix patch may also edit tests/ (see ROLES): leave those hunks out where the tree has no tests/.
-    # Every patch that needs a missing folder was skipped above, so only fix hunks are excluded.
+    # A fix patch's hunks under a folder the tree lacks (see ROLES); the patches that need it were skipped above.
     excludes = [f"--exclude={d}/*" for d in ("tests", "docs") if not (root / d).is_dir()]
     result = git(root, "am", "--no-3way", "--quiet", *excludes, *[str(p.path) for p in to_apply], check=False,
                  env=_identity_env(root))
@@ -416,8 +387,6 @@ def _failed_patch(root: Path, patches: Sequence[Patch], start: str) -> str:
 
 
 def _first_error_line(text: str) -> str:
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith(("error:", "fatal:")):
-            return line
-    return next((line.strip() for line in text.splitlines() if line.strip()), "git am failed")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if line.startswith(("error:", "fatal:"))),
+                lines[0] if lines else "git am failed")

@@ -1,18 +1,15 @@
 """``python -m patch_and_test.signoff``: re-sign a series with the sender's identity before it is sent.
 
-DeepSpeed's DCO check wants every commit signed off by its author, a person who certifies the
-patch. The series under ``patches/`` are made by this package and carry a placeholder author and
-``Signed-off-by`` (``PLACEHOLDER``): no project identity poses as a person in a DCO line. Whoever
-sends a series signs it, with the git identity they commit with::
+DeepSpeed's DCO check wants every commit signed off by its author; the package's series carry a placeholder
+author and ``Signed-off-by``, so whoever sends a series signs it, with the git identity they commit with::
 
     python -m patch_and_test.signoff patches/master                # -> dist/signed/master/
     python -m patch_and_test.signoff patches/master --as "Ada Lovelace <ada@example.org>" --out DIR
     python -m patch_and_test.signoff --check dist/signed/master     # ready to send?
 
-It rewrites, in copies (``patches/`` stays as it is): each patch's ``From:`` and its placeholder
-``Signed-off-by:`` trailer, and the cover letter's ``From:`` and shortlog. Nothing else changes, so
-``git am`` of the copies gives the same trees. Exit codes: 0 written (or, with --check, ready to
-send); 1 --check found the placeholder or a sign-off that is not its patch's author; 2 bad input
+It rewrites, in copies, each patch's ``From:`` and placeholder ``Signed-off-by:``, and the cover letter's
+``From:`` and shortlog: ``git am`` of the copies gives the same trees. Exit codes: 0 written (or, with --check,
+ready to send); 1 --check found the placeholder or a sign-off that is not its patch's author; 2 bad input
 (no identity, the placeholder given as one, a folder without patches).
 """
 
@@ -104,12 +101,9 @@ def resign(series_dir: Path, out: Path, name: str, address: str) -> list[Path]:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    written = []
     for path in files:
-        target = out / path.name
-        target.write_text(resign_text(path.read_text(), name, address, path.name.startswith("0000-")))
-        written.append(target)
-    return written
+        (out / path.name).write_text(resign_text(path.read_text(), name, address, path.name.startswith("0000-")))
+    return [out / path.name for path in files]
 
 
 def check_signoff(patch: Path) -> list[str]:

@@ -1,31 +1,5 @@
-"""Get a DeepSpeed source tree to patch, never touching the user's own checkout.
-
-Three origins:
-
-* ``from_pypi(version)``: the version's sdist, downloaded with pip, checked against the sha256 in
-  ``deepspeed-sdists.lock``, unpacked and committed to a fresh git repo with a fixed author and
-  date (so the commit id is the same everywhere); cached, a second call reuses it. That repo is
-  never patched: each caller gets a working copy of it, like a user's checkout.
-* ``from_checkout(path)``: a separate working copy of the user's DeepSpeed checkout, made with
-  ``git clone --shared`` into the cache (their objects are read, nothing is written into their
-  repo) and checked out at their HEAD onto a branch ``zero3-sp-fix/<series>``.
-* ``from_newest_upstream()``: the newest DeepSpeed code we can read (the newest locked sdist, which is newer
-  than any commit of the mirror) grafted onto the mirror master's history: one commit whose parent is that
-  master commit, whose code (``GRAFTED_PATHS``) is the sdist's and whose ``tests/`` and ``docs/`` are
-  master's. Made with a fixed identity and date, so its id is the same on every machine: the pull-request
-  series names it as ``base-commit:``. What in such a tree is older than its code: docs/newest-upstream.md.
-
-A working copy belongs to one caller at a time: it holds an exclusive lock on it (``flock``,
-released by ``SourceTree.release()``, when the tree is garbage-collected, or when the process
-dies), and a second job at once (``tox -p``, two clones sharing the cache) gets the next free
-copy instead of applying its series onto the same work tree as the first.
-
-A repo whose history lacks some blobs (the snapshot mirror lacks images under ``blogs/``) cannot be
-checked out or committed on as is; the working copy then leaves the missing paths out (sparse
-checkout) and records one local commit that drops them, so that ``git am`` can commit.
-
-The cache is ``$ZERO3_SP_CACHE``, else ``$XDG_CACHE_HOME/zero3-sp-gradfix``, else
-``~/.cache/zero3-sp-gradfix``.
+"""Get a DeepSpeed source tree to patch (a PyPI sdist, a user's checkout, a mirror commit, the newest-upstream
+graft), always as a working copy in the cache that one caller holds alone; a user's repo is only read.
 """
 
 from __future__ import annotations
@@ -56,8 +30,7 @@ from patch_and_test.core.series import (STAGE3, Series, ensure_clean, format_ver
 
 DEFAULT_LOCK = PACKAGE_ROOT / "deepspeed-sdists.lock"
 
-# A fixed identity and date: the sdist commit, and the commit that drops missing blobs, come out
-# with the same id on every machine and every run.
+# A fixed identity and date: the commits made here have the same id on every machine and every run.
 FIXED_IDENTITY = {
     "GIT_AUTHOR_NAME": "zero3-sp-gradfix",
     "GIT_AUTHOR_EMAIL": "zero3-sp-gradfix@localhost",
@@ -66,12 +39,10 @@ FIXED_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "zero3-sp-gradfix@localhost",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
-# Build outputs that an install writes into the tree (DeepSpeed's own .gitignore lists them); the
-# sdist ships some of them, and committing them would make the tree dirty after an install.
+# Build outputs an install writes into the tree (the sdist ships some): committed, the tree would turn dirty.
 SDIST_EXCLUDES = ("deepspeed.egg-info/", "deepspeed/git_version_info_installed.py", "build.txt", "build/", "dist/",
                   "*.so", "__pycache__/", "*.pyc")
-# What a newest-upstream tree takes from the sdist: the code and what builds it. Whole folders, so a file the
-# release dropped is gone; everything else (tests/, docs/, blogs/, CI files) stays the mirror master's.
+# What a newest-upstream tree takes from the sdist, as whole folders; the rest stays the mirror master's.
 GRAFTED_PATHS = ("accelerator", "bin", "csrc", "deepspeed", "op_builder", "requirements", "setup.py", "version.txt")
 
 
@@ -87,7 +58,6 @@ class SourceTree:
     dropped_paths: tuple[str, ...] = ()  # left out because their blobs are missing
     graft: Graft | None = None  # newest-upstream: what the tree is made of
     series_name: str | None = None  # the series this origin takes whatever its version.txt says
-    # The open lock file that makes ``path`` this caller's alone (closing it frees the copy).
     claim: IO | None = field(default=None, compare=False, repr=False)
 
     def release(self) -> None:
@@ -100,26 +70,16 @@ class SourceTree:
 
 
 def cache_dir() -> Path:
-    # One cache for the whole package (sdists, source repos, wheels, comm ops): repro.harness.env owns it.
-    return cache_root()
+    return cache_root()  # the package's one cache (repro.harness.env)
 
 
 def mirror_path() -> Path:
-    """A git clone (bare or not) of DeepSpeed with its tags: ``DEEPSPEED_MIRROR``, else the package
-    cache's ``deepspeed-mirror`` (``git clone --mirror https://github.com/deepspeedai/DeepSpeed``
-    there, or a link to a clone you have). Nothing machine-specific is built in."""
+    """A git clone (bare or not) of DeepSpeed with its tags: ``DEEPSPEED_MIRROR``, else the cache's one."""
     return Path(os.environ.get("DEEPSPEED_MIRROR") or cache_dir() / "deepspeed-mirror")
-
-
-def _run(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
 
 
 def _fixed_env() -> dict:
     return {**os.environ, **FIXED_IDENTITY}
-
-
-# --- PyPI sdists ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -137,27 +97,24 @@ class NewestUpstream:
     history: str  # a full commit id of the mirror's master
 
 
-def load_newest_upstream(path: Path | None = None) -> NewestUpstream:
-    path = path or DEFAULT_LOCK
+def _lock_toml(path: Path) -> dict:
     try:
-        table = load_toml(path).get("newest-upstream")
+        return load_toml(path)
     except FileNotFoundError:
         raise errors.BadInput(f"sdist lock file not found: {path}") from None
+
+
+def load_newest_upstream(path: Path | None = None) -> NewestUpstream:
+    path = path or DEFAULT_LOCK
+    table = _lock_toml(path).get("newest-upstream")
     if not isinstance(table, dict) or not {"release", "history"} <= table.keys():
         raise errors.BadInput(f"{path}: no [newest-upstream] table with release and history")
     return NewestUpstream(str(table["release"]), str(table["history"]))
 
 
 def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
-    path = path or DEFAULT_LOCK
-    try:
-        data = load_toml(path)
-    except FileNotFoundError:
-        raise errors.BadInput(f"sdist lock file not found: {path}") from None
-    return {
-        version: LockEntry(version, entry["filename"], entry["sha256"])
-        for version, entry in data.get("sdist", {}).items()
-    }
+    entries = _lock_toml(path or DEFAULT_LOCK).get("sdist", {})
+    return {version: LockEntry(version, entry["filename"], entry["sha256"]) for version, entry in entries.items()}
 
 
 def pip_command() -> list[str]:
@@ -172,7 +129,7 @@ def pip_command() -> list[str]:
 
 def _pip(what: str, *args: str) -> str:
     """pip's stdout; a BadInput "pip ``what`` failed" with pip's last line of output when it fails."""
-    result = _run([*pip_command(), *args])
+    result = subprocess.run([*pip_command(), *args], capture_output=True, text=True)
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise errors.BadInput(f"pip {what} failed: {tail[0]}")
@@ -191,10 +148,7 @@ def download_sdist(version: str, dest: Path, package: str = "deepspeed") -> Path
 
 
 def released_versions() -> list[str]:
-    """Every DeepSpeed release the package index lists, newest first (``pip index versions deepspeed``).
-
-    pip leaves out pre-releases and yanked releases (a yanked one is still downloadable by its exact
-    version: pass it explicitly where it matters)."""
+    """Every DeepSpeed release the package index lists, newest first; pip leaves out pre-releases and yanked ones."""
     return parse_index_versions(_pip("index versions deepspeed", "index", "versions", "deepspeed"))
 
 
@@ -214,13 +168,8 @@ def sdist_path(version: str, lock: dict[str, LockEntry] | None = None, cache: Pa
 
 def fetch_sdist(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None, *,
                 require_lock: bool = True) -> Path:
-    """The sdist archive of ``version`` (downloaded once, then taken from the cache).
-
-    A version the lock lists is checked against its sha256 (a cached file that differs is downloaded
-    again). One it does not list is refused, unless ``require_lock`` is false: then the archive is
-    taken as pip downloads it (pip checks it against the sha256 PyPI publishes) and the caller
-    records its sha256 (``python -m patch_and_test.releases``, the table of every release).
-    """
+    """The sdist archive of ``version`` (downloaded once, then cached), checked against the lock's sha256; a
+    version the lock lacks is refused unless ``require_lock`` is false (pip's own check, the caller records it)."""
     lock = lock if lock is not None else load_lock()
     entry = lock.get(version)
     if entry is None and require_lock:
@@ -269,10 +218,8 @@ def _unpack(archive: Path, dest: Path) -> None:
 
 def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry] | None = None, *,
               require_lock: bool = True) -> SourceTree:
-    """A git repo of the PyPI sdist of ``version``, reset to its pristine commit on branch ``main``.
-
-    ``require_lock``: as for ``fetch_sdist``; the commit message records the archive's sha256
-    (``sdist_digest``)."""
+    """A working copy of the git repo made from the PyPI sdist of ``version`` (its commit message records the
+    archive's sha256: ``sdist_digest``), on branch ``main``; ``require_lock`` as for ``fetch_sdist``."""
     cache = cache or cache_dir()
     version = format_version(parse_version(version))
     repo = cache / "pypi" / f"deepspeed-{version}"
@@ -295,11 +242,8 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    # The cached repo is only read (older versions of this package patched it in place: its tag
-    # still names the pristine commit); the series goes onto a working copy of it.
-    dest, base, _, claim = _working_copy(repo, "sdist", f"pypi-{version}", "main", cache)
-    return SourceTree(path=dest, version=(dest / "version.txt").read_text().strip(), origin="pypi-sdist",
-                      upstream_commit=None, base=base, branch="main", has_tests=(dest / "tests").is_dir(), claim=claim)
+    # The cached repo is only read (its tag names the pristine commit); the series goes onto a copy of it.
+    return _copy(repo, "sdist", f"pypi-{version}", "main", cache, origin="pypi-sdist", upstream_commit=None)
 
 
 def sdist_digest(tree: SourceTree) -> str | None:
@@ -314,38 +258,19 @@ def _commit_fixed(repo: Path, message: str) -> None:
     git_out(repo, "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message, env=_fixed_env())
 
 
-# --- working copies of a git repo -------------------------------------------------------------
-
-
 def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
     """Paths of ``commit`` whose blobs the repo (with its alternates) does not have."""
-    listing = git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
-    entries = []
-    for record in listing.split("\0"):
-        if not record:
-            continue
-        meta, path = record.split("\t", 1)
-        _mode, kind, sha = meta.split()
-        if kind == "blob":
-            entries.append((sha, path))
+    entries = [(sha, path) for mode, sha, path in _tree_entries(repo, commit) if mode != "160000"]  # no submodules
     if not entries:
         return ()
     check = git_out(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
                     input="".join(f"{sha}\n" for sha, _ in entries))
-    missing = []
-    for (sha, path), line in zip(entries, check.splitlines()):
-        if line.endswith(" missing"):
-            missing.append(path)
-    return tuple(missing)
+    return tuple(path for (_, path), line in zip(entries, check.splitlines()) if line.endswith(" missing"))
 
 
 def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tuple[str, ...]]:
-    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch``.
-
-    Returns the commit to apply onto and the paths left out. When blobs are missing the paths are
-    excluded from the checkout (sparse) and dropped from the index in one local commit; the
-    ``index`` lines of patches stay valid, since the files they touch keep their blobs.
-    """
+    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch``: (the commit to apply onto, the
+    paths left out). Paths whose blobs are missing are left out of the checkout and dropped in one local commit."""
     missing = missing_blob_paths(clone, commit)
     if missing:
         patterns = ["/*"] + ["!/" + _sparse_escape(p) for p in missing]
@@ -391,11 +316,10 @@ def _claim(first: Path) -> tuple[Path, IO]:
     raise errors.BadInput(f"{_MAX_COPIES} jobs hold working copies of {first.name}; is something stuck?")
 
 
-def _working_copy(source: Path, commit: str, name: str, branch: str,
-                  cache: Path | None) -> tuple[Path, str, tuple, IO]:
-    cache = cache or cache_dir()
+def _copy(source: Path, commit: str, name: str, branch: str, cache: Path | None, **fields) -> SourceTree:
+    """A working copy of ``source`` at ``commit`` on ``branch``, claimed by this caller."""
     key = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
-    dest, claim = _claim(cache / "checkouts" / f"{name}-{key}")
+    dest, claim = _claim((cache or cache_dir()) / "checkouts" / f"{name}-{key}")
     try:
         if not (dest / ".git").is_dir():
             if dest.exists():
@@ -408,14 +332,14 @@ def _working_copy(source: Path, commit: str, name: str, branch: str,
     except BaseException:
         claim.close()
         raise
-    return dest, base, dropped, claim
+    fields.setdefault("version", (dest / "version.txt").read_text().strip())
+    return SourceTree(path=dest, base=base, branch=branch, has_tests=(dest / "tests").is_dir(), dropped_paths=dropped,
+                      claim=claim, **fields)
 
 
 def from_checkout(path: Path | str, series_name: str | None = None, cache: Path | None = None) -> SourceTree:
-    """A working copy of the user's DeepSpeed checkout at its HEAD, on branch zero3-sp-fix/<series>.
-
-    Their repo is only read: its branch, HEAD, index, files and ``git status`` stay as they were.
-    """
+    """A working copy of the user's DeepSpeed checkout at its HEAD, on branch zero3-sp-fix/<series>; their repo is
+    only read."""
     root = work_tree_root(Path(path))
     if not (root / STAGE3).is_file():
         raise errors.NotACheckout(f"{root} is a git work tree but not a DeepSpeed checkout (no {STAGE3})")
@@ -424,13 +348,8 @@ def from_checkout(path: Path | str, series_name: str | None = None, cache: Path 
     version = git_out(root, "show", f"{head}:version.txt").strip()
     if series_name is None:
         series_name = series_for_version(version).name
-    dest, base, dropped, claim = _working_copy(root, head, "checkout", f"zero3-sp-fix/{series_name}", cache)
-    return SourceTree(path=dest, version=version, origin="checkout", upstream_commit=head, base=base,
-                      branch=f"zero3-sp-fix/{series_name}", has_tests=(dest / "tests").is_dir(), dropped_paths=dropped,
-                      claim=claim)
-
-
-# --- the newest release grafted onto the mirror's history ------------------------------------------
+    return _copy(root, head, "checkout", f"zero3-sp-fix/{series_name}", cache, version=version, origin="checkout",
+                 upstream_commit=head)
 
 
 class Graft(Record):
@@ -460,12 +379,8 @@ class SourceRecord(Record):
 def grafted_entries(history: list[tuple[str, str, str]], release: list[tuple[str, str, str]],
                     paths: tuple[str, ...] = GRAFTED_PATHS) -> list[tuple[str, str, str]]:
     """(mode, blob, path) of the graft's tree: ``release``'s entries under ``paths``, ``history``'s elsewhere."""
-
-    def grafted(path: str) -> bool:
-        return path.split("/", 1)[0] in paths
-
-    return sorted([e for e in history if not grafted(e[2])] + [e for e in release if grafted(e[2])],
-                  key=lambda e: e[2])
+    return sorted([e for e in history if e[2].split("/", 1)[0] not in paths] +
+                  [e for e in release if e[2].split("/", 1)[0] in paths], key=lambda e: e[2])
 
 
 def _excluded(rel: str) -> bool:
@@ -475,9 +390,9 @@ def _excluded(rel: str) -> bool:
 
 
 def _tree_entries(repo: Path, commit: str) -> list[tuple[str, str, str]]:
-    listing = git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
+    """(mode, object, path) of every entry of ``commit``'s tree."""
     entries = []
-    for record in filter(None, listing.split("\0")):
+    for record in filter(None, git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0")):
         meta, path = record.split("\t", 1)
         mode, _kind, sha = meta.split()
         entries.append((mode, sha, path))
@@ -523,8 +438,7 @@ def build_graft(release: str, history: str, mirror: Path | None = None,
                     input="".join(f"{mode} {sha}\t{path}\0" for mode, sha, path in entries))
             # The mirror lacks a few image blobs of history's tree: they are named, not needed.
             tree = git_out(staging / "repo", "write-tree", "--missing-ok", env=index_env).strip()
-            # Frozen, byte for byte: the commit id that patches/master names as its base depends on it (the
-            # module was patch_and_test.source when that id was published).
+            # Frozen, byte for byte (the old module name too): patches/master's base-commit id depends on it.
             message = (f"DeepSpeed {release} (PyPI sdist) on master {history[:12]}\n\n"
                        f"{', '.join(GRAFTED_PATHS)}: from {archive.name} (sha256 {lock[release].sha256}).\n"
                        f"Everything else, tests/ and docs/ included: master {history}.\n"
@@ -546,18 +460,13 @@ NEWEST_UPSTREAM = "newest-upstream"  # the origin, and the base_ref of a series 
 
 def from_newest_upstream(series_name: str = "master", cache: Path | None = None, mirror: Path | None = None,
                          branch: str | None = None) -> SourceTree:
-    """A working copy of the newest-upstream commit (the lock's ``[newest-upstream]``), on ``zero3-sp-fix/<series>``.
-
-    It stands for DeepSpeed's master as it is today, so it takes the pull-request series (``series_name``),
-    whatever its version.txt (the release's) says.
-    """
+    """A working copy of the newest-upstream commit (the lock's ``[newest-upstream]``); it stands for today's master,
+    so it takes the pull-request series ``series_name`` whatever its version.txt says."""
     wanted = load_newest_upstream()
     repo, graft = build_graft(wanted.release, wanted.history, mirror, cache)
     branch = branch or f"zero3-sp-fix/{series_name}"
-    dest, base, dropped, claim = _working_copy(repo, graft.commit, f"newest-{graft.release}", branch, cache)
-    return SourceTree(path=dest, version=(dest / "version.txt").read_text().strip(), origin=NEWEST_UPSTREAM,
-                      upstream_commit=graft.commit, base=base, branch=branch, has_tests=(dest / "tests").is_dir(),
-                      dropped_paths=dropped, claim=claim, graft=graft, series_name=series_name)
+    return _copy(repo, graft.commit, f"newest-{graft.release}", branch, cache, origin=NEWEST_UPSTREAM,
+                 upstream_commit=graft.commit, graft=graft, series_name=series_name)
 
 
 def from_series_base(series: Series, mirror: Path | None = None, branch: str | None = None,
@@ -583,8 +492,5 @@ def from_mirror(commit: str, mirror: Path | None = None, branch: str | None = No
     if resolved.returncode != 0:
         raise errors.BadInput(f"{commit!r} is not a commit of {mirror}")
     sha = resolved.stdout.strip()
-    branch = branch or f"zero3-sp-fix/{sha[:12]}"
-    dest, base, dropped, claim = _working_copy(mirror, sha, f"mirror-{sha[:12]}", branch, cache)
-    version = (dest / "version.txt").read_text().strip()
-    return SourceTree(path=dest, version=version, origin="mirror", upstream_commit=sha, base=base, branch=branch,
-                      has_tests=(dest / "tests").is_dir(), dropped_paths=dropped, claim=claim)
+    return _copy(mirror, sha, f"mirror-{sha[:12]}", branch or f"zero3-sp-fix/{sha[:12]}", cache, origin="mirror",
+                 upstream_commit=sha)

@@ -1,8 +1,5 @@
-"""The jinja2 environment of the package's Markdown templates (``patch_and_test/templates/``).
-
-Strict: an undefined name is an error, not an empty string. No autoescaping (the output is
-Markdown, not HTML); block tags take their own line (``trim_blocks``/``lstrip_blocks``) and a
-template's final newline is kept, so a template reads like the text it renders.
+"""The jinja2 environment of the package's Markdown templates (``patch_and_test/templates/``): strict (an undefined
+name is an error), no autoescaping, block tags on their own lines, so a template reads like the text it renders.
 """
 
 from __future__ import annotations
@@ -53,9 +50,9 @@ def short_test(node_id: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("patch_and_test",
-                                                         "templates"), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True)
+    loader = jinja2.PackageLoader("patch_and_test", "templates")
+    env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(ratio=ratio, span=span, ulp=ulp, counts=counts, link=link, short_test=short_test,
                        rstrip=lambda text: str(text).rstrip())
     return env

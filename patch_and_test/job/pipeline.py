@@ -1,17 +1,7 @@
 """patch-and-test: source -> apply series -> install unpatched -> before -> install patched -> after -> verdict.
 
-CONTRIBUTING.md's "get source -> apply series -> run reproducers -> verdict", step by step (the names are
-the verdict's steps): get the source; apply the series to our own copy of it (a series that does
-not apply ends the run before anything is built); install the unpatched build (the base commit)
-and see the bug ("before": the reproducers, the parity audit, the ALST recipe where the release
-has it, and DeepSpeed's affected tests where the source has them); install the patched build and
-see it gone ("after": the same, plus the downstream clients, the twin of the upstream test and the
-upstream regression test); the verdict compares the two.
-
-Each step appends to the verdict and writes its log under ``results/<env>/``; the verdict JSON
-is written whatever happens, and the DeepSpeed left installed in this interpreter is the
-patched one when the series applied (a maintainer can use the env's python afterwards).
-Nothing here reaches back into an earlier step: the verdict file carries every number forward.
+The names are the verdict's steps (CONTRIBUTING.md, "The main job"); each appends to the verdict and logs under
+``results/<env>/``, and the verdict JSON is written whatever happens.
 """
 
 from __future__ import annotations
@@ -62,8 +52,7 @@ class _Run:
     """One pipeline run: the verdict being filled in, and where its files go."""
 
     def __init__(self, cfg: PipelineConfig):
-        self.cfg = cfg
-        self.out = cfg.results
+        self.cfg, self.out = cfg, cfg.results
         # A draft, filled in step by step and validated (decided) once, when the run ends.
         self.verdict = Verdict.model_construct(env=cfg.env_name, source=None, series=None, deepspeed_before=None,
                                                deepspeed_after=None, backend=cfg.backend, steps=[], before=[],
@@ -132,8 +121,7 @@ def _run_steps(r: _Run) -> None:
                                          cfg.backend, cfg.audit)
     r.verdict.already_fixed = series_mod.tree_has_fix(tree.path)
 
-    # The series goes on first, onto our own copy of the source: a series that does not apply
-    # ends the run before anything is built or installed. The unpatched build is the base commit.
+    # The series goes on first (one that does not apply ends the run before any build); unpatched is the base commit.
     t = time.monotonic()
     base = "HEAD"
     if r.verdict.already_fixed:
@@ -147,9 +135,7 @@ def _run_steps(r: _Run) -> None:
     t = time.monotonic()
     before = install.install_tree(tree.path, cfg.results / "install-before.log", rev=base)
     r.verdict.deepspeed_before = before.version
-    how = "cached wheel" if before.cached_wheel else "built"
-    r.step("install unpatched", "ok", f"deepspeed {before.version} ({how}, {before.installer})", t,
-           cfg.results / "install-before.log")
+    r.step("install unpatched", "ok", _installed(before), t, cfg.results / "install-before.log")
 
     suite_before = selection = None
     if not r.verdict.already_fixed:
@@ -164,17 +150,23 @@ def _run_steps(r: _Run) -> None:
     t = time.monotonic()
     after = install.install_tree(tree.path, cfg.results / "install-after.log")
     r.verdict.deepspeed_after = after.version
-    r.step("install patched", "ok", f"deepspeed {after.version} ({'cached wheel' if after.cached_wheel else 'built'}"
-           f", {after.installer})", t, cfg.results / "install-after.log")
+    r.step("install patched", "ok", _installed(after), t, cfg.results / "install-after.log")
 
     for script in _reproducers(r, tree.version):
         _reproducer(r, script, "fixed", "after")
     _clients(r)
-    _twin(r)
+    _after_test(r, "twin TestZero3SequenceParallelGradientScale", "twin of the upstream test",
+                ["--run-twin", TWIN_TEST], PACKAGE_ROOT)
     if tree.has_tests:
-        _upstream_regression_test(r, tree.path)
+        _after_test(r, f"upstream {UPSTREAM_REGRESSION_TEST}", f"upstream {UPSTREAM_REGRESSION_TEST}",
+                    [str(_zero_test_file(tree.path)), "-k", UPSTREAM_REGRESSION_TEST], tree.path,
+                    upstream_suite.pytest_env(tree.path))
         if suite_before is not None and selection is not None:
             _affected_compare(r, tree.path, selection, suite_before)
+
+
+def _installed(done: install.Installed) -> str:
+    return f"deepspeed {done.version} ({'cached wheel' if done.cached_wheel else 'built'}, {done.installer})"
 
 
 def _check_alst_pin(version: str | None) -> None:
@@ -231,17 +223,13 @@ def _clients(r: _Run) -> None:
     r.step("after: downstream clients", "error" if error else "warning" if warnings else "ok", detail, t, log)
 
 
-def _twin(r: _Run) -> None:
+def _after_test(r: _Run, name: str, step: str, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+    """A pytest run after the series (the twin, the upstream regression test), recorded in ``tests``."""
     t = time.monotonic()
-    test = checks.run_pytest("twin TestZero3SequenceParallelGradientScale", ["--run-twin", TWIN_TEST], r.out / "after",
-                             cwd=PACKAGE_ROOT)
+    test = checks.run_pytest(name, args, r.out / "after", cwd=cwd, env=env)
     r.verdict.tests.append(test)
-    r.step("after: twin of the upstream test", "ok" if test.exit_code == 0 else "failed",
+    r.step(f"after: {step}", "ok" if test.exit_code == 0 else "failed",
            counts(test.counts, f"nothing ran (exit {test.exit_code})"), t, Path(test.log))
-
-
-def _upstream_env(tree: Path) -> dict[str, str]:
-    return upstream_suite.pytest_env(tree)
 
 
 def _zero_test_file(tree: Path) -> Path:
@@ -249,16 +237,6 @@ def _zero_test_file(tree: Path) -> Path:
         if (tree / rel).is_file():
             return tree / rel
     raise PipelineError(f"{tree} has tests/ but no ZeRO test file where DeepSpeed keeps it")
-
-
-def _upstream_regression_test(r: _Run, tree: Path) -> None:
-    t = time.monotonic()
-    test = checks.run_pytest(f"upstream {UPSTREAM_REGRESSION_TEST}",
-                             [str(_zero_test_file(tree)), "-k", UPSTREAM_REGRESSION_TEST], r.out / "after", cwd=tree,
-                             env=_upstream_env(tree))
-    r.verdict.tests.append(test)
-    r.step(f"after: upstream {UPSTREAM_REGRESSION_TEST}", "ok" if test.exit_code == 0 else "failed",
-           counts(test.counts, f"nothing ran (exit {test.exit_code})"), t, Path(test.log))
 
 
 def _affected_selection(r: _Run, tree: Path, series_dir: Path) -> affected.Selection:
@@ -274,13 +252,10 @@ def _affected_selection(r: _Run, tree: Path, series_dir: Path) -> affected.Selec
 
 def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str) -> upstream_suite.SuiteRun:
     t = time.monotonic()
-    cfg = r.cfg
-    depth = cfg.upstream_depth
-    run = upstream_suite.run_at_depth(phase, tree, selection.paths, r.out / phase / "affected", depth=depth,
-                                      workers=cfg.upstream_workers)
-    status = "error" if run.crashed else "ok"
+    run = upstream_suite.run_at_depth(phase, tree, selection.paths, r.out / phase / "affected",
+                                      depth=r.cfg.upstream_depth, workers=r.cfg.upstream_workers)
     r.step(
-        f"{phase}: {AFFECTED_SUITE} [{cfg.upstream_depth}]", status,
+        f"{phase}: {AFFECTED_SUITE} [{r.cfg.upstream_depth}]", "error" if run.crashed else "ok",
         f"{run.collected} tests ({counts(run.counts, 'none ran')}; {run.deselected} left to the full depth), "
         f"{len(run.not_collectable)} files not collectable, pytest exit {run.exit_code}"
         f"{', deadline hit' if run.timed_out else ''}", t, Path(run.log))

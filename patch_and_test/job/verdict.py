@@ -2,28 +2,15 @@
 
 Outcome rules (each outcome's exit code and meaning: ``errors.Exit``):
 * ``skipped``: a reproducer could not run here (e.g. nccl without the GPUs).
-* ``error``: a check could not run (crash, deadline).
+* ``error``: a check could not run (crash, deadline), or an upstream suite crashed, hit its deadline or collected
+  fewer tests after than before (never "no regressions").
 * ``bug-not-reproduced``: unpatched, a reproducer did not show exactly the known pattern.
+* ``regression``: a DeepSpeed test the series can reach passed before and fails after on every rerun, or a test
+  the series adds fails (tests failing before and after are pre-existing, one passing on a rerun flaky: both
+  reported, neither changes the outcome).
+* ``not-fixed``: patched, a reproducer, the twin test or the upstream regression test still fails.
 * ``already-fixed``: the tree carried the fix before we touched it; the "after" checks ran.
-* ``regression``: a DeepSpeed test the series can reach (``affected``) passed before the
-  series and fails after, on every rerun, or a test the series adds fails.
-* ``not-fixed``: patched, a reproducer, the twin test or the upstream regression test
-  still fails.
 * ``fixed``: the bug was seen before and is gone after, on every check.
-An upstream suite whose run crashed, hit its deadline, or collected fewer tests after than
-before is an ``error``, never "no regressions". Its tests that fail both before and after
-are pre-existing, and a test that failed once and passed on a rerun is flaky: both are
-reported, and neither changes the outcome.
-
-``Verdict`` is a pydantic v2 model on the reports' base (``repro.harness.report.JsonReport``), every
-field typed by the model of the module that makes the fact (``core.source.SourceRecord``,
-``core.series.ChosenSeries``, ``core.inputs.RunInputs``, ``repro.harness.env.HostEnvironment``,
-``downstream.clients.ClientWarning``, the checks and suites). ``decide`` runs once, when a verdict is
-validated (the pipeline fills a draft, ``Verdict.model_construct``, and validates it when the run ends):
-``write`` gives ``results/<env>/verdict.json`` with ``outcome`` and ``exit_code`` included, and
-``Verdict.load`` / ``from_dict`` validate a file read back (no unknown key, every check typed) and
-reject one whose stored outcome or exit code is not what ``decide`` gives from its own checks. Its
-JSON schema is ``docs/schemas/verdict.schema.json`` (``python -m patch_and_test.schemas``).
 """
 
 from __future__ import annotations

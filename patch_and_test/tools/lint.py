@@ -108,8 +108,7 @@ def _hook_exclude(tree: Path, hook: str) -> re.Pattern | None:
     config = tree / ".pre-commit-config.yaml"
     if not config.is_file():
         return None
-    text = config.read_text()
-    block = re.search(rf"id: {re.escape(hook)}\n(.*?)(?=\n\s*-\s+(?:id|repo):|\Z)", text, re.S)
+    block = re.search(rf"id: {re.escape(hook)}\n(.*?)(?=\n\s*-\s+(?:id|repo):|\Z)", config.read_text(), re.S)
     if not block:
         return None
     exclude = re.search(r"^\s*exclude:\s*(\S.*)$", block[1], re.M)
@@ -164,10 +163,8 @@ def check_cover(series: Series) -> list[Finding]:
     if not match:
         return [Finding(series.cover_letter.name, "base-commit", "cover letter without base-commit:")]
     if match[1] != series.base_commit:
-        return [
-            Finding(series.cover_letter.name, "base-commit",
-                    f"base-commit {match[1][:12]} is not the manifest's {series.base_commit[:12]}")
-        ]
+        why = f"base-commit {match[1][:12]} is not the manifest's {series.base_commit[:12]}"
+        return [Finding(series.cover_letter.name, "base-commit", why)]
     if not re.search(r"^change-id: \S+$", text, re.M):
         return [Finding(series.cover_letter.name, "change-id", "cover letter without b4's change-id:")]
     if "*** SUBJECT HERE ***" in text or "*** BLURB HERE ***" in text:
@@ -270,17 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     for line in unlinted:
         print(line)
     for report in reports:
-        tree = report.tree
+        tree, commit = report.tree, report.tree.upstream_commit
+        graft = f" ({tree.graft.release} sdist on master {tree.graft.history[:12]})" if tree.graft else ""
         where = {
-            "mirror":
-            f"sparse checkout of the mirror at {tree.upstream_commit}",
-            "checkout":
-            f"copy of the checkout at {tree.upstream_commit}",
-            "pypi-sdist":
-            f"PyPI sdist of DeepSpeed {tree.version}",
-            source.NEWEST_UPSTREAM:
-            f"the newest-upstream tree {tree.upstream_commit}" +
-            (f" ({tree.graft.release} sdist on master {tree.graft.history[:12]})" if tree.graft else ""),
+            "mirror": f"sparse checkout of the mirror at {commit}",
+            "checkout": f"copy of the checkout at {commit}",
+            "pypi-sdist": f"PyPI sdist of DeepSpeed {tree.version}",
+            source.NEWEST_UPSTREAM: f"the newest-upstream tree {commit}{graft}",
         }[tree.origin]
         print(f"series {report.series}: {where} ({tree.path})")
         for item in report.not_linted:

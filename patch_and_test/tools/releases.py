@@ -1,26 +1,14 @@
 """``python -m patch_and_test.releases``: every DeepSpeed release on PyPI takes its series' fix.
 
-For each release that ``pip index versions deepspeed`` lists from ``--from`` to ``--to`` (default:
-the manifest's lowest version to the newest release the manifest covers), or each ``--version``:
+For each release that ``pip index versions deepspeed`` lists from ``--from`` to ``--to`` (default: the
+manifest's lowest version to the newest release it covers), or each ``--version``: its sdist is downloaded
+(sha256 recorded, checked where ``deepspeed-sdists.lock`` pins it), made a git repository, given the series'
+patches that need neither ``tests/`` nor ``docs/`` with plain ``git am``, and read by ``tree_has_fix`` before
+(unfixed) and after (fixed); whether the mirror has its tag is recorded. Steps: docs/releases.md.
 
-1. its sdist is downloaded into the package cache (``sdists/``) with ``pip download --no-deps
-   --no-binary :all:`` (pip checks it against the sha256 PyPI publishes); its sha256 is recorded,
-   and checked where ``deepspeed-sdists.lock`` pins the version;
-2. it becomes a git repository (``source.from_pypi``: one commit, fixed author and date, its
-   message naming the archive's sha256), and a working copy of it takes every patch of the series
-   ``patches/series.toml`` picks for the version that needs neither ``tests/`` nor ``docs/`` (an
-   sdist has neither): ``series.apply_series``, plain ``git am`` (no ``-3``, hunks under tests/
-   and docs/ left out), all or nothing;
-3. ``series.tree_has_fix`` reads the tree before the series (must say unfixed) and after (fixed).
-
-Whether the release has a git tag on the DeepSpeed mirror (``DEEPSPEED_MIRROR``, else the cache's
-``deepspeed-mirror``) is recorded: a release without one exists only as its sdist, so the sdist
-is the one place its series is proved to apply.
-
-Writes ``docs/releases/releases.json`` (``ReleasesReport``, schema ``zero3-sp-gradfix/releases/v1``)
-and ``docs/releases.md``, rendered from it. ``--check`` downloads nothing: it reads the JSON back
-through its model, re-renders the Markdown, compares the series the JSON records with
-``patches/`` as they are now, and exits 1 when a row fails or a file is stale.
+Writes ``docs/releases/releases.json`` and ``docs/releases.md``, rendered from it. ``--check`` downloads
+nothing: it re-renders the Markdown from the JSON, compares the JSON's series with ``patches/``, and exits 1
+when a row fails or a file is stale.
 
 Exit codes: 0 every row holds; 1 a row fails (a series does not apply, tree_has_fix says the
 wrong thing, a listed release has no series) or, under --check, a file is stale; 2 bad input or
@@ -57,8 +45,6 @@ DEFAULT_MARKDOWN = PACKAGE_ROOT / "docs" / "releases.md"
 COMMAND = "python -m patch_and_test.releases"
 LISTED_BY_INDEX = "pip index versions deepspeed"
 SHORT_SHA = 16  # hex digits of an sdist's sha256 in the Markdown table (the JSON has all 64)
-
-# ----------------------------------------------------------------------------- the model
 
 
 class SeriesPatch(Record):
@@ -184,9 +170,6 @@ class ReleasesReport(JsonReport):
         return line
 
 
-# ----------------------------------------------------------------------------- rendering (pure)
-
-
 def patch_label(file: str, series: SeriesUsed | None) -> str:
     """``0001-Scale-....patch`` -> ``0001 fix`` (its number and role)."""
     role = next((p.role for p in series.patches if p.file == file), "?") if series else "?"
@@ -210,15 +193,12 @@ def table_rows(report: ReleasesReport) -> list[TableRow]:
     failures = report.failures
     for row in report.rows:
         series = report.series_of(row)
-        notes = []
-        if row.version in failures:
-            notes.append(failures[row.version])
-        if row.mirror_tag is False:
-            notes.append("no git tag: PyPI is its only source")
-        if row.version_txt != row.version:
-            notes.append(f"its version.txt says {row.version_txt}")
-        if row.locked:
-            notes.append("sha256 pinned in deepspeed-sdists.lock")
+        notes = [
+            note for holds, note in ((row.version in failures, failures.get(row.version)),
+                                     (row.mirror_tag is False, "no git tag: PyPI is its only source"),
+                                     (row.version_txt != row.version, f"its version.txt says {row.version_txt}"),
+                                     (row.locked, "sha256 pinned in deepspeed-sdists.lock")) if holds
+        ]
         tag = {True: f"v{row.version}", False: "**none**", None: "?"}[row.mirror_tag]
         out.append(
             TableRow(version=f"**{row.version}**" if row.mirror_tag is False else row.version, tag=tag,
@@ -241,15 +221,12 @@ def json_link(json_path: Path, markdown_path: Path) -> str:
     return Path(os.path.relpath(json_path.resolve(), markdown_path.resolve().parent)).as_posix()
 
 
-# ----------------------------------------------------------------------------- building the table
-
-
 def series_used(series: Series) -> SeriesUsed:
-    return SeriesUsed(
-        name=series.name, version=series.version, range=series.range_text, patches=[
-            SeriesPatch(file=p.file, role=p.role, needs=list(p.needs_dirs), sha256=sha256_file(p.path))
-            for p in series.patches
-        ])
+    patches = [
+        SeriesPatch(file=p.file, role=p.role, needs=list(p.needs_dirs), sha256=sha256_file(p.path))
+        for p in series.patches
+    ]
+    return SeriesUsed(name=series.name, version=series.version, range=series.range_text, patches=patches)
 
 
 def select_versions(available: list[str], low: str, high: str) -> list[str]:
@@ -269,10 +246,8 @@ def select_versions(available: list[str], low: str, high: str) -> list[str]:
 def default_range(manifest: Manifest, available: list[str]) -> tuple[str, str]:
     """The manifest's lowest version to the newest listed release it covers."""
     low = min(s.min_version for s in manifest.series)
-    covered = [
-        v for v in select_versions(available, format_version(low), "999.0.0") if any(
-            s.covers(parse_version(v)) for s in manifest.series)
-    ]
+    listed = select_versions(available, format_version(low), "999.0.0")
+    covered = [v for v in listed if any(s.covers(parse_version(v)) for s in manifest.series)]
     if not covered:
         raise errors.BadInput(f"pip lists no DeepSpeed release that patches/series.toml covers "
                               f"({manifest.supported_range})")
@@ -324,17 +299,14 @@ def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] |
 
 def _tool_version(cmd: list[str]) -> str:
     """The version word of ``git --version`` / ``pip --version`` (not their paths)."""
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    words = result.stdout.split()
+    words = subprocess.run(cmd, capture_output=True, text=True).stdout.split()
     return next((w for w in words if w[:1].isdigit()), "unknown")
 
 
 def build(versions: list[str], listed_by: str, version_from: str | None, version_to: str | None, manifest: Manifest,
           command: str, cache: Path | None = None, progress=print) -> ReleasesReport:
     start, started_at = time.monotonic(), datetime.datetime.now(datetime.timezone.utc)
-    lock = source.load_lock()
-    mirror = source.mirror_path()
-    tags = mirror_release_tags(mirror)
+    lock, tags = source.load_lock(), mirror_release_tags(source.mirror_path())
     every_series = {s.name: series_used(s) for s in manifest.series}
     rows = []
     for version in versions:
@@ -344,17 +316,13 @@ def build(versions: list[str], listed_by: str, version_from: str | None, version
                  f"{'fixed' if row.fixed_before else 'unfixed'} -> {'fixed' if row.fixed_after else 'unfixed'}"
                  f"{'' if problem is None else ' FAILS: ' + problem} ({row.seconds:.1f} s)")
         rows.append(row)
-    used = {r.series for r in rows}
+    used = [every_series[s.name] for s in manifest.series if s.name in {r.series for r in rows}]
+    git_version, pip_version = _tool_version(["git", "--version"]), _tool_version([*source.pip_command(), "--version"])
     return ReleasesReport(command=command, listed_by=listed_by, version_from=version_from, version_to=version_to,
                           listed=versions, mirror_newest_tag=max(tags, key=parse_version) if tags else None,
-                          series=[every_series[s.name] for s in manifest.series if s.name in used], rows=rows,
-                          python_version=platform.python_version(), git_version=_tool_version(["git", "--version"]),
-                          pip_version=_tool_version([*source.pip_command(), "--version"
-                                                     ]), started_at=started_at.isoformat(timespec="seconds"),
+                          series=used, rows=rows, python_version=platform.python_version(), git_version=git_version,
+                          pip_version=pip_version, started_at=started_at.isoformat(timespec="seconds"),
                           wall_time_s=round(time.monotonic() - start, 1))
-
-
-# ----------------------------------------------------------------------------- --check
 
 
 def stale(json_path: Path, markdown_path: Path, manifest: Manifest) -> list[str]:
@@ -377,9 +345,6 @@ def stale(json_path: Path, markdown_path: Path, manifest: Manifest) -> list[str]
     return problems
 
 
-# ----------------------------------------------------------------------------- command line
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = errors.CommandParser(prog=COMMAND, description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -399,12 +364,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--version names the releases itself: no --from/--to with it")
     if args.check and (args.versions or args.version_from or args.version_to):
         parser.error("--check reads the JSON as it is: no --version, --from or --to with it")
-    for text in [args.version_from, args.version_to, *(args.versions or [])]:
-        if text is not None:
-            try:
-                parse_version(text)
-            except errors.UnknownVersion as exc:
-                parser.error(str(exc))
+    for text in (t for t in [args.version_from, args.version_to, *(args.versions or [])] if t is not None):
+        try:
+            parse_version(text)
+        except errors.UnknownVersion as exc:
+            parser.error(str(exc))
     return args
 
 

@@ -1,22 +1,5 @@
-"""Regenerate a patch series from a DeepSpeed branch, as version N, in one command.
-
-    python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 2
-
-The branch holds the series' commits on top of the real upstream commit (``--upstream``, default:
-the manifest's ``base_commit`` of that series), optionally with local scaffolding commits right
-above it that only delete files (the "drop blogs/" commit a repo with missing blobs needs; they
-are detected and left out). The script runs ``git format-patch --cover-letter --base=... -v N``,
-writes ``base-commit:`` as the upstream commit, fills the cover letter (from ``--cover FILE``,
-else from the previous version's cover letter), writes the files as ``patches/<series>/0000-...``,
-and updates that series' entry in ``patches/series.toml`` (version, base, patch list and roles).
-
-For N > 1 the cover letter carries the range-diff against the previous version (the one place it
-is kept, as b4 does): the previous version's commits are rebuilt by ``git am``-ing the old patch
-files onto their own base in a scratch clone, so no old branch has to be kept anywhere. Like b4,
-the letter ends with a ``change-id:`` that stays the same across versions of one series.
-
-Nothing is written into --repo: format-patch and range-diff only read it, and the scratch clone
-lives in a temporary folder.
+"""Regenerate a patch series from a DeepSpeed branch as version N (format-patch, cover letter, range-diff,
+``patches/series.toml``); --repo is only read.
 """
 
 from __future__ import annotations
@@ -70,11 +53,8 @@ def _touched(repo: Path, commit: str) -> list[tuple[str, str]]:
 
 
 def split_scaffolding(repo: Path, upstream: str, head: str) -> tuple[str, list[str], list[str]]:
-    """(local base, scaffolding commits, series commits) of upstream..head.
-
-    Scaffolding: the commits right above upstream that only delete files none of the later commits
-    touch, such as the "drop blogs/" commit of a history with missing blobs.
-    """
+    """(local base, scaffolding commits, series commits) of upstream..head; scaffolding: the commits right above
+    upstream that only delete files none of the later commits touch ("drop blogs/")."""
     commits = git_out(repo, "rev-list", "--reverse", "--first-parent", f"{upstream}..{head}").split()
     if not commits:
         raise errors.BadInput(f"no commits between {upstream[:12]} and {head[:12]}")
@@ -164,11 +144,7 @@ COMPANION_TESTS = ("tests/unit/ulysses_alst/", )
 
 def _role(repo: Path, commit: str) -> str:
     """companion: tests/ and docs/, or the ALST tests alone; test: other tests/ only; marker: stage3.py alone,
-    adding the capability marker; fix: code, and maybe tests/ (see series.ROLES).
-
-    A fix may carry the test edits that keep existing tests green with it (bisectable); a tree
-    without tests/ (a PyPI sdist) gets the fix without those hunks. docs/ with code is refused.
-    """
+    adding the capability marker; fix: code, and maybe tests/ (see series.ROLES); docs/ with code is refused."""
     paths = [path for _, path in _touched(repo, commit)]
     in_tests = [p.startswith("tests/") for p in paths]
     in_docs = [p.startswith("docs/") for p in paths]
@@ -251,15 +227,12 @@ def reroll(repo: Path, branch: str, series_name: str, version: int, *, upstream:
         raise errors.BadInput("no previous cover letter to reuse: pass --cover FILE (subject line, blank, body)")
 
     with tempfile.TemporaryDirectory(prefix="zero3-sp-reroll.") as tmp:
-        tmpdir = Path(tmp)
-        formatted = tmpdir / "formatted"
-        where = repo
-        extra: list[str] = []
-        range_diff_text = None
+        formatted = Path(tmp) / "formatted"
+        where, extra, range_diff_text = repo, [], None
         if version > 1:
             if not old_patches:
                 raise errors.BadInput(f"-v {version}: no previous version in {previous} to range-diff against")
-            old_local_base, old_head, where = _rebuild_previous(repo, old_patches, tmpdir)
+            old_local_base, old_head, where = _rebuild_previous(repo, old_patches, Path(tmp))
             extra = [f"--range-diff={old_local_base}..{old_head}"]
             range_diff_text = git_out(where, *FORMAT_CONFIG, "range-diff", "--no-color",
                                       f"{old_local_base}..{old_head}", f"{local_base}..{head}")
@@ -269,17 +242,14 @@ def reroll(repo: Path, branch: str, series_name: str, version: int, *, upstream:
         git_out(where, *FORMAT_CONFIG, "format-patch", "-q", "--cover-letter", f"--base={local_base}", "-v",
                 str(version), *extra, "-o", str(formatted), f"{local_base}..{head}", env=as_author)
         files = sorted(formatted.glob("*.patch"))
-        prefix = f"v{version}-"
         _fill_cover(files[0], subject, body, local_base, upstream, cid)
 
         out.mkdir(parents=True, exist_ok=True)
         for stale in [*out.glob("0[0-9][0-9][0-9]-*.patch"), *out.glob("range-diff-v*-v*.txt")]:
             stale.unlink()  # older versions kept their range-diff in a file too: the letter is the one place now
-        written = []
-        for f in files:
-            target = out / (f.name[len(prefix):] if f.name.startswith(prefix) else f.name)
+        written = [out / f.name.removeprefix(f"v{version}-") for f in files]
+        for f, target in zip(files, written):
             shutil.copyfile(f, target)
-            written.append(target)
 
     if update and manifest_path.exists():
         update_manifest(manifest_path, series_name, version, upstream, base_ref,
@@ -294,8 +264,7 @@ def _rebuild_previous(repo: Path, old_patches: list[Path], tmpdir: Path) -> tupl
     match = re.search(r"^base-commit: ([0-9a-f]{40})$", cover_text, re.M)
     if not match:
         raise errors.BadInput(f"{old_patches[0]}: the previous version has no base-commit: line")
-    old_base = match[1]
-    scratch = tmpdir / "previous"
+    old_base, scratch = match[1], tmpdir / "previous"
     clone_shared(repo, scratch)
     _commit(scratch, old_base)
     local_base, _ = prepare_working_copy(scratch, old_base, "previous")

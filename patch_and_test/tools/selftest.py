@@ -1,20 +1,16 @@
 """``python -m patch_and_test.selftest --version V [--tier fast|slow|all]``: the package's tests on DeepSpeed V.
 
-Installs the unpatched release V from its verified sdist (a cached wheel after the first time),
-then runs pytest. Which tests, by tier (``--tier``, env ``ZERO3_SP_TEST_TIER``, default fast):
+Installs the unpatched release V from its verified sdist, then runs pytest on a tier (``--tier``, env
+``ZERO3_SP_TEST_TIER``; CONTRIBUTING.md, "Tests"):
 
-* fast (``tox -m tests``): on the newest release every test not marked ``slow_tier``; on an older
-  one the reproducers' real ranks (``tests/multiprocess/test_reproducers_unpatched.py``), the
-  part of the suite whose answer depends on the DeepSpeed version;
-* slow (``.ci/run`` runs it after the fast tier): the ``slow_tier`` tests, the whole job end to end,
-  sdist downloads, mirror tags, the parity audit and the other 4-rank launches, on the newest;
-  on an older release those of them that depend on the version (``tests/multiprocess``,
-  ``tests/pipeline``);
+* fast (default): on the newest release every test not marked ``slow_tier``; on an older one the reproducers'
+  real ranks (``tests/multiprocess/test_reproducers_unpatched.py``);
+* slow: the ``slow_tier`` tests on the newest; on an older release those under ``tests/multiprocess`` and
+  ``tests/pipeline``;
 * all: both.
 
-Extra arguments go to pytest: options (``-x``, ``--durations=20``) are added to the tier's
-choice, a path, node id or ``-m``/``-k`` expression replaces it. tox and nox both call this, so
-the rule lives here only.
+Extra arguments go to pytest: options (``-x``) are added to the tier's choice, a path, node id or
+``-m``/``-k`` expression replaces it. tox and nox both call this, so the rule lives here only.
 """
 
 from __future__ import annotations
