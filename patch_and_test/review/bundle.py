@@ -1,24 +1,9 @@
-"""The maintainer review bundle: the series, a PR description, and the runs behind every number.
+"""The maintainer review bundle: the series, PR.md and EVIDENCE.md, and the runs behind every number.
 
-``python -m patch_and_test.bundle`` (``tox -e bundle``):
-  1. for every cell of the matrix this machine can run (supported version x backend), reuse
-     ``results/<env>/verdict.json`` when its input hashes (code, series, sdist) still match,
-     else run the pipeline for that cell in this interpreter;
-  2. copy the series, the results and the evidence the other checks wrote under ``results/``;
-  3. render ``PR.md`` (the pull request, squash-ready) and ``EVIDENCE.md`` (the review's tables) from
-     those copies only, and the GitHub form of the master series (``github/``: PR title and body, squash
-     message, the branch as a git bundle; ``github_form``); with ``--sign-as`` the bundle's series are the
-     sender's re-signed copies, else they carry the package's placeholder sign-off and are not ready to send;
-  4. write ``MANIFEST.sha256`` (every file, plus the inputs: sdists, checkout commits, series)
-     and ``dist/<name>-v<series version>.tar.gz``.
-``python -m patch_and_test.bundle verify [PATH]`` (``tox -e verify-bundle``) re-checks every hash,
-validates every report the bundle carries (each ``results/*/verdict.json`` by ``Verdict``, every
-other JSON file whose ``schema`` names a model of ``patch_and_test.review.schemas``, or without one, whose name a
-model's ``FILES`` matches: the benchmarks' results): no unknown key, and no stored verdict that its own rows
-contradict) and re-renders PR.md and EVIDENCE.md from the bundle's own results: any edited number, byte or file
-fails; so does a PR.md over its line budget, without ``Fixes #N`` or with a link into the bundle, and a link of
-EVIDENCE.md to a file the bundle lacks. With a DeepSpeed mirror it also fetches the branch into a clone at the
-base and compares it with git am.
+``build`` (the default; ``tox -e bundle``) runs or reuses every matrix cell this machine can run and writes
+``dist/<name>-v<series version>/`` and its tarball. ``verify [PATH]`` (``tox -e verify-bundle``) re-checks every
+hash and report, and re-renders PR.md and EVIDENCE.md from the bundle's own results: any edited number, byte or
+file fails.
 """
 
 from __future__ import annotations
@@ -31,6 +16,7 @@ import sys
 import tarfile
 import time
 import urllib.parse
+from itertools import zip_longest
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -43,6 +29,7 @@ from patch_and_test.review import schemas
 from patch_and_test.core import signoff
 from patch_and_test.core import source
 from patch_and_test.core.errors import CommandParser, Exit, PipelineError, positive_seconds
+from patch_and_test.core.series import load_manifest, parse_version, series_for_version
 from patch_and_test.review.context import load_context
 from patch_and_test.review.pr import (ISSUE, KEPT as KEPT_AFFECTED, MAX_LINES, local_links, nonblank_lines,
                                       render_evidence, render_pr)
@@ -51,13 +38,10 @@ from patch_and_test.job.verdict import Verdict
 NAME = "zero3-sp-gradfix"
 BACKENDS = ("gloo", "nccl")
 MANIFEST = "MANIFEST.sha256"
-# Evidence written by other checks, copied when present (they carry their own JSON).
-EVIDENCE_DIRS = ("alst", "audit", "benchmarks")
+EVIDENCE_DIRS = ("alst", "audit", "benchmarks")  # written by other checks, copied when present
 COMMITTED_BENCHMARKS = PACKAGE_ROOT / "benchmarks" / "results"
 DOWNSTREAM = "downstream"  # results/downstream: tox -m downstream (the real clients' sp loss code)
-# DeepSpeed's own tests the series can reach, per tree (python -m patch_and_test.affected_job): the
-# kept runs, then newer local ones under results/affected/<tree>/ over them.
-AFFECTED = "affected"
+AFFECTED = "affected"  # results/affected/<tree>/ (python -m patch_and_test.affected_job), over the kept runs
 GOOD_OUTCOMES = ("fixed", "skipped")
 
 
@@ -72,28 +56,19 @@ class Cell:
 
 
 def matrix() -> list[Cell]:
-    from patch_and_test.core.series import parse_version
-    from patch_and_test.core.source import load_lock
-
-    versions = sorted(load_lock(), key=parse_version)
-    return [Cell(v, b) for v in versions for b in BACKENDS]
+    return [Cell(v, b) for v in sorted(source.load_lock(), key=parse_version) for b in BACKENDS]
 
 
 def current_inputs(cell: Cell, audit: bool = True) -> inputs.RunInputs:
-    from patch_and_test.core.series import series_for_version
-    from patch_and_test.core.source import load_lock
-
     return inputs.run_inputs(
         series_for_version(cell.version).directory,
-        load_lock()[cell.version].sha256, cell.backend, audit)
+        source.load_lock()[cell.version].sha256, cell.backend, audit)
 
 
 def reusable(verdict_path: Path, expected: inputs.RunInputs) -> bool:
     """A verdict that validates and was made from the same inputs (one that does not validate is run again)."""
-    if not verdict_path.exists():
-        return False
     try:
-        return Verdict.load(verdict_path).inputs == expected
+        return verdict_path.exists() and Verdict.load(verdict_path).inputs == expected
     except ValueError:
         return False
 
@@ -104,9 +79,7 @@ def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool
 
     done = {}
     for cell in cells:
-        verdict = results / cell.env / "verdict.json"
-        expected = current_inputs(cell, audit)
-        if reusable(verdict, expected):
+        if reusable(results / cell.env / "verdict.json", current_inputs(cell, audit)):
             done[cell.env] = "reused"
             continue
         print(f"[bundle] running {cell.env}", flush=True)
@@ -118,17 +91,11 @@ def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool
     return done
 
 
-def series_version() -> int:
-    from patch_and_test.core.series import load_manifest
-
-    return max(s.version for s in load_manifest().series)
-
-
 def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: bool = True,
           sign_as: tuple[str, str] | None = None) -> Path:
     started = time.monotonic()
     status = ensure_results(results, cells, timeout, audit)
-    bundle = dist / f"{NAME}-v{series_version()}"
+    bundle = dist / f"{NAME}-v{max(s.version for s in load_manifest().series)}"
     shutil.rmtree(bundle, ignore_errors=True)
     bundle.mkdir(parents=True)
     shutil.copytree(PACKAGE_ROOT / "patches", bundle / "patches")
@@ -138,8 +105,7 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
     for env in [c.env for c in cells] + sorted(p.name for p in results.glob("patch-and-test-src*") if p.is_dir()):
         if (results / env).is_dir():
             shutil.copytree(results / env, bundle / "results" / env, ignore=shutil.ignore_patterns("*.tmp"))
-    if COMMITTED_BENCHMARKS.is_dir():
-        # The benchmark runs kept in the repository (timing needs a quiet machine); newer local runs win.
+    if COMMITTED_BENCHMARKS.is_dir():  # kept runs (timing needs a quiet machine); newer local runs win
         shutil.copytree(COMMITTED_BENCHMARKS, bundle / "results" / "benchmarks")
     for name in EVIDENCE_DIRS:
         if (results / name).is_dir():
@@ -152,35 +118,26 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(found, dest)
     notice = PACKAGE_ROOT / "docs" / "downstream-notice.md"
-    if notice.exists():
-        # Its clients table is rendered from the bundle's own copies, as PR.md is.
+    if notice.exists():  # its clients table rendered from the bundle's own copies; it links figures/
         (bundle / notice.name).write_text(downstream_table.render_into(notice.read_text(), bundle))
-        # Its training-level figure and the runs it is drawn from (the notice links figures/).
         if (notice.parent / "figures").is_dir():
             shutil.copytree(notice.parent / "figures", bundle / "figures")
-    # The parity audit's write-ups of the other upstream discrepancies it found.
     shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
     ctx = load_context(bundle)  # one read of the results for both pages
     (bundle / "PR.md").write_text(render_pr(bundle, ctx))
     (bundle / "EVIDENCE.md").write_text(render_evidence(bundle, ctx))
     state = signoff.sign_state(bundle / "patches" / "master")
     print(f"[bundle] patches/master {state.describe()}")
-    for note in github_form.write(bundle, _master_series(), source.mirror_path()):
+    for note in github_form.write(bundle, load_manifest().by_name("master"), source.mirror_path()):
         print(f"[bundle] note: {note}")
     write_manifest(bundle)
     archive = dist / f"{bundle.name}.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(bundle, arcname=bundle.name)
-    reused = sum(1 for s in status.values() if s == "reused")
+    reused = list(status.values()).count("reused")
     print(f"[bundle] {bundle} and {archive.name}: {reused}/{len(status)} matrix cells reused, "
           f"{time.monotonic() - started:.1f} s")
     return bundle
-
-
-def _master_series():
-    from patch_and_test.core.series import load_manifest
-
-    return load_manifest().by_name("master")
 
 
 def _verdicts(bundle: Path) -> dict[str, Verdict]:
@@ -205,14 +162,14 @@ def manifest_inputs(bundle: Path) -> list[str]:
             v = json.loads(verdict_path.read_text())
         except ValueError:  # verify reports it (validate_reports)
             continue
-        src = v.get("source") or {}
-        if v.get("inputs", {}).get("source"):
+        src, given = v.get("source") or {}, v.get("inputs", {})
+        if given.get("source"):
             kind = "checkout-commit" if src.get("upstream_commit") else f"sdist:deepspeed-{src.get('version')}"
-            lines.add(f"{v['inputs']['source']}  input:{kind}")
-        if v.get("inputs", {}).get("series") and v.get("series"):
-            lines.add(f"{v['inputs']['series']}  input:series:{v['series']['name']}")
-        if v.get("inputs", {}).get("code"):
-            lines.add(f"{v['inputs']['code']}  input:package-code")
+            lines.add(f"{given['source']}  input:{kind}")
+        if given.get("series") and v.get("series"):
+            lines.add(f"{given['series']}  input:series:{v['series']['name']}")
+        if given.get("code"):
+            lines.add(f"{given['code']}  input:package-code")
     return sorted(lines)
 
 
@@ -221,31 +178,33 @@ def write_manifest(bundle: Path) -> None:
     (bundle / MANIFEST).write_text("\n".join(lines + manifest_inputs(bundle)) + "\n")
 
 
+def _noted(found_and_notes: tuple[list[str], list[str]]) -> list[str]:
+    """The problems; the notes printed."""
+    for note in found_and_notes[1]:
+        print(f"note: {note}")
+    return found_and_notes[0]
+
+
 def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
     """Every problem found, one line each; empty when the bundle is intact."""
-    problems = []
     manifest = bundle / MANIFEST
     if not manifest.exists():
         return [f"{manifest}: missing"]
-    listed = {}
-    for line in manifest.read_text().splitlines():
-        digest, _, name = line.partition("  ")
-        if not name.startswith("input:"):
-            listed[name] = digest
+    lines = manifest.read_text().splitlines()
+    listed = {
+        name: digest
+        for digest, _, name in (ln.partition("  ") for ln in lines) if not name.startswith("input:")
+    }
     present = {p.relative_to(bundle).as_posix(): p for p in _bundle_files(bundle)}
-    for name in sorted(set(listed) - set(present)):
-        problems.append(f"{name}: listed in {MANIFEST} but missing")
-    for name in sorted(set(present) - set(listed)):
-        problems.append(f"{name}: present but not listed in {MANIFEST}")
-    for name in sorted(set(listed) & set(present)):
-        if inputs.sha256_file(present[name]) != listed[name]:
-            problems.append(f"{name}: sha256 differs from {MANIFEST}")
-    if sorted(line for line in manifest.read_text().splitlines() if "  input:" in line) != manifest_inputs(bundle):
+    problems = [f"{name}: listed in {MANIFEST} but missing" for name in sorted(set(listed) - set(present))]
+    problems += [f"{name}: present but not listed in {MANIFEST}" for name in sorted(set(present) - set(listed))]
+    problems += [
+        f"{name}: sha256 differs from {MANIFEST}" for name in sorted(set(listed) & set(present))
+        if inputs.sha256_file(present[name]) != listed[name]
+    ]
+    if sorted(line for line in lines if "  input:" in line) != manifest_inputs(bundle):
         problems.append(f"{MANIFEST}: its input lines do not match the bundle's verdicts")
-    found, notes = validate_reports(bundle)
-    problems += found
-    for note in notes:
-        print(f"note: {note}")
+    problems += _noted(validate_reports(bundle))
     notice = bundle / "downstream-notice.md"
     if notice.exists():
         text = notice.read_text()
@@ -271,10 +230,7 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
             problems.append(f"{name}: cannot be rendered from the results: {_reason(err)}")
     problems += markdown_problems(bundle)
     if (bundle / "github").is_dir():
-        found, notes = github_form.verify(bundle, _master_series(), source.mirror_path())
-        problems += found
-        for note in notes:
-            print(f"note: {note}")
+        problems += _noted(github_form.verify(bundle, load_manifest().by_name("master"), source.mirror_path()))
     else:
         problems.append("github/: missing (the pull request's title, body, squash message and branch)")
     if repo_patches is not None and repo_patches.is_dir():
@@ -305,8 +261,8 @@ def markdown_problems(bundle: Path) -> list[str]:
     pr = bundle / "PR.md"
     if pr.exists():
         text = pr.read_text()
-        if nonblank_lines(text) > MAX_LINES:
-            problems.append(f"PR.md: {nonblank_lines(text)} non-blank lines (at most {MAX_LINES})")
+        if (n := nonblank_lines(text)) > MAX_LINES:
+            problems.append(f"PR.md: {n} non-blank lines (at most {MAX_LINES})")
         if f"Fixes #{ISSUE}" not in text:
             problems.append(f"PR.md: no 'Fixes #{ISSUE}'")
         problems += [
@@ -359,16 +315,11 @@ def _reason(err: ValueError) -> str:
 
 
 def _diff_lines(shipped: str, rendered: str) -> list[str]:
-    a, b = shipped.splitlines(), rendered.splitlines()
-    out = []
-    for i in range(max(len(a), len(b))):
-        x = a[i] if i < len(a) else "<missing>"
-        y = b[i] if i < len(b) else "<missing>"
-        if x != y:
-            out.append(f"line {i + 1} says {x.strip()!r} but the results give {y.strip()!r}")
-        if len(out) >= 10:
-            break
-    return out
+    lines = zip_longest(shipped.splitlines(), rendered.splitlines(), fillvalue="<missing>")
+    return [
+        f"line {i} says {x.strip()!r} but the results give {y.strip()!r}" for i, (x, y) in enumerate(lines, 1)
+        if x != y
+    ][:10]
 
 
 def newest_bundle(dist: Path) -> Path:

@@ -1,23 +1,18 @@
-"""The typed context PR.md is rendered from, read from one bundle's files by ``load_context``.
+"""The typed context PR.md and EVIDENCE.md are rendered from, read from one bundle's files by ``load_context``.
 
-Every number and name the templates (``patch_and_test/templates/``) show is a field here; the
-templates hold the prose and the formatting. The report files are read by one function per
-report kind (``load_verdict``, ``load_gradscale_report``, ``load_alst_report``,
-``load_audit_report``, ``load_affected``, ``load_reduce_path``; the downstream reports through
-``downstream_table.reports``): the verdicts (the pipeline's and the affected-tests job's) and the four
-families' reports are loaded once into their own models (``patch_and_test.review.schemas.MODELS``) and
-read by attribute; the reduce-path benchmark through its model, which lives beside the benchmarks.
+Every number and name the templates (``patch_and_test/templates/``) show is a field here; they hold the prose.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from patch_and_test.review.schemas import MODELS, import_model
 from patch_and_test.core.series import patch_subject, version_sort_key
-from patch_and_test.core.checks import outcome_counts
+from patch_and_test.core.checks import PytestCheck, outcome_counts
 from patch_and_test.core.templating import Model
 
 from patch_and_test.core.source import Graft
@@ -30,56 +25,12 @@ from patch_and_test.job.verdict import Verdict
 from patch_and_test.upstream.job import PARTIALS, AffectedVerdict
 from patch_and_test.upstream.suite import SuiteComparison
 
-from patch_and_test.core.checks import PytestCheck
-
 if TYPE_CHECKING:
     from benchmarks.models import ReducePath
     from patch_and_test.core.checks import ReproCheck
 
 Scalar = Optional[Union[str, int, float, bool]]
 Counts = dict[str, int]
-
-# -- the report files, one loader per kind ------------------------------------------------------
-
-
-def load_verdict(path: Path) -> Verdict:
-    """``results/<env>/verdict.json`` (``zero3-sp-gradfix/verdict/v1``), validated."""
-    return Verdict.load(path)
-
-
-def load_gradscale_report(path: Path) -> Report:
-    """A grad-scale reproducer's report (``zero3-sp-gradfix/repro-report/v1``), validated."""
-    return Report.load(path)
-
-
-def load_alst_report(path: Path) -> AlstReport:
-    """The ALST recipe's report (``zero3-sp-gradfix/alst-recipe-report/v1``), validated."""
-    return AlstReport.load(path)
-
-
-def load_audit_report(path: Path) -> AuditReport:
-    """The parity audit's report (``zero3-sp-gradfix/parity-audit/v1``), validated."""
-    return AuditReport.load(path)
-
-
-def load_affected(path: Path) -> AffectedVerdict:
-    """``results/affected/<tree>/affected.json`` (``python -m patch_and_test.affected_job``), validated."""
-    return AffectedVerdict.load(path)
-
-
-def load_reduce_path(path: Path) -> ReducePath:
-    """``results/benchmarks/reduce_path.json`` (``benchmarks/reduce_path.py``), validated by its model (it lives
-    beside the benchmarks, so it is found through the schema registry, as bundle verify finds it)."""
-    return import_model(MODELS["benchmark-reduce-path"]).load(path)
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    from repro.harness.files import load_toml
-
-    return load_toml(path) if path.exists() else {}
-
-
-# -- the context --------------------------------------------------------------------------------
 
 
 class PatchRef(Model):
@@ -273,31 +224,26 @@ class PrContext(Model):
 
 def load_context(bundle: Path) -> PrContext:
     """Everything PR.md shows, read from the bundle's ``patches/``, ``results/`` and notice only."""
-    verdicts = _load_verdicts(bundle)
+    verdicts = {p.parent.name: Verdict.load(p) for p in sorted((bundle / "results").glob("*/verdict.json"))}
     series = _series(bundle)
     affected = affected_results(bundle / "results" / "affected")
-    notice = bundle / "downstream-notice.md"
     matrix = _matrix(bundle, verdicts)
     reduce_path = bundle / "results" / "benchmarks" / "reduce_path.json"
-    cost_run = load_reduce_path(reduce_path) if reduce_path.exists() else None
-    return PrContext(title=_title(bundle), testing=_testing(affected, matrix,
-                                                            cost_run), signoff=_signoff(bundle,
-                                                                                        series), fix=_fix(series),
-                     series=series, notice=notice.exists(), matrix=matrix, tests=_tests(bundle, verdicts),
+    # Its model lives beside the benchmarks: found through the schema registry, as bundle verify finds it.
+    cost_run = import_model(MODELS["benchmark-reduce-path"]).load(reduce_path) if reduce_path.exists() else None
+    return PrContext(title=_title(bundle), testing=_testing(affected, matrix, cost_run),
+                     signoff=_signoff(bundle, series), fix=_fix(series), series=series,
+                     notice=(bundle / "downstream-notice.md").exists(), matrix=matrix, tests=_tests(bundle, verdicts),
                      affected=affected_context(affected) if affected else None, alst=_alst(bundle, verdicts),
-                     audit=_audit(bundle, verdicts), numerics=_numerics(bundle, reduce_path, cost_run),
-                     environment=_environment(verdicts), evidence=_evidence(bundle))
-
-
-def _load_verdicts(bundle: Path) -> dict[str, Verdict]:
-    return {path.parent.name: load_verdict(path) for path in sorted((bundle / "results").glob("*/verdict.json"))}
+                     audit=_audit(bundle, verdicts), numerics=_numerics(bundle, reduce_path,
+                                                                        cost_run), environment=_environment(verdicts),
+                     evidence=sorted(p.relative_to(bundle).as_posix() for p in (bundle / "results").rglob("*.json")))
 
 
 def _cells(verdicts: dict[str, Verdict]) -> tuple[list[tuple[str, Verdict]], list[tuple[str, Verdict]]]:
     """(env, verdict) of the pipeline's cells that ran (unpatched or patched) and of those that did not."""
     cells = [(env, v) for env, v in _by_version(verdicts) if env.startswith("patch-and-test-ds")]
-    return ([(env, v) for env, v in cells if v.before or v.after], [(env, v) for env, v in cells
-                                                                    if not (v.before or v.after)])
+    return [c for c in cells if c[1].before or c[1].after], [c for c in cells if not (c[1].before or c[1].after)]
 
 
 def _by_version(verdicts: dict[str, Verdict]) -> list[tuple[str, Verdict]]:
@@ -306,15 +252,13 @@ def _by_version(verdicts: dict[str, Verdict]) -> list[tuple[str, Verdict]]:
 
 def rel(bundle: Path, path: str | Path) -> str:
     """A result's path inside the bundle (verdicts store the paths of the run that wrote them)."""
-    p = Path(path)
-    parts = p.parts
+    parts = Path(path).parts
     if "results" in parts:
-        i = len(parts) - 1 - parts[::-1].index("results")
-        return Path(*parts[i:]).as_posix()
+        return Path(*parts[len(parts) - 1 - parts[::-1].index("results"):]).as_posix()
     try:
-        return p.relative_to(bundle).as_posix()
+        return Path(path).relative_to(bundle).as_posix()
     except ValueError:
-        return p.as_posix()
+        return Path(path).as_posix()
 
 
 def version_key(verdict: Verdict) -> tuple:
@@ -327,7 +271,10 @@ def cell_label(verdict: Verdict) -> str:
 
 
 def _series(bundle: Path) -> list[Series]:
-    manifest = _read_toml(bundle / "patches" / "series.toml")
+    from repro.harness.files import load_toml
+
+    toml = bundle / "patches" / "series.toml"
+    manifest = load_toml(toml) if toml.exists() else {}
     return [
         Series(
             name=s["name"], version=s["version"], min_version=s["min_version"], below_version=s["below_version"],
@@ -352,12 +299,10 @@ def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
     """Who signed each series off, and whether it can be sent (not while the placeholder signs it)."""
     from patch_and_test.core.signoff import sign_state
 
-    out = []
-    for s in series:
-        state = sign_state(bundle / "patches" / s.name)
-        out.append(
-            SignOff(series=s.name, signers=list(state.signers), ready=state.ready, problems=list(state.problems)))
-    return out
+    states = [(s.name, sign_state(bundle / "patches" / s.name)) for s in series]
+    return [
+        SignOff(series=n, signers=list(st.signers), ready=st.ready, problems=list(st.problems)) for n, st in states
+    ]
 
 
 def _outcome_counts(results: list, phase: str, needle: str) -> Counts | None:
@@ -369,33 +314,21 @@ def _testing(affected: list[tuple[str, AffectedVerdict]], matrix: Matrix | None,
              cost_run: ReducePath | None) -> Testing:
     """From the newest-upstream tree's affected-tests run (its partial runs too) and the reduce-path benchmark."""
     newest = next((data for _, data in affected if data.graft), None)
-    tree = None
-    partial = {}
-    results = []
-    if newest is not None:
-        tree = newest.graft
-        partial = {run.name: run for run in newest.partial}
-        results = newest.suite.results if newest.suite else []
+    partial = {run.name: run for run in newest.partial} if newest is not None else {}
+    results = newest.suite.results if newest is not None and newest.suite else []
     regression, alst = PARTIALS[0], PARTIALS[1]
-    without = partial.get(regression.name)
-    alone = partial.get(alst.name)
+    without, alone = partial.get(regression.name), partial.get(alst.name)
     table = affected_context([(n, d) for n, d in affected if d is newest]) if newest is not None else None
+    pre_existing = Counter(
+        r.subject.split("::")[0] for r in (table.reasons if table else []) if r.kind == "pre-existing")
     return Testing(
-        tree=tree, regression_without_fix=without.counts if without else None,
+        tree=newest.graft if newest is not None else None, regression_without_fix=without.counts if without else None,
         regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
         alst_fix_alone=alone.counts if alone else None, alst_failed_fix_alone=sorted(
             t.split("::")[-1] for t, o in (alone.outcomes if alone else {}).items()
             if o in ("failed", "error")), alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
-        affected=newest.suite if newest else None, pre_existing_by_file=_per_file(table.reasons if table else []),
-        cost=_cost(cost_run), environment=newest.environment if newest else None, cells=matrix.cells if matrix else [])
-
-
-def _per_file(reasons: list[Reason]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in reasons:
-        if r.kind == "pre-existing":
-            counts[r.subject.split("::")[0]] = counts.get(r.subject.split("::")[0], 0) + 1
-    return counts
+        affected=newest.suite if newest else None, pre_existing_by_file=dict(pre_existing), cost=_cost(cost_run),
+        environment=newest.environment if newest else None, cells=matrix.cells if matrix else [])
 
 
 def _cost(run: ReducePath | None) -> Cost | None:
@@ -416,7 +349,7 @@ def _fix(series: list[Series]) -> Fix | None:
 
 def affected_results(root: Path) -> list[tuple[str, AffectedVerdict]]:
     """(tree name, affected.json) under ``root``: the newest-upstream tree, master, then the newest tree first."""
-    found = [(p.parent.name, load_affected(p)) for p in sorted(root.glob("*/affected.json"))]
+    found = [(p.parent.name, AffectedVerdict.load(p)) for p in sorted(root.glob("*/affected.json"))]
     return sorted(
         found, key=lambda f:
         (f[0] != "newest-upstream", f[0] != "master", [-n for n in version_sort_key(f[1].version or "")]))
@@ -427,24 +360,23 @@ def affected_context(found: list[tuple[str, AffectedVerdict]]) -> AffectedTable:
     reasons = {}
     for name, data in found:
         s = data.suite
-        if s:
-            found_reasons = [(r.category, r.test, r.reason) for r in s.results
-                             if r.category in ("pre-existing", "regression", "flaky")]
-            found_reasons += [("not collectable", path, why) for path, why in sorted(s.not_collectable.items())]
-            for key in found_reasons:
-                reasons.setdefault(key, set()).add(name)
+        if not s:
+            continue
+        keys = [(r.category, r.test, r.reason) for r in s.results
+                if r.category in ("pre-existing", "regression", "flaky")]
+        keys += [("not collectable", path, why) for path, why in sorted(s.not_collectable.items())]
+        for key in keys:
+            reasons.setdefault(key, set()).add(name)
     ordered = sorted(reasons.items(), key=lambda kv: f"{kv[0][0]}: `{kv[0][1]}`: {kv[0][2]}")
     return AffectedTable(
         trees=found, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names)) for (k, t, w), names in ordered])
 
 
 def _gradscale_ratios(bundle: Path, check: ReproCheck) -> dict[tuple[str, str, str], float]:
-    if not check.report or check.script not in SCRIPTS:
+    path = bundle / rel(bundle, check.report) if check.report and check.script in SCRIPTS else None
+    if path is None or not path.exists():
         return {}
-    path = bundle / rel(bundle, check.report)
-    if not path.exists():
-        return {}
-    return {(check.script, r.config, r.param): r.ratio for r in load_gradscale_report(path).rows}
+    return {(check.script, r.config, r.param): r.ratio for r in Report.load(path).rows}
 
 
 _ORDER = [config.label() for config in REFERENCE_CONFIGS + ZERO3_CONFIGS]  # the reproducers' own order
@@ -477,16 +409,18 @@ def _matrix(bundle: Path, verdicts: dict[str, Verdict]) -> Matrix | None:
 
 
 def _tests(bundle: Path, verdicts: dict[str, Verdict]) -> Tests | None:
-    cells = []
-    for env, v in _by_version(verdicts):
-        if v.tests or v.suites:
-            cells.append(
-                CellTests(label=cell_label(v), tests=[(t, rel(bundle, t.junit)) for t in v.tests], suites=v.suites,
-                          after_dir=f"results/{env}/after"))
+    cells = [
+        CellTests(label=cell_label(v), tests=[(t, rel(bundle, t.junit))
+                                              for t in v.tests], suites=v.suites, after_dir=f"results/{env}/after")
+        for env, v in _by_version(verdicts) if v.tests or v.suites
+    ]
     if not cells:
         return None
-    pre = sorted({t for v in verdicts.values() for s in v.suites for t in s.pre_existing})
-    return Tests(cells=cells, pre_existing=pre)
+    return Tests(cells=cells,
+                 pre_existing=sorted({t
+                                      for v in verdicts.values()
+                                      for s in v.suites
+                                      for t in s.pre_existing}))
 
 
 def _checks(bundle: Path, verdicts: dict[str, Verdict], script: str, load):
@@ -494,17 +428,15 @@ def _checks(bundle: Path, verdicts: dict[str, Verdict], script: str, load):
     for _env, v in _by_version(verdicts):
         for phase in ("before", "after"):
             for check in getattr(v, phase):
-                if check.script != script or not check.report:
-                    continue
-                path = bundle / rel(bundle, check.report)
-                if path.exists():
+                path = bundle / rel(bundle, check.report) if check.script == script and check.report else None
+                if path is not None and path.exists():
                     yield v, phase, check, load(path)
 
 
 def _alst(bundle: Path, verdicts: dict[str, Verdict]) -> list[AlstRow]:
     """The ALST recipe reproducer, before and after, in every cell that ran it."""
     rows = []
-    for v, phase, check, report in _checks(bundle, verdicts, "alst_recipe", load_alst_report):
+    for v, phase, check, report in _checks(bundle, verdicts, "alst_recipe", AlstReport.load):
         ratios: dict[tuple[str, int], list[float]] = {}
         for r in report.rows:
             ratios.setdefault((r.recipe, r.stage), []).append(r.ratio)
@@ -519,7 +451,7 @@ def _alst(bundle: Path, verdicts: dict[str, Verdict]) -> list[AlstRow]:
 def _audit(bundle: Path, verdicts: dict[str, Verdict]) -> Audit | None:
     """The parity audit's counts per cell, before and after, and the known upstream discrepancies."""
     rows, known, writeups = [], {}, {}
-    for v, phase, check, report in _checks(bundle, verdicts, "parity_audit", load_audit_report):
+    for v, phase, check, report in _checks(bundle, verdicts, "parity_audit", AuditReport.load):
         rows.append(
             AuditRow(cell=cell_label(v), phase=phase, report=rel(bundle, check.report), mode=report.mode,
                      expect=check.expect, holds=check.holds, layouts=[f"{t.sp}x{t.dp}" for t in report.topologies],
@@ -552,13 +484,12 @@ def _numerics(bundle: Path, path: Path, run: ReducePath | None) -> Numerics | No
     ulp = {(n.world, n.sp, n.dtype, n.kind, n.path): n.max_ulp for n in run.numerics or []}
     bitwise = {(b.world, b.sp, b.dtype, b.kind): b.model_extra for b in run.numerics_bitwise or []}
     ulp_rows = []
-    for world, sp, dtype in sorted({(k[0], k[1], k[2]) for k in ulp}):
+    for world, sp, dtype in sorted({k[:3] for k in ulp}):
         flags = bitwise.get((world, sp, dtype, "exact"), {})
+        random_ulp = lambda path: ulp.get((world, sp, dtype, "random", path))  # noqa: E731
         ulp_rows.append(
-            UlpRow(world=world, sp=sp, dtype=dtype, before=ulp.get(
-                (world, sp, dtype, "random", "avg_scatter[before]")),
-                   forms=[ulp.get((world, sp, dtype, "random", f"avg_scatter[{n}]"))
-                          for n in forms], contiguous=ulp.get((world, sp, dtype, "random", "contiguous")),
+            UlpRow(world=world, sp=sp, dtype=dtype, before=random_ulp("avg_scatter[before]"),
+                   forms=[random_ulp(f"avg_scatter[{n}]") for n in forms], contiguous=random_ulp("contiguous"),
                    equal=[flags.get(f"contiguous==avg_scatter[{n}]") for n in forms]))
     return Numerics(
         report=rel(bundle, path), recommended=recommended, forms=forms, impls=impls,
@@ -577,7 +508,3 @@ def _environment(verdicts: dict[str, Verdict]) -> list[tuple[HostEnvironment, li
         if (e := v.environment) is not None:
             envs.setdefault((e.os, e.python, e.torch, e.machine, e.cpus, e.gpus), (e, set()))[1].add(v.backend)
     return [(e, sorted(backends)) for _, (e, backends) in sorted(envs.items(), key=lambda kv: str(kv[0]))]
-
-
-def _evidence(bundle: Path) -> list[str]:
-    return sorted(p.relative_to(bundle).as_posix() for p in (bundle / "results").rglob("*.json"))

@@ -1,25 +1,7 @@
 """The master series in the form a GitHub pull request needs: branch, title, body, squash message.
 
-DeepSpeed merges pull requests by squash: one commit whose message is the PR title and a body,
-with the DCO sign-offs. ``write`` puts into ``<bundle>/github/``:
-
-* ``pr-title.txt`` and ``pr-body.md`` (the bundle's PR.md without its title line);
-* ``squash-message.txt``: the squash commit's message: the title, then the body, which ends with the
-  sign-offs;
-* ``zero3-sp-grad-scale.bundle``: a git bundle of the branch ``zero3-sp-grad-scale``, the master
-  series committed on its real base commit (the bundle's one prerequisite), and ``README.md``
-  with the commands that fetch it.
-
-The branch is built with git plumbing on the base commit itself: for each patch, ``git mailinfo``
-(author, date, message), ``git apply --cached`` into an index of the base tree, ``write-tree``
-and ``commit-tree``, which is what ``git am`` does, minus the checkout. So it needs no working
-tree of the base, and a mirror that lacks some of the base's blobs (never touched by the series)
-still gives the exact commits. The committer and its date are fixed, so the same series gives
-the same commit ids anywhere.
-
-``verify`` re-renders the title, body and squash message; with a DeepSpeed mirror it also
-checks the branch: it fetches the bundle into a clone at the base and compares it with a real
-``git am`` of the series there.
+``write`` fills ``<bundle>/github/``; ``verify`` re-renders it and, with a DeepSpeed mirror, compares the branch
+with a real ``git am`` of the series.
 """
 
 from __future__ import annotations
@@ -38,7 +20,7 @@ from patch_and_test.core.source import (FIXED_IDENTITY, NEWEST_UPSTREAM, build_g
 BRANCH = "zero3-sp-grad-scale"
 BUNDLE_FILE = f"{BRANCH}.bundle"
 TRAILER = re.compile(r"^(Fixes|Link|Reported-by|Signed-off-by|Co-developed-by|Suggested-by): ")
-# The committer of the branch's commits: fixed, so that their ids do not depend on who builds it.
+# Fixed, so that the branch's commit ids do not depend on who builds it.
 COMMITTER = {k: v for k, v in FIXED_IDENTITY.items() if k.startswith("GIT_COMMITTER_")}
 
 
@@ -55,11 +37,8 @@ def split_message(message: str) -> tuple[list[str], list[str]]:
     lines = message.rstrip("\n").splitlines()
     trailers = [line for line in lines if TRAILER.match(line)]
     body = [line for line in lines if not TRAILER.match(line)]
-    while body and not body[-1].strip():
-        body.pop()
-    while body and not body[0].strip():
-        body.pop(0)
-    return body, trailers
+    text = [i for i, line in enumerate(body) if line.strip()]  # without the blank lines around it
+    return (body[text[0]:text[-1] + 1] if text else []), trailers
 
 
 def title(series: Series) -> str:
@@ -73,10 +52,14 @@ def pr_body(pr_markdown: str) -> str:
     return rest.lstrip("\n") if first.startswith("# ") else pr_markdown
 
 
-def squash_message(series: Series, pr_markdown: str) -> str:
-    """The squash commit's message: the pull request's title, then its body (PR.md), whose last lines are
-    the sign-offs (DeepSpeed squash-merges with the title and description as the message)."""
-    return f"{title(series)}\n\n{pr_body(pr_markdown).rstrip()}\n"
+def _texts(bundle: Path, series: Series) -> dict[str, str]:
+    """The title, the squash commit's message (title, then PR.md's body, ending with the sign-offs), the body."""
+    pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
+    return {
+        "pr-title.txt": title(series) + "\n",
+        "squash-message.txt": f"{title(series)}\n\n{pr_body(pr).rstrip()}\n",
+        "pr-body.md": pr_body(pr)
+    }
 
 
 def base_repo(series: Series, mirror: Path) -> Path:
@@ -84,18 +67,17 @@ def base_repo(series: Series, mirror: Path) -> Path:
     if series.base_ref != NEWEST_UPSTREAM:
         return mirror
     wanted = load_newest_upstream()
-    repo, graft = build_graft(wanted.release, wanted.history, mirror)
-    return repo
+    return build_graft(wanted.release, wanted.history, mirror)[0]
 
 
 def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
-    """(repo, head) of ``BRANCH``: the series committed on ``series.base_commit`` in a scratch clone."""
+    """(repo, head) of ``BRANCH``: the series committed on ``series.base_commit`` in a scratch clone, as
+    ``git am`` would, with plumbing on an index of the base tree (no checkout: blobs a mirror lacks are fine)."""
     repo = work / "branch.git"
     git_out(None, "clone", "-q", "--bare", "--shared", str(base_repo(series, mirror)), str(repo))
     if git(repo, "cat-file", "-e", f"{series.base_commit}^{{commit}}", check=False).returncode != 0:
         raise errors.BadInput(f"{series.base_commit[:12]} (the {series.name} series' base) is not in {mirror}")
-    index = work / "index"
-    env = {**os.environ, "GIT_INDEX_FILE": str(index), **COMMITTER}
+    env = {**os.environ, "GIT_INDEX_FILE": str(work / "index"), **COMMITTER}
     git(repo, "read-tree", series.base_commit, env=env)
     head = series.base_commit
     for patch in series.patches:
@@ -105,13 +87,9 @@ def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
             raise errors.SeriesDoesNotApply(f"{patch.file} does not apply to {series.base_commit[:12]}: "
                                             f"{applied.stderr.strip().splitlines()[0]}")
         tree = git(repo, "write-tree", "--missing-ok", env=env).stdout.strip()
-        author = {
-            "GIT_AUTHOR_NAME": info["Author"],
-            "GIT_AUTHOR_EMAIL": info["Email"],
-            "GIT_AUTHOR_DATE": info["Date"]
-        }
-        full = f"{info['Subject']}\n\n{message}"
-        head = git_out(repo, "commit-tree", tree, "-p", head, input=full, env={**env, **author}).strip()
+        author = dict(GIT_AUTHOR_NAME=info["Author"], GIT_AUTHOR_EMAIL=info["Email"], GIT_AUTHOR_DATE=info["Date"])
+        head = git_out(repo, "commit-tree", tree, "-p", head, input=f"{info['Subject']}\n\n{message}",
+                       env=env | author).strip()
     git(repo, "update-ref", f"refs/heads/{BRANCH}", head)
     return repo, head
 
@@ -144,10 +122,8 @@ def write(bundle: Path, series: Series, mirror: Path | None) -> list[str]:
     """Write ``<bundle>/github/``; returns notes (what could not be made here, and why)."""
     out = bundle / "github"
     out.mkdir(parents=True, exist_ok=True)
-    pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
-    (out / "pr-title.txt").write_text(title(series) + "\n")
-    (out / "squash-message.txt").write_text(squash_message(series, pr))
-    (out / "pr-body.md").write_text(pr_body(pr))
+    for name, text in _texts(bundle, series).items():
+        (out / name).write_text(text)
     if mirror is None or not mirror.exists():
         return [f"github/{BUNDLE_FILE}: not made (no DeepSpeed mirror: set DEEPSPEED_MIRROR)"]
     with tempfile.TemporaryDirectory(prefix="zero3-sp-branch.") as tmp:
@@ -164,13 +140,7 @@ def verify(bundle: Path, series: Series, mirror: Path | None) -> tuple[list[str]
     """(problems, notes) of ``<bundle>/github/``."""
     out = bundle / "github"
     problems: list[str] = []
-    pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
-    expected = {
-        "pr-title.txt": title(series) + "\n",
-        "squash-message.txt": squash_message(series, pr),
-        "pr-body.md": pr_body(pr)
-    }
-    for name, text in expected.items():
+    for name, text in _texts(bundle, series).items():
         path = out / name
         if not path.exists():
             problems.append(f"github/{name}: missing")

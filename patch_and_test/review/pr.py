@@ -1,13 +1,6 @@
-"""PR.md and EVIDENCE.md, rendered only from a bundle's own files.
+"""PR.md and EVIDENCE.md, rendered by ``patch_and_test/templates/`` from a bundle's own files only.
 
-DeepSpeed squash-merges: the pull request's title and body become the commit. ``PR.md`` is that body in
-the form maintainers merge (title, Summary, ``Fixes #N``, Testing; at most ``MAX_LINES`` non-blank lines,
-no link into the bundle, which GitHub would not resolve); ``EVIDENCE.md`` is the rest of the review:
-root cause, series, matrix, DeepSpeed's tests, ALST, audit, numerics, environment, each table citing the
-bundle's file it read. Deterministic: the same bundle renders the same bytes, which is how ``bundle
-verify`` checks that every number is the one in the results. Nothing here is typed by hand that a run
-produced: the context is read from the verdicts and reports under ``<bundle>/results/``
-(``patch_and_test.review.context.load_context``) and rendered by ``patch_and_test/templates/``.
+Deterministic (the same bundle renders the same bytes): that is how ``bundle verify`` checks every number.
 """
 
 from __future__ import annotations
@@ -24,11 +17,6 @@ ISSUE = 8692
 MAX_LINES = 25  # non-blank lines of PR.md: a squash commit's message, not a report
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
-__all__ = [
-    "ISSUE", "MAX_LINES", "affected_results", "affected_table", "local_links", "nonblank_lines", "render_evidence",
-    "render_pr"
-]
-
 
 def render_pr(bundle: Path, ctx: PrContext | None = None) -> str:
     """The pull request's body, squash-ready (from ``ctx``, the bundle's context when the caller has it)."""
@@ -38,8 +26,7 @@ def render_pr(bundle: Path, ctx: PrContext | None = None) -> str:
 def render_evidence(bundle: Path, ctx: PrContext | None = None) -> str:
     """The review's evidence: every table, with links to the bundle's files (where the bundle has them)."""
 
-    def linked(text: str, target: str) -> str:
-        # A trimmed bundle may lack a file a run wrote (a log, a junit file): named, not linked.
+    def linked(text: str, target: str) -> str:  # a file a trimmed bundle lacks is named, not linked
         return f"[{text}]({templating.link(target)})" if (bundle / target).exists() else f"{text} (`{target}`)"
 
     return templating.render("EVIDENCE.md.j2", ctx=ctx or load_context(bundle), issue=ISSUE, linked=linked)

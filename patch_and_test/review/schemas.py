@@ -1,20 +1,7 @@
 """The JSON schema of every report the package writes, kept under ``docs/schemas/``.
 
-``python -m patch_and_test.schemas`` writes ``docs/schemas/<name>.schema.json`` for each model in
-``MODELS`` (the pipeline's verdict, the reproducer families' reports, the benchmarks' results): the model's
-``json_schema()`` (what its ``write`` produces, derived fields included), pretty, keys sorted, a
-final newline. ``--check`` writes nothing and exits 1 listing every stale, missing or orphaned
-file; a unit test runs the same check, so a model changed without regenerating fails.
-
-The same list tells ``bundle verify`` which model validates a JSON file by its ``schema`` key (or, for a
-benchmark's kept run, which has none, by its file name: ``by_file``).
-A model that does not import is reported (``load_models``' second value); the unit test fails on it.
-
-pydantic's rendering of a schema may change between its releases, while the models do not (2.13
-and 2.14 differ in where they spell out ``additionalProperties``). Each file names the pydantic
-that wrote it (``$comment``); with another one installed, ``stale`` compares the data contract
-only (every object's property names, types and required list), so another pydantic on a fresh
-machine does not read as a changed model, while a renamed, retyped or newly required field does.
+``python -m patch_and_test.schemas`` writes ``docs/schemas/<name>.schema.json`` for each model in ``MODELS``;
+``--check`` writes nothing and exits 1 listing every stale, missing or orphaned file.
 """
 
 from __future__ import annotations
@@ -25,12 +12,16 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+import pydantic
+
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.errors import CommandParser
 
 SCHEMAS_DIR = PACKAGE_ROOT / "docs" / "schemas"
 SUFFIX = ".schema.json"
-# name (the file docs/schemas/<name>.schema.json) -> the model, by dotted name.
+GENERATOR = f"written by python -m patch_and_test.schemas with pydantic {pydantic.VERSION}"  # each file's $comment
+# name (docs/schemas/<name>.schema.json) -> the model, by dotted name; bundle verify validates by it too.
 MODELS = {
     "verdict": "patch_and_test.job.verdict.Verdict",
     "affected": "patch_and_test.upstream.job.AffectedVerdict",
@@ -84,18 +75,11 @@ def by_file(models: dict[str, Any], path: Path) -> Any:
     return next((m for m in models.values() if getattr(m, "FILES", None) and path.match(m.FILES)), None)
 
 
-def _generator() -> str:
-    import pydantic
-
-    return f"written by python -m patch_and_test.schemas with pydantic {pydantic.VERSION}"
-
-
 def render(model: Any) -> str:
-    return json.dumps({**model.json_schema(), "$comment": _generator()}, indent=2, sort_keys=True) + "\n"
+    return json.dumps({**model.json_schema(), "$comment": GENERATOR}, indent=2, sort_keys=True) + "\n"
 
 
-# What a schema says about the data that every pydantic 2 release writes alike: names, types, required.
-# (Wording differs between releases, and so does where ``additionalProperties: false`` is spelt out.)
+# What every pydantic 2 release writes alike (names, types, required), whatever its wording.
 _CONTRACT = ("type", "$ref", "items", "anyOf", "enum", "const", "required", "properties", "$defs")
 
 
@@ -107,14 +91,10 @@ def shape(schema: Any) -> Any:
         return schema
     out = {}
     for key, value in schema.items():
-        if key not in _CONTRACT:
-            continue
-        if key in ("properties", "$defs"):  # name -> schema: the names are data, keep every one
+        if key in ("properties", "$defs"):  # name -> schema: every name is data
             out[key] = {name: shape(sub) for name, sub in value.items()}
-        elif key == "required":
-            out[key] = sorted(value)
-        else:
-            out[key] = shape(value)
+        elif key in _CONTRACT:
+            out[key] = sorted(value) if key == "required" else shape(value)
     return out
 
 
@@ -123,9 +103,13 @@ def _differs(path: Path, model: Any) -> bool:
     if text == want:
         return False
     stored = json.loads(text)
-    if stored.get("$comment") == _generator():
-        return True  # same pydantic, other text: the model changed
-    return shape(stored) != shape(json.loads(want))
+    # Same pydantic, other text: the model changed; another pydantic: compare the data contract only.
+    return stored.get("$comment") == GENERATOR or shape(stored) != shape(json.loads(want))
+
+
+def _orphans(directory: Path, models: dict[str, Any], skipped: dict[str, str] | None) -> list[Path]:
+    known = set(models) | set(skipped or {})
+    return [p for p in sorted(directory.glob(f"*{SUFFIX}")) if p.name[:-len(SUFFIX)] not in known]
 
 
 def stale(directory: Path, models: dict[str, Any], skipped: dict[str, str] | None = None) -> list[str]:
@@ -137,11 +121,9 @@ def stale(directory: Path, models: dict[str, Any], skipped: dict[str, str] | Non
             problems.append(f"{path}: missing")
         elif _differs(path, model):
             problems.append(f"{path}: differs from {model.__module__}.{model.__qualname__}")
-    known = set(models) | set(skipped or {})
-    for path in sorted(directory.glob(f"*{SUFFIX}")):
-        if path.name[:-len(SUFFIX)] not in known:
-            problems.append(f"{path}: no model in patch_and_test.review.schemas.MODELS")
-    return problems
+    return problems + [
+        f"{p}: no model in patch_and_test.review.schemas.MODELS" for p in _orphans(directory, models, skipped)
+    ]
 
 
 def write(directory: Path, models: dict[str, Any], skipped: dict[str, str] | None = None) -> list[Path]:
@@ -149,15 +131,12 @@ def write(directory: Path, models: dict[str, Any], skipped: dict[str, str] | Non
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, model in sorted(models.items()):
-        path = directory / f"{name}{SUFFIX}"
-        text = render(model)
+        path, text = directory / f"{name}{SUFFIX}", render(model)
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
             written.append(path)
-    known = set(models) | set(skipped or {})
-    for path in directory.glob(f"*{SUFFIX}"):
-        if path.name[:-len(SUFFIX)] not in known:
-            path.unlink()
+    for path in _orphans(directory, models, skipped):
+        path.unlink()
     return written
 
 

@@ -1,27 +1,6 @@
 """Which of DeepSpeed's test files can reach the code a series changes. Pure logic, plus file reads.
 
-The rule (docs/affected-tests.md):
-
-1. Every test file the series edits or adds is selected ("edited by the series").
-2. From every hunk of every Python source file the series changes outside ``tests/`` and
-   ``docs/``, the *changed names* are
-   * the enclosing definitions of its changed lines: the chain of ``class`` / ``def`` that
-     contains each removed line (or, for added lines, the line they are inserted before), read
-     from the file as it is in the tree before the series; where the file is not there or does
-     not parse, the name in the hunk header (git's function context);
-   * the attributes of the object that the hunk newly reads or sets: ``self.X`` / ``cls.X`` on
-     its added lines that are on none of its removed lines (``self.sequence_parallel_size`` ->
-     ``sequence_parallel_size``). Locals and library calls (``scale``, ``dist.get_world_size``)
-     are left out: a test holds nothing of them that the change now depends on.
-3. Names too generic to mean anything are dropped: Python keywords and builtins, ``self`` /
-   ``cls``, dunder names (``__init__``), names shorter than ``MIN_NAME_LENGTH``, and names that
-   appear in more than ``GENERIC_SHARE`` of the test files (and in more than ``GENERIC_MIN_FILES``).
-4. Every test file (``test_*.py`` / ``*_test.py`` under ``tests/``) that names one of the rest
-   as a whole word is selected, with the names as its reason. A private method ``__x`` of class
-   ``C`` is also found as ``_C__x``, the name Python mangles it to.
-
-Test helpers that are not test files (``tests/unit/checkpoint/common.py``) are reported when
-they name a changed name, but the test files importing them are not followed.
+The rule is docs/affected-tests.md's "The selection rule".
 """
 
 from __future__ import annotations
@@ -92,39 +71,23 @@ class Selection(Record):
         lines += [f"  {f.path}: {'; '.join(f.reasons)}" for f in self.files]
         if self.generic:
             lines.append(f"  (too generic to select: {', '.join(self.generic)})")
-        for h in self.helpers:
-            lines.append(f"  (helper, not followed: {h.path}: {'; '.join(h.reasons)})")
+        lines += [f"  (helper, not followed: {h.path}: {'; '.join(h.reasons)})" for h in self.helpers]
         return "\n".join(lines)
 
 
 def parse_patch(text: str, patch_name: str = "") -> list[FileChange]:
     """Every file a ``git format-patch`` / unified diff changes, with its hunks."""
-    changes: list[FileChange] = []
-    path: str | None = None
-    hunks: list[Hunk] = []
-    lines = text.splitlines()
-    i = 0
-
-    def flush():
-        if path is not None:
-            changes.append(FileChange(path, patch_name, tuple(hunks)))
-
-    while i < len(lines):
-        line = lines[i]
+    files: list[list] = []  # [path, hunks] of each file; its "+++" line may rename the path
+    lines = iter(text.splitlines())
+    for line in lines:
         if line.startswith("diff --git "):
-            flush()
-            path, hunks = line.split(" b/", 1)[-1], []
-        elif line.startswith("+++ ") and path is not None:
-            target = line[4:].strip()
-            if target != "/dev/null":
-                path = target[2:] if target.startswith("b/") else target
-        elif (m := _HUNK.match(line)) and path is not None:
-            old_line, old_left = int(m.group(1)), int(m.group(2) or 1)
-            new_left = int(m.group(4) or 1)
+            files.append([line.split(" b/", 1)[-1], []])
+        elif line.startswith("+++ ") and files and (target := line[4:].strip()) != "/dev/null":
+            files[-1][0] = target.removeprefix("b/")
+        elif (m := _HUNK.match(line)) and files:
+            old_line, old_left, new_left = int(m.group(1)), int(m.group(2) or 1), int(m.group(4) or 1)
             removed, added = [], []
-            i += 1
-            while i < len(lines) and (old_left > 0 or new_left > 0):
-                body = lines[i]
+            while (old_left > 0 or new_left > 0) and (body := next(lines, None)) is not None:
                 tag, rest = body[:1], body[1:]
                 if tag == "-":
                     removed.append((old_line, rest))
@@ -132,16 +95,11 @@ def parse_patch(text: str, patch_name: str = "") -> list[FileChange]:
                 elif tag == "+":
                     added.append((old_line, rest))
                     new_left -= 1
-                elif tag == "\\":  # "\ No newline at end of file"
-                    pass
-                else:  # context (a blank context line may have lost its space)
+                elif tag != "\\":  # context (a blank one may have lost its space); not "\ No newline at end of file"
                     old_line, old_left, new_left = old_line + 1, old_left - 1, new_left - 1
-                i += 1
+            path, hunks = files[-1]
             hunks.append(Hunk(path, int(m.group(1)), m.group(5).strip(), tuple(removed), tuple(added)))
-            continue
-        i += 1
-    flush()
-    return changes
+    return [FileChange(path, patch_name, tuple(hunks)) for path, hunks in files]
 
 
 def series_changes(series_dir: Path) -> list[FileChange]:
@@ -165,9 +123,7 @@ def _is_source(path: str) -> bool:
 
 def _code_names(text: str) -> set[str]:
     """The ``self.X`` / ``cls.X`` attributes a line of code reads or sets, without its strings and comment."""
-    code = _STRING.sub(" ", text)
-    code = code.split("#", 1)[0]
-    return set(_SELF_ATTR.findall(code))
+    return set(_SELF_ATTR.findall(_STRING.sub(" ", text).split("#", 1)[0]))
 
 
 def _definitions(source: str) -> list[tuple[int, int, str, str]] | None:
@@ -192,10 +148,8 @@ def _enclosing(defs: list[tuple[int, int, str, str]], line: int) -> list[tuple[s
 
 def mangled(name: str, chain: list[tuple[str, str]]) -> tuple[str, ...]:
     """How a private ``__name`` defined in a class reads from outside it: ``_Class__name``."""
-    if not name.startswith("__") or name.endswith("__"):
-        return ()
     classes = [n for kind, n in chain if kind == "class"]
-    if not classes:
+    if not name.startswith("__") or name.endswith("__") or not classes:
         return ()
     return (f"_{classes[-1].lstrip('_')}{name}", )
 
@@ -205,9 +159,8 @@ def changed_names(changes: list[FileChange], tree: Path) -> list[ChangedName]:
     found: dict[tuple[str, str], ChangedName] = {}
 
     def add(name: str, kind: str, where: str, also_as: tuple[str, ...] = ()) -> None:
-        key = (name, kind)
-        if key not in found:
-            found[key] = ChangedName(name=name, kind=kind, where=where, also_as=also_as)
+        if (name, kind) not in found:
+            found[name, kind] = ChangedName(name=name, kind=kind, where=where, also_as=also_as)
 
     for change in changes:
         if not _is_source(change.path):
@@ -216,38 +169,26 @@ def changed_names(changes: list[FileChange], tree: Path) -> list[ChangedName]:
         pre = tree / change.path
         defs = _definitions(pre.read_text(errors="replace")) if pre.is_file() else None
         for hunk in change.hunks:
-            lines = [n for n, _ in hunk.removed] + [n for n, _ in hunk.added]
             if defs is not None:
-                for line in sorted(set(lines)):
+                for line in sorted({n for n, _ in hunk.removed + hunk.added}):
                     chain = _enclosing(defs, line)
                     # A line inserted right after a def's last line belongs to that def's body too.
                     if not chain and line > 1:
-                        chain = [c for c in _enclosing(defs, line - 1)]
+                        chain = _enclosing(defs, line - 1)
                     for kind, name in chain:
                         add(name, "enclosing", where, mangled(name, chain))
             elif (m := _HEADER_NAME.match(hunk.header)):
                 add(m.group(1), "enclosing", where)
-            old = set().union(*[_code_names(t) for _, t in hunk.removed]) if hunk.removed else set()
-            new = set().union(*[_code_names(t) for _, t in hunk.added]) if hunk.added else set()
+            old = set().union(*(_code_names(t) for _, t in hunk.removed))
+            new = set().union(*(_code_names(t) for _, t in hunk.added))
             for name in sorted(new - old):
                 add(name, "reads", where)
     return list(found.values())
 
 
-def test_files(tree: Path) -> list[str]:
+def _tests_py_files(tree: Path) -> list[str]:
     root = tree / "tests"
-    if not root.is_dir():
-        return []
-    return sorted(str(p.relative_to(tree)) for p in root.rglob("*.py") if is_test_file(str(p.relative_to(tree))))
-
-
-def helper_files(tree: Path) -> list[str]:
-    root = tree / "tests"
-    if not root.is_dir():
-        return []
-    return sorted(
-        str(p.relative_to(tree)) for p in root.rglob("*.py")
-        if not is_test_file(str(p.relative_to(tree))) and p.name not in ("__init__.py", "conftest.py"))
+    return sorted(str(p.relative_to(tree)) for p in root.rglob("*.py")) if root.is_dir() else []
 
 
 def _always_generic(name: str) -> bool:
@@ -255,17 +196,14 @@ def _always_generic(name: str) -> bool:
             or (name.startswith("__") and name.endswith("__")) or len(name) < MIN_NAME_LENGTH)
 
 
-def _spellings(n: ChangedName) -> tuple[str, ...]:
-    return (n.name, *n.also_as)
-
-
 def _named_in(text: str, n: ChangedName) -> bool:
-    return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(s)}(?![A-Za-z0-9_])", text) for s in _spellings(n))
+    return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(s)}(?![A-Za-z0-9_])", text) for s in (n.name, *n.also_as))
 
 
 def select(changes: list[FileChange], tree: Path) -> Selection:
     """The test files of ``tree`` (as it is before the series) that the changes can reach, and why."""
-    tests = test_files(tree)
+    found = _tests_py_files(tree)
+    tests = [f for f in found if is_test_file(f)]
     texts = {t: (tree / t).read_text(errors="replace") for t in tests}
     reasons: dict[str, list[str]] = {}
     for change in changes:
@@ -287,7 +225,7 @@ def select(changes: list[FileChange], tree: Path) -> Selection:
                                              f" in {n.where.split(':')[0]})")
 
     helpers = []
-    for h in helper_files(tree):
+    for h in (f for f in found if not is_test_file(f) and f.rsplit("/", 1)[-1] not in ("__init__.py", "conftest.py")):
         text = (tree / h).read_text(errors="replace")
         why = tuple(f"names {n.name}" for n in names if _named_in(text, n))
         if why:

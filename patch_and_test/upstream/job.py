@@ -1,11 +1,7 @@
 """``python -m patch_and_test.affected_job``: DeepSpeed's own tests that a series can reach, before and after it.
 
-The landing-safety part of patch-and-test on its own, for a DeepSpeed checkout and any series
-folder: no install, no reproducers (DeepSpeed's tests import deepspeed from the tree through
-PYTHONPATH). It clones the checkout (never modifies it), selects the affected test files
-(``affected``), runs them on the base commit, applies the series with ``git am``, runs them again,
-reruns every passed-before/failed-after test, and writes ``affected.json`` (``AffectedVerdict``: the
-selection and the ``upstream_suite.SuiteComparison``; schema ``docs/schemas/affected.schema.json``).
+For a DeepSpeed checkout (only read) and any series folder, without installs or reproducers: the selected tests
+on the base, again after ``git am``, and ``affected.json`` (``AffectedVerdict``).
 
 exit codes (``errors.Exit``): OK when no test regressed, REGRESSION, ERROR (also for a run that crashed, hit its
 deadline or collected fewer tests after) or SERIES_DOES_NOT_APPLY.
@@ -132,15 +128,12 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
         files = [f for f in part.files if (tree.path / f).is_file()]
         if not patches or not files or (part.needs and not any(p.role == part.needs for p in series.patches)):
             continue  # nothing to show here
-        subset = dataclasses.replace(series, patches=patches)
-        series_mod.apply_series(tree.path, subset)
+        series_mod.apply_series(tree.path, dataclasses.replace(series, patches=patches))
         try:
             run = upstream_suite.run_at_depth(part.name, tree.path, files, results / "partial",
                                               keep=(part.test_class, ), **kwargs)
             # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
-            runs.append(
-                run.model_copy(
-                    update=dict(log=relative_to(run.log, results), record=relative_to(run.record, results))))
+            runs.append(run.model_copy(update={k: relative_to(getattr(run, k), results) for k in ("log", "record")}))
             print(f"{part.name}: {runs[-1].counts}", flush=True)
         finally:
             series_mod.git(tree.path, "reset", "-q", "--hard", tree.base)
@@ -165,18 +158,16 @@ def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quic
             tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
         verdict.base = series_mod.git(tree.path, "rev-parse", "HEAD").stdout.strip()
         verdict.version = tree.version
-        selection = affected.select(affected.series_changes(series_dir), tree.path)
-        verdict.selection = selection
-        print(selection.describe(), flush=True)
-        files = [f for f in selection.paths if not only or f in only]
+        verdict.selection = affected.select(affected.series_changes(series_dir), tree.path)
+        print(verdict.selection.describe(), flush=True)
+        files = [f for f in verdict.selection.paths if not only or f in only]
         kwargs = dict(depth=depth, workers=workers)
         before = upstream_suite.run_at_depth("before", tree.path, files, results / "before", **kwargs)
         print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
         with_roles = manifest_series(series_dir)
         if with_roles is not None and not only:
             verdict.partial = run_partials(tree, with_roles, results, **kwargs)
-        applied = series_mod.apply_series(tree.path, chosen)
-        verdict.head = applied.head
+        verdict.head = series_mod.apply_series(tree.path, chosen).head
         after = upstream_suite.run_at_depth("after", tree.path, files, results / "after", **kwargs)
         print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
         verdict.suite = upstream_suite.compare_after_reruns("upstream affected tests", tree.path, before, after,
@@ -192,8 +183,6 @@ def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quic
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        argv = sys.argv[1:]
     parser = CommandParser(prog="python -m patch_and_test.affected_job", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)

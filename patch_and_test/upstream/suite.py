@@ -1,25 +1,7 @@
 """DeepSpeed's own tests that a series can reach, run before and after it, compared test by test.
 
-The selection comes from ``affected`` (the series' diffs against the tree). ``run_suite`` runs it
-with DeepSpeed's pytest from inside the tree's ``tests/`` folder (as DeepSpeed's CI does, so its
-``pytest.ini`` applies), through the ``zero3_sp_record`` plugin, which picks the depth and records
-every collection error and result as JSON lines. ``compare`` is pure: it classifies every test id
-
-* ``passed``: passed before and after;
-* ``pre-existing``: failed (or errored) before and after, with a one-line reason;
-* ``regression``: passed before, failed or errored after, and again on every rerun;
-* ``flaky``: passed before, failed after, passed on a rerun;
-* ``fixed``: failed before, passed after;
-* ``new``: only after (a test the series adds), passed; ``new-failed``: only after, failed
-  (counted as a regression: the series' own test fails);
-* ``skipped``: skipped before or after;
-* ``missing``: ran before, gone after.
-
-and gives the suite a status: ``error`` when either run crashed (pytest exit other than 0/1),
-hit its deadline, collected nothing (unless the depth deselected every test of the before run),
-or collected fewer tests after than before (a ``missing``
-test); else ``regression`` when any test is one; else ``ok``. A test file that cannot be
-collected here (a missing optional dependency) is listed with its reason, not dropped.
+``run_suite`` runs the selection (``affected``) through the ``zero3_sp_record`` plugin; ``compare`` (pure) gives
+each test its category and the suite its status (the table in docs/affected-tests.md).
 """
 
 from __future__ import annotations
@@ -36,16 +18,14 @@ from repro.harness.report import Record
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"
 PLUGIN = "zero3_sp_record"
-# The quick depth: the selected tests that start no ranks, plus these classes (the upstream
-# regression test, the ALST recipe's test, and the direct tests of reduce_scatter_coalesced, whose
-# pre-divide master's fix changes). A full run runs every selected test.
+# The classes the quick depth keeps besides the tests that start no ranks (docs/affected-tests.md).
 QUICK_DEPTH_CLASSES = ("TestZero3SequenceParallelGradientScale", "TestUlyssesSPHF", "TestReduceScatterCoalesced",
                        "TestReduceScatterCoalescedTensorSmallerThanWorldSize")
-# Per run of the selection: about 3x the longest measured on 2 busy cores (quick: 1959 s with op builds;
-# full: hours, 230 tests that start ranks at 106-143 s each).
+# Per run of the selection: about 3x the longest measured (docs/code/patch-and-test-review-upstream.md).
 TIMEOUT = {"quick": 6000.0, "full": 12 * 3600.0}
 RERUNS = 2  # a passed-before / failed-after test runs this many more times before it is a regression
 BAD = ("failed", "error")
+_WORSE = ("passed", "skipped", "failed", "error")  # a test's outcome: its worst phase's
 
 
 class SuiteRun(Record):
@@ -83,7 +63,7 @@ class TestResult(Record):
     test: str
     before: str | None  # None: not there
     after: str | None
-    category: str  # see the module docstring
+    category: str  # docs/affected-tests.md
     reason: str = ""  # the failure's one-line message (pre-existing, regression, flaky, new-failed)
     reruns: tuple[str, ...] = ()
 
@@ -123,33 +103,25 @@ class SuiteComparison(Record):
             f"pre-existing, {len(self.flaky)} flaky"
         ]
         lines += [f"  error: {e}" for e in self.errors]
-        lines += [
-            f"  regression: {r.test}: {r.reason}" for r in self.results if r.category in ("regression", "new-failed")
-        ]
-        lines += [f"  flaky: {r.test}: {r.reason}" for r in self.results if r.category == "flaky"]
-        lines += [f"  pre-existing: {r.test}: {r.reason}" for r in self.results if r.category == "pre-existing"]
+        for label, categories in (("regression", ("regression", "new-failed")), ("flaky", ("flaky", )),
+                                  ("pre-existing", ("pre-existing", ))):
+            lines += [f"  {label}: {r.test}: {r.reason}" for r in self.results if r.category in categories]
         lines += [f"  not collectable: {f}: {why}" for f, why in sorted(self.not_collectable.items())]
         return lines
 
 
 def read_record(path: Path) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, bool], int]:
     """Outcomes, messages, not-collectable files, rank-ness and the depth's deselected count from a record."""
-    outcomes: dict[str, str] = {}
-    messages: dict[str, str] = {}
-    broken: dict[str, str] = {}
-    ranks: dict[str, bool] = {}
-    deselected: set[str] = set()
-    if not path.exists():
-        return outcomes, messages, broken, ranks, 0
-    for line in path.read_text().splitlines():
+    outcomes, messages, broken, ranks, deselected = {}, {}, {}, {}, set()
+    for line in path.read_text().splitlines() if path.exists() else []:
         try:
             e = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut by a kill at the deadline
         kind = e.get("kind")
         if kind in ("collect-error", "collect-skip"):
-            broken[e["path"]] = ("skipped at collection: " if kind == "collect-skip" else "") + (e["message"]
-                                                                                                 or "no reason given")
+            why = e["message"] or "no reason given"
+            broken[e["path"]] = f"skipped at collection: {why}" if kind == "collect-skip" else why
         elif kind == "collected":
             ranks[e["nodeid"]] = e["ranks"]
         elif kind == "deselected":
@@ -161,15 +133,9 @@ def read_record(path: Path) -> tuple[dict[str, str], dict[str, str], dict[str, s
 
 def _merge(outcomes: dict[str, str], messages: dict[str, str], e: dict) -> None:
     """One setup/call/teardown report into the test's outcome: the worst phase decides."""
-    test, when, outcome = e["nodeid"], e["when"], e["outcome"]
-    if outcome == "failed":
-        new = "failed" if when == "call" else "error"
-    elif outcome == "skipped":
-        new = "skipped"
-    else:
-        new = "passed"
-    rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-    if test not in outcomes or rank[new] > rank[outcomes[test]]:
+    test = e["nodeid"]
+    new = {"failed": "failed" if e["when"] == "call" else "error", "skipped": "skipped"}.get(e["outcome"], "passed")
+    if test not in outcomes or _WORSE.index(new) > _WORSE.index(outcomes[test]):
         outcomes[test] = new
         if e.get("message"):
             messages[test] = e["message"]
@@ -177,7 +143,7 @@ def _merge(outcomes: dict[str, str], messages: dict[str, str], e: dict) -> None:
 
 def compare(name: str, before: SuiteRun, after: SuiteRun,
             reruns: dict[str, list[str]] | None = None) -> SuiteComparison:
-    """Every test id's category and the suite's status (see the module docstring). Pure."""
+    """Every test id's category and the suite's status (docs/affected-tests.md). Pure."""
     reruns = reruns or {}
     results = []
     for test in sorted(set(before.outcomes) | set(after.outcomes)):
@@ -205,9 +171,7 @@ def compare(name: str, before: SuiteRun, after: SuiteRun,
         if run.timed_out:
             errors.append(f"the {run.name} run hit its deadline ({run.wall_s:.0f} s)")
         elif run is before and run.exit_code == 5 and run.deselected and not run.not_collectable:
-            # The depth left nothing of the before run (every selected test starts ranks, and the
-            # series' own tests are not there yet): not a crash.
-            continue
+            continue  # the depth left nothing of the before run (the series' own tests are not there yet)
         elif run.exit_code not in (0, 1):
             errors.append(f"the {run.name} run ended with pytest exit {run.exit_code}"
                           f"{' (no tests collected)' if run.exit_code == 5 else ''}; see {run.log}")
@@ -218,8 +182,7 @@ def compare(name: str, before: SuiteRun, after: SuiteRun,
     missing = [r.test for r in results if r.category == "missing"]
     if missing:
         errors.append(f"{len(missing)} tests ran before and not after (first: {missing[0]})")
-    newly_broken = sorted(set(after.not_collectable) - set(before.not_collectable))
-    for f in newly_broken:
+    for f in sorted(set(after.not_collectable) - set(before.not_collectable)):
         errors.append(f"{f} cannot be collected after the series: {after.not_collectable[f]}")
 
     regressions = [r.test for r in results if r.category in ("regression", "new-failed")]
@@ -227,10 +190,9 @@ def compare(name: str, before: SuiteRun, after: SuiteRun,
     by = lambda cat: [r.test for r in results if r.category == cat]  # noqa: E731
     return SuiteComparison(name=name, depth=after.depth, files=after.files, before=before.counts, after=after.counts,
                            status=status, errors=errors, results=results, regressions=regressions, fixed=by("fixed"),
-                           pre_existing=by("pre-existing"), flaky=by("flaky"), not_collectable={
-                               **before.not_collectable,
-                               **after.not_collectable
-                           }, collected_before=before.collected, collected_after=after.collected,
+                           pre_existing=by("pre-existing"), flaky=by("flaky"),
+                           not_collectable=before.not_collectable | after.not_collectable,
+                           collected_before=before.collected, collected_after=after.collected,
                            wall_s_before=before.wall_s, wall_s_after=after.wall_s,
                            deselected_by_depth=after.deselected)
 
@@ -241,11 +203,7 @@ def rerun_candidates(before: SuiteRun, after: SuiteRun) -> list[str]:
 
 
 def pytest_env(tree: Path) -> dict[str, str]:
-    """DeepSpeed's way to run its unit tests on CPU from a checkout, plus our recording plugin.
-
-    The CPU comm op that every DeepSpeed init JIT-builds goes to a folder of this tree's own (one
-    the caller set wins): built once, and never into a folder another job builds into at once.
-    """
+    """DeepSpeed's way to run its unit tests on CPU from a checkout, plus our recording plugin."""
     from patch_and_test.core.source import cache_dir
 
     ext = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
@@ -253,22 +211,13 @@ def pytest_env(tree: Path) -> dict[str, str]:
     return {
         "PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), str(tree), str(tree / "tests")]),
         "DS_ACCELERATOR": "cpu",
-        # The device count DistributedTest checks on CPU: with 2 it skips the regression test's 4-rank
-        # layout (sp 2 x dp 2); 4 lets 2- and 4-rank tests run on any host.
-        "LOCAL_SIZE": "4",
+        "LOCAL_SIZE": "4",  # DistributedTest's device count on CPU: 2 would skip the 4-rank (sp 2 x dp 2) layout
         "TORCH_EXTENSIONS_DIR": ext
     }
 
 
 def hub_env() -> dict[str, str]:
-    """An offline Hugging Face hub that serves the one model DeepSpeed's ALST test loads.
-
-    ``TestUlyssesSPHF`` calls ``from_pretrained('hf-internal-testing/tiny-random-LlamaForCausalLM')``;
-    with no network that fails the same way before and after, which proves nothing. The package's
-    tiny Llama is laid out in a hub cache under that repo id (``repro.alst.tiny_llama``), and the hub
-    client reads only the cache. Without transformers in this interpreter the test cannot run
-    anyway: no variables then, and its failure is reported with its reason.
-    """
+    """An offline Hugging Face hub serving the one model DeepSpeed's ALST test loads (none without transformers)."""
     from patch_and_test.core.source import cache_dir
     from repro.alst import tiny_llama
 
@@ -280,11 +229,6 @@ def hub_env() -> dict[str, str]:
     return tiny_llama.offline_env(hf_home)
 
 
-def _in_tests(path: str) -> str:
-    """A tree-relative test path or node id as seen from inside ``tests/`` (where pytest runs)."""
-    return path[len("tests/"):] if path.startswith("tests/") else path
-
-
 def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: str = "full", keep: tuple[str,
                                                                                                           ...] = (),
               timeout: float = 3600, workers: int = 0, node_ids: list[str] | None = None) -> SuiteRun:
@@ -293,8 +237,8 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: 
     slug = name.replace("/", "_").replace(" ", "_")
     record, log = out_dir / f"{slug}.jsonl", out_dir / f"{slug}.log"
     record.unlink(missing_ok=True)
-    present = [f for f in files if (tree / f).is_file()]
-    targets = node_ids if node_ids is not None else [_in_tests(f) for f in present]
+    # Paths as seen from inside tests/, where pytest runs.
+    targets = node_ids if node_ids is not None else [f.removeprefix("tests/") for f in files if (tree / f).is_file()]
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN, f"--zero3-sp-record={record}",
         f"--zero3-sp-depth={depth}", *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors",
@@ -304,12 +248,11 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: 
         log.write_text("nothing to run\n")
         code, wall = 5, 0.0
     else:
-        _drop_bytecode(tree)
-        code, wall = run_logged(cmd, log, timeout=timeout, cwd=tree / "tests", env={
-            **os.environ,
-            **pytest_env(tree),
-            **hub_env()
-        })
+        # A same-size change made in the same second as the last run would otherwise run stale bytecode.
+        for cache in sorted(tree.rglob("__pycache__"), reverse=True):
+            shutil.rmtree(cache, ignore_errors=True)
+        code, wall = run_logged(cmd, log, timeout=timeout, cwd=tree / "tests",
+                                env=os.environ | pytest_env(tree) | hub_env())
     outcomes, messages, broken, ranks, deselected = read_record(record)
     return SuiteRun(name=name, depth=depth, files=files, log=str(log), record=str(record), workers=workers,
                     exit_code=code, timed_out=wall > 0 and wall >= timeout, wall_s=wall, outcomes=outcomes,
@@ -327,17 +270,6 @@ def compare_after_reruns(name: str, tree: Path, before: SuiteRun, after: SuiteRu
     """Every passed-before/failed-after test rerun (``RERUNS`` times), then the two runs compared."""
     reruns = rerun(tree, rerun_candidates(before, after), out_dir, workers=workers)
     return compare(name, before, after, reruns)
-
-
-def _drop_bytecode(tree: Path) -> None:
-    """Remove the tree's compiled bytecode before a run.
-
-    Python trusts a .pyc while its source has the recorded mtime (whole seconds) and size. A change
-    that keeps the size, made in the same second as the run before it, would otherwise run the old
-    code. The tree is the job's own working copy, and git ignores __pycache__.
-    """
-    for cache in sorted(tree.rglob("__pycache__"), reverse=True):
-        shutil.rmtree(cache, ignore_errors=True)
 
 
 def rerun(tree: Path, tests: list[str], out_dir: Path, *, times: int = RERUNS, timeout: float = 1800,

@@ -1,15 +1,7 @@
 """A pytest plugin for DeepSpeed's own test suite: picks a depth and records every result as JSON lines.
 
-Loaded into DeepSpeed's pytest with ``-p zero3_sp_record`` (its folder on PYTHONPATH, so that no
-other module of this package lands on DeepSpeed's import path). It imports nothing of ours.
-
-* ``--zero3-sp-depth quick`` keeps the tests that start no ranks (their class does not derive from
-  DeepSpeed's ``DistributedExec``) and the classes named with ``--zero3-sp-keep``; ``full`` keeps all.
-* ``--zero3-sp-record PATH`` appends one JSON object a line: ``collect-error`` / ``collect-skip`` (a
-  file that cannot be collected, with the one-line reason), ``collected`` (every test kept, and
-  whether it starts ranks), ``deselected`` (dropped by the depth), ``report`` (each setup / call /
-  teardown outcome, with a one-line message). Lines are appended and flushed one at a time, so a
-  run killed at its deadline still leaves what it did.
+Loaded into DeepSpeed's pytest with ``-p zero3_sp_record`` (only its folder on PYTHONPATH): it imports nothing
+of ours. The record's lines are described in docs/code/patch-and-test-review-upstream.md.
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ def pytest_addoption(parser):
 
 
 def _write(config, **entry) -> None:
+    """Append one line and close the file: a run killed at its deadline still leaves what it did."""
     path = config.getoption("--zero3-sp-record")
     if not path:
         return
@@ -40,17 +33,14 @@ def _one_line(longrepr) -> str:
     if longrepr is None:
         return ""
     if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (file, line, reason)
-        return str(longrepr[2]).strip().splitlines()[0] if str(longrepr[2]).strip() else ""
+        reason = str(longrepr[2]).strip()
+        return reason.splitlines()[0] if reason else ""
     crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None and getattr(crash, "message", None):
-        text = crash.message
-    else:
-        text = str(longrepr)
+    text = crash.message if crash is not None and getattr(crash, "message", None) else str(longrepr)
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     # The error line of a traceback ("E   ModuleNotFoundError: ...") says the most.
     errors = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
-    line = errors[0] if errors else (lines[0] if lines else "")
-    return line[:300]
+    return (errors or lines or [""])[0][:300]
 
 
 def needs_ranks(item) -> bool:
@@ -69,12 +59,9 @@ class _Recorder:
         self.config = config
 
     def pytest_collectreport(self, report):
-        if not report.nodeid.endswith(".py"):
-            return
-        if report.failed:
-            _write(self.config, kind="collect-error", path=report.nodeid, message=_one_line(report.longrepr))
-        elif report.skipped:
-            _write(self.config, kind="collect-skip", path=report.nodeid, message=_one_line(report.longrepr))
+        if report.nodeid.endswith(".py") and (report.failed or report.skipped):
+            _write(self.config, kind="collect-error" if report.failed else "collect-skip", path=report.nodeid,
+                   message=_one_line(report.longrepr))
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
@@ -83,13 +70,9 @@ class _Recorder:
         kept, dropped = [], []
         for item in items:
             ranks = needs_ranks(item)
-            cls = getattr(item, "cls", None)
-            if quick and ranks and not (cls is not None and cls.__name__ in keep_classes):
-                dropped.append(item)
-                _write(config, kind="deselected", nodeid=item.nodeid, ranks=ranks)
-            else:
-                kept.append(item)
-                _write(config, kind="collected", nodeid=item.nodeid, ranks=ranks)
+            drop = quick and ranks and item.cls.__name__ not in keep_classes
+            (dropped if drop else kept).append(item)
+            _write(config, kind="deselected" if drop else "collected", nodeid=item.nodeid, ranks=ranks)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
