@@ -52,10 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        lines, code = diagnose(args)
+        lines, code = diagnose(build_parser().parse_args(argv))
     except BadInput as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -84,20 +82,16 @@ def diagnose(args: argparse.Namespace) -> tuple[list[str], int]:
     params = list(sizes.params) if sizes else None
     result = run_check(config, sp, installed.state, sources, params, sizes.hidden_size if sizes else None,
                        installed.defaults, installed.defaults_from)
-    z, verdict, cells = result.zero, result.verdict, list(result.verdict.cells)
-    lines = (_deepspeed_lines(installed, args.deepspeed) + _config_lines(args.ds_config, z, sp, sizes) +
-             _client_lines(clients, args.recipe, sources) + _table(cells) + _verdict_lines(verdict) +
-             _remedy_lines(verdict, z, sources, sp, installed.state, params))
-    return lines, verdict.exit_code
-
-
-def _deepspeed_lines(installed: read.InstalledDeepSpeed, tree: Path | None) -> list[str]:
-    s = installed.state
-    where = f"the tree {installed.package}" if tree else "installed here"
-    return [
-        f"DeepSpeed {s.version} ({where}): fix {'present' if s.fixed else 'absent'}, "
-        f"marker ZERO3_SP_GRADIENTS_SUMMED {'set' if s.marker else 'absent'} (read from runtime/zero/stage3.py)"
+    z, verdict, ds = result.zero, result.verdict, installed.state
+    where = f"the tree {installed.package}" if args.deepspeed else "installed here"
+    lines = [
+        f"DeepSpeed {ds.version} ({where}): fix {'present' if ds.fixed else 'absent'}, marker "
+        f"ZERO3_SP_GRADIENTS_SUMMED {'set' if ds.marker else 'absent'} (read from runtime/zero/stage3.py)"
     ]
+    lines += (_config_lines(args.ds_config, z, sp, sizes) + _client_lines(clients, args.recipe, sources) +
+              _table(list(verdict.cells)) + _verdict_lines(verdict) +
+              _remedy_lines(verdict, z, sources, sp, ds, params))
+    return lines, verdict.exit_code
 
 
 def _value(v) -> str:
@@ -105,8 +99,7 @@ def _value(v) -> str:
 
 
 def _config_lines(path: Path, z: rule.ZeroSettings, sp: int, sizes: read.ModelSizes | None) -> list[str]:
-    keys = ["stage"
-            ] + ([] if z.stage in (0, 1, 2) else ["reduce_scatter", "contiguous_gradients", "reduce_bucket_size"])
+    keys = rule.PATH_KEYS if z.stage == 3 else ("stage", )
     shown = ", ".join(f"{k}={_value(getattr(z, k))}" + ("" if z.where(k) == "config" else f" ({z.where(k)})")
                       for k in keys)
     lines = [f"config {path}: {shown}; sp={sp}"]
@@ -128,7 +121,7 @@ def _config_lines(path: Path, z: rule.ZeroSettings, sp: int, sizes: read.ModelSi
 def _client_lines(clients: list[read.ClientInfo], recipe: str | None, sources: list[rule.LossSource]) -> list[str]:
     lines = []
     for c in clients:
-        what = (f"judged: {rule.recipe_words(c.source.kind.kind)}" +
+        what = (f"judged: {rule.RECIPE_WORDS[c.source.kind.kind]}" +
                 _gate(c.source.kind)) if c.source else "not judged"
         lines.append(f"client {c.name} {c.version}: {what}" + (f" ({c.note})" if c.note else ""))
     if recipe:
@@ -147,25 +140,24 @@ def _gate(kind) -> str:
 
 
 def _table(cells: list[rule.Cell]) -> list[str]:
+
+    def params(c: rule.ParamClass) -> str:
+        largest = ", ".join(f"{name} {n}" for name, n in c.largest[:2])
+        return c.label + (f" (largest: {largest})" if c.largest and not c.every else "")
+
     header = ("params", "path", "loss", "now", "after the fix")
-    rows = [(c.param_class.label + _largest(c.param_class), str(c.param_class.path), c.source.label, rule.words(c.now),
+    rows = [(params(c.param_class), str(c.param_class.path), c.source.label, rule.words(c.now),
              rule.words(c.after_fix)) for c in cells]
     return ["gradient / true gradient:"] + ["  " + line for line in text_table(header, rows)]
-
-
-def _largest(c: rule.ParamClass) -> str:
-    if not c.largest or c.every:
-        return ""
-    return " (largest: " + ", ".join(f"{name} {n}" for name, n in c.largest[:2]) + ")"
 
 
 def _verdict_lines(verdict: rule.Verdict) -> list[str]:
     bad = [c for c in verdict.cells if not rule.is_one(c.now)]
     if verdict.affected is None:
+        factors = ", ".join(sorted({rule.words(c.now) for c in bad}))
         return [
-            "verdict: UNDECIDED: parameters larger than reduce_bucket_size get " +
-            ", ".join(sorted({rule.words(c.now)
-                              for c in bad})) + " x the true gradient, the others 1"
+            f"verdict: UNDECIDED: parameters larger than reduce_bucket_size get {factors} x the true gradient, "
+            "the others 1"
         ]
     if not verdict.affected:
         return ["verdict: not affected: every gradient is the true gradient"]
@@ -199,11 +191,9 @@ def _remedy_lines(verdict: rule.Verdict, z: rule.ZeroSettings, sources: list[rul
     for source in sources:
         after = [c for c in verdict.cells if c.source == source and not rule.is_one(c.after_fix)]
         if after:
-            if verdict.affected:
-                lines.append(f"remedy: {rule.client_remedy(source, after[0], sp)}")
-            else:
-                lines.append(f"before you take the fix: {rule.client_remedy(source, after[0], sp)}; with the fix "
-                             f"its gradients become {rule.words(after[0].after_fix)} x the true gradient")
+            remedy = rule.client_remedy(source, after[0], sp)
+            lines.append(f"remedy: {remedy}" if verdict.affected else f"before you take the fix: {remedy}; with the "
+                         f"fix its gradients become {rule.words(after[0].after_fix)} x the true gradient")
     return lines
 
 

@@ -1,10 +1,5 @@
-"""What the doctor reads: the installed DeepSpeed's code, the user's config, the model's sizes, the clients.
-
-Nothing here imports DeepSpeed: its ``stage3.py`` is read for the fix (``repro.harness.fixed.source_has_fix``) and the
-capability marker, its ``runtime/zero/config.py`` for the defaults of the ZeRO keys (the field defaults
-of ``DeepSpeedZeroConfig``), its ``runtime/constants.py`` for the top-level ones. A key the reader cannot
-find there falls back to ``DOCUMENTED_DEFAULTS`` (docs/doctor.md; a unit test holds the two together).
-Every failure is a ``BadInput`` with one line (exit 2).
+"""What the doctor reads: the installed DeepSpeed's code (never imported), the user's config, the model's sizes,
+the clients (docs/doctor.md, "What it reads"). Every failure is a ``BadInput`` with one line (exit 2).
 """
 
 from __future__ import annotations
@@ -31,26 +26,15 @@ CONSTANTS = Path("runtime") / "constants.py"
 
 # DeepSpeed's defaults (DeepSpeedZeroConfig's fields, runtime/constants.py), the same from 0.14 to 0.19.8;
 # used only for a key the code reader cannot find. docs/doctor.md lists them.
-DOCUMENTED_DEFAULTS: dict[str, Any] = {
-    "stage": 0,
-    "reduce_scatter": True,
-    "contiguous_gradients": True,
-    "reduce_bucket_size": 500_000_000,
-    "zero_quantized_gradients": False,
-    "zero_quantized_weights": False,
-    "zero_hpz_partition_size": 1,
-    "gradient_predivide_factor": 1.0,
-    "prescale_gradients": False,
-}
-TOP_LEVEL = {
-    "gradient_predivide_factor": "GRADIENT_PREDIVIDE_FACTOR_DEFAULT",
-    "prescale_gradients": "PRESCALE_GRADIENTS_DEFAULT"
-}
+DOCUMENTED_DEFAULTS: dict[str, Any] = dict(stage=0, reduce_scatter=True, contiguous_gradients=True,
+                                           reduce_bucket_size=500_000_000, zero_quantized_gradients=False,
+                                           zero_quantized_weights=False, zero_hpz_partition_size=1,
+                                           gradient_predivide_factor=1.0, prescale_gradients=False)
+TOP_LEVEL = dict(gradient_predivide_factor="GRADIENT_PREDIVIDE_FACTOR_DEFAULT",
+                 prescale_gradients="PRESCALE_GRADIENTS_DEFAULT")
 # zero_optimization keys HF's integration fills from "auto" with the model's hidden size
 # (transformers' HfTrainerDeepSpeedConfig.trainer_config_finalize): reduce_bucket_size = hidden_size**2.
 HF_HIDDEN_SIZE_KEYS = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold")
-
-# ----------------------------------------------------------------------------- DeepSpeed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,15 +91,9 @@ def read_defaults(package: Path) -> tuple[dict[str, Any], dict[str, str]]:
             found.update(reader(path.read_text()))
         except (OSError, SyntaxError, UnicodeDecodeError):
             pass
-    values, where = {}, {}
-    for key, documented in DOCUMENTED_DEFAULTS.items():
-        if key in found:
-            values[key] = found[key]
-            where[key] = f"deepspeed/{ZERO_CONFIG if key not in TOP_LEVEL else CONSTANTS}"
-        else:
-            values[key] = documented
-            where[key] = "documented (docs/doctor.md)"
-    return values, where
+    values = {key: found.get(key, documented) for key, documented in DOCUMENTED_DEFAULTS.items()}
+    shown = {key: f"deepspeed/{CONSTANTS if key in TOP_LEVEL else ZERO_CONFIG}" for key in found}
+    return values, {key: shown.get(key, "documented (docs/doctor.md)") for key in DOCUMENTED_DEFAULTS}
 
 
 def zero_config_defaults(source: str) -> dict[str, Any]:
@@ -169,9 +147,6 @@ def constants_defaults(source: str) -> dict[str, Any]:
     return out
 
 
-# ----------------------------------------------------------------------------- the config
-
-
 def load_config(path: Path) -> dict[str, Any]:
     """The DeepSpeed config file: JSON (as HF's integration reads it), else hjson (as DeepSpeed reads it)."""
     try:
@@ -194,11 +169,9 @@ def load_config(path: Path) -> dict[str, Any]:
 def _hjson(text: str) -> Any:
     try:
         import hjson
-    except ImportError:
-        return None
-    try:
+
         return hjson.loads(text)
-    except Exception:  # noqa: BLE001 - any hjson failure means: not a config
+    except Exception:  # noqa: BLE001 - no hjson, or any hjson failure: not a config
         return None
 
 
@@ -236,31 +209,23 @@ def zero_settings(config: dict[str, Any], defaults: dict[str, Any], defaults_fro
     origin: list[tuple[str, str]] = []
     for key in PATH_KEYS + ZEROPP_KEYS:
         if key not in zero:
-            values[key] = defaults[key]
-            origin.append((key, f"default, {defaults_from[key]}"))
-            continue
-        raw = zero[key]
-        if raw == "auto":
-            if key not in HF_HIDDEN_SIZE_KEYS:
-                raise BadInput(f'zero_optimization.{key} is "auto", which HF\'s integration does not fill: '
-                               "give a value")
-            if hidden_size is not None:
-                values[key] = hidden_size * hidden_size
-                origin.append((key, f"auto: hidden_size^2 = {hidden_size}^2, as HF's integration fills it"))
-            else:
-                values[key] = None
-                origin.append((key, "auto, unfilled: HF fills it with hidden_size^2 (pass --model)"))
-            continue
-        values[key] = raw
-        origin.append((key, "config"))
+            values[key], how = defaults[key], f"default, {defaults_from[key]}"
+        elif zero[key] != "auto":
+            values[key], how = zero[key], "config"
+        elif key not in HF_HIDDEN_SIZE_KEYS:
+            raise BadInput(f'zero_optimization.{key} is "auto", which HF\'s integration does not fill: give a value')
+        elif hidden_size is not None:
+            values[key] = hidden_size * hidden_size
+            how = f"auto: hidden_size^2 = {hidden_size}^2, as HF's integration fills it"
+        else:
+            values[key], how = None, "auto, unfilled: HF fills it with hidden_size^2 (pass --model)"
+        origin.append((key, how))
     stage = _int("zero_optimization.stage", values["stage"], 0)
     if stage > 3:
         raise BadInput(f"zero_optimization.stage must be 0, 1, 2 or 3, got {stage}")
     bucket = values["reduce_bucket_size"]
-    top = {}
-    for key in TOP_LEVEL:
-        top[key] = config.get(key, defaults[key])
-        origin.append((key, "config" if key in config else f"default, {defaults_from[key]}"))
+    top = {key: config.get(key, defaults[key]) for key in TOP_LEVEL}
+    origin += [(key, "config" if key in config else f"default, {defaults_from[key]}") for key in TOP_LEVEL]
     try:
         predivide = float(top["gradient_predivide_factor"])
     except (TypeError, ValueError):
@@ -287,9 +252,6 @@ def sequence_parallel_size(config: dict[str, Any], given: int | None) -> int:
     if given < 1:
         raise BadInput(f"--sp must be >= 1, got {given}")
     return given
-
-
-# ----------------------------------------------------------------------------- the model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,13 +308,9 @@ def model_sizes(spec: str) -> ModelSizes:
     return ModelSizes(f"{type(model).__name__} from {spec}", params, hidden_size_of(config))
 
 
-# ----------------------------------------------------------------------------- the clients
-
-
 @dataclasses.dataclass(frozen=True)
 class ClientInfo:
     """An installed client and what the doctor makes of it."""
-
     name: str
     version: str
     source: LossSource | None  # None: not judged (no sp loss code, an example script, not in the rule yet)
@@ -362,7 +320,6 @@ class ClientInfo:
 @dataclasses.dataclass(frozen=True)
 class ViaClient:
     """A client whose sp loss is another client's (it hands the loss on), possibly changed."""
-
     dist: str
     code_file: str  # where the hand-off is, inside the installed distribution
     hands_off: tuple[str, ...]  # what the code must contain for the hand-off (read, not imported)
@@ -396,7 +353,6 @@ def installed_clients() -> list[ClientInfo]:
 
     out: list[ClientInfo] = []
     for c in found_clients():
-        label = f"{c.name} {c.version}"
         if c.kind is None:
             out.append(ClientInfo(c.name, c.version, None, c.note))
         elif c.function == ACCELERATE_SCRIPT:
@@ -405,7 +361,7 @@ def installed_clients() -> list[ClientInfo]:
                     c.name, c.version, None, f"no sp loss code of its own; its ALST example script's recipe is "
                     f"{c.kind.kind} (for a training loop copied from it: --recipe {c.kind.kind})"))
         else:
-            out.append(ClientInfo(c.name, c.version, LossSource(label, c.kind, c.name)))
+            out.append(ClientInfo(c.name, c.version, LossSource(f"{c.name} {c.version}", c.kind, c.name)))
     by_name = {c.name: c for c in out}
     for via in VIA_CLIENTS:
         version = dist_version(via.dist)

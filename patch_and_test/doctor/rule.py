@@ -1,17 +1,6 @@
 """The doctor's logic: which reduce path each parameter takes, the factor it gets, the verdict, the remedy. Pure.
 
-The path rule (DeepSpeed's ``stage3.py``: ``reduce_independent_p_g_buckets_and_remove_grads`` flushes the
-bucket before a parameter that would overflow it, and ``__reduce_and_partition_ipg_grads`` picks the
-method): ZeRO-3 reduces a parameter's gradient with ``__avg_scatter_contiguous_grads`` iff
-``contiguous_gradients`` and not ``reduce_scatter`` and the parameter has at most ``reduce_bucket_size``
-elements; otherwise with ``__avg_scatter_grads``. ZeRO-0 reduces in the engine, ZeRO-1/2 in
-``stage_1_and_2.py``: both sum over the sp ranks. ZeRO++'s quantized gradients (qgZ) need
-``reduce_scatter`` and reduce inside ``__avg_scatter_grads`` (its multi-node ``all_to_all_quant_reduce``
-branch): the same path. hpZ and quantized weights concern parameters, not gradients.
-
-The factor of a gradient (1 = the true gradient) is the one rule of the package,
-``repro.harness.scales.expected_scale`` (DeepSpeed's factor on that path times the loss recipe's), with
-the client's gate read by ``repro.downstream.expect.compensates``; nothing here restates it.
+The path rule and the factor: docs/doctor.md, "The rule" (the factor is ``repro.harness.scales``'s, not restated).
 """
 
 from __future__ import annotations
@@ -31,7 +20,6 @@ ZEROPP_KEYS = ("zero_quantized_gradients", "zero_quantized_weights", "zero_hpz_p
 @dataclasses.dataclass(frozen=True)
 class ZeroSettings:
     """The ZeRO knobs the gradient reduction depends on, as DeepSpeed will see them."""
-
     stage: int
     reduce_scatter: bool
     contiguous_gradients: bool
@@ -55,7 +43,6 @@ class ZeroSettings:
 @dataclasses.dataclass(frozen=True)
 class DeepSpeedState:
     """The installed DeepSpeed, as read from its code."""
-
     version: str
     fixed: bool  # stage3.py's __avg_scatter_grads accounts for sequence parallelism
     marker: bool  # stage3.py sets ZERO3_SP_GRADIENTS_SUMMED = True
@@ -72,10 +59,12 @@ class DeepSpeedState:
 @dataclasses.dataclass(frozen=True)
 class LossSource:
     """Whose loss code turns the sp ranks' shard losses into what each rank backprops."""
-
     label: str  # e.g. "transformers 5.24.0", "your own loss"
     kind: ClientKind
     client: str | None = None  # the distribution, for the remedy; None: the user's own code
+
+
+RECIPE_WORDS = {"allgather": "differentiable all_gather of the loss", "own_share": "each rank's token-weighted share"}
 
 
 def own_loss(recipe: str) -> LossSource:
@@ -83,14 +72,7 @@ def own_loss(recipe: str) -> LossSource:
     if recipe not in scales.RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(scales.RECIPES)}")
     kind = "allgather" if recipe == "allgather" else "own_share"
-    return LossSource(f"your own loss ({recipe_words(kind)})", ClientKind(kind, "none"))
-
-
-def recipe_words(kind: str) -> str:
-    return {
-        "allgather": "differentiable all_gather of the loss",
-        "own_share": "each rank's token-weighted share"
-    }[kind]
+    return LossSource(f"your own loss ({RECIPE_WORDS[kind]})", ClientKind(kind, "none"))
 
 
 def reduce_path(z: ZeroSettings, numel: int | None) -> ReducePath | None:
@@ -111,7 +93,6 @@ def reduce_path(z: ZeroSettings, numel: int | None) -> ReducePath | None:
 @dataclasses.dataclass(frozen=True)
 class ParamClass:
     """Parameters that take one reduce path."""
-
     label: str
     path: ReducePath
     count: int | None  # None: the sizes are unknown
@@ -128,10 +109,8 @@ def param_classes(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> 
     """The classes of ``params`` (name, elements) by reduce path; without sizes, the classes the rule knows."""
     if not z.bucket_decides:
         path = reduce_path(z, None)
-        why = {
-            ReducePath.STAGE_0: "ZeRO-0",
-            ReducePath.STAGE_1_2: f"ZeRO-{z.stage}"
-        }.get(path, "ZeRO-3, reduce_scatter=true" if z.reduce_scatter else "ZeRO-3, contiguous_gradients=false")
+        knob = "reduce_scatter=true" if z.reduce_scatter else "contiguous_gradients=false"
+        why = f"ZeRO-{z.stage}" if z.stage < 3 else f"ZeRO-3, {knob}"
         count = None if params is None else len(params)
         label = f"all ({why})" if params is None else f"all {count} ({why})"
         return [ParamClass(label, path, count, _largest(params or ()), every=True)]
@@ -143,14 +122,9 @@ def param_classes(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> 
             ParamClass(f"<= {n} elements", ReducePath.CONTIGUOUS, None),
             ParamClass(f"> {n} elements", ReducePath.AVG_SCATTER, None)
         ]
-    small = [p for p in params if p[1] <= n]
-    large = [p for p in params if p[1] > n]
-    out = []
-    if small:
-        out.append(ParamClass(f"{len(small)} <= {n} elements", ReducePath.CONTIGUOUS, len(small), _largest(small)))
-    if large:
-        out.append(ParamClass(f"{len(large)} > {n} elements", ReducePath.AVG_SCATTER, len(large), _largest(large)))
-    return out
+    small, large = [p for p in params if p[1] <= n], [p for p in params if p[1] > n]
+    groups = ((small, "<=", ReducePath.CONTIGUOUS), (large, ">", ReducePath.AVG_SCATTER))
+    return [ParamClass(f"{len(g)} {op} {n} elements", path, len(g), _largest(g)) for g, op, path in groups if g]
 
 
 def _largest(params: Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
@@ -184,9 +158,7 @@ def is_one(value: float) -> bool:
     return not mis_scaled(value)
 
 
-def words(value: float) -> str:
-    """A factor as the fraction it is ("1", "1/2", "2")."""
-    return scales.label(value)
+words = scales.label  # a factor as the fraction it is ("1", "1/2", "2")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,11 +184,8 @@ def verdict(rows: Sequence[Cell]) -> Verdict:
 
 
 def workaround(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> tuple[ZeroSettings, list[ParamClass]]:
-    """ZeRO-3 without a patch: reduce_scatter off, contiguous_gradients on, a bucket that fits every parameter.
-
-    Every parameter then takes the contiguous path; without sizes the bucket is left to the user
-    ("at least your largest parameter"), and the one class holds every parameter.
-    """
+    """ZeRO-3 without a patch: reduce_scatter off, contiguous_gradients on, a bucket that fits every parameter
+    (without sizes: left to the user, one class of every parameter), so every one takes the contiguous path."""
     largest = max((n for _, n in params), default=0) if params else 0
     alt = dataclasses.replace(z, reduce_scatter=False, contiguous_gradients=True, zero_quantized_gradients=False,
                               reduce_bucket_size=max(z.reduce_bucket_size or 0, largest) or None)

@@ -1,20 +1,9 @@
 """The downstream census: who drives DeepSpeed with ``sequence_parallel_size > 1``, and what each gets.
 
-``docs/downstream-results/census.json`` (``Census``, schema ``zero3-sp-gradfix/downstream-census/v1``)
-holds, per library, what was read in a release on PyPI (file:line in the released wheel): whether
-and how it makes DeepSpeed's sp > 1, its loss recipe and gates, and where it was measured: the
-``tox -m downstream`` env whose kept reports (``docs/downstream-results/<env>/{unpatched,patched}/
-downstream_clients.json``) carry its rows. No measured number is written in the census file: a
-measured library's factors (the sp run's gradient / the true gradient, ZeRO-2 and ZeRO-3, DeepSpeed
-unpatched and patched) are read from those reports; a library that cannot run here gets the one
-rule (``repro.downstream.expect.expected_ratio``) applied to the recipe read from its code, marked
-"read from the code, not measured". Where both exist, the recipe read by hand must be the one the
-run classified from the installed code. The verdict follows from the factors (``verdict``).
-
-``python -m patch_and_test.downstream_census`` renders the table into docs/downstream-notice.md
-between its census marker lines (``--check``: exit 1 when the block differs, write nothing);
-a census or report that does not validate, or a measured row that is not in the kept reports,
-exits 2.
+``docs/downstream-results/census.json`` (``Census``) holds what was read in each library's release; the factors
+come from the kept ``tox -m downstream`` reports where measured, else from the rule on the recipe read from the
+code. ``python -m patch_and_test.downstream_census`` renders the table into docs/downstream-notice.md between its
+census marker lines (``--check``: exit 1 when the block differs, write nothing); bad input exits 2.
 """
 
 from __future__ import annotations
@@ -49,7 +38,6 @@ Verdict = Literal["gains from the fix", "must change with it", "untouched"]
 
 class Evidence(Record):
     """Lines of a released wheel (or of a package it runs on) and what they do."""
-
     file: str  # the path inside the wheel, e.g. "accelerate/accelerator.py"
     lines: str  # "2388-2397"
     shows: str
@@ -57,7 +45,6 @@ class Evidence(Record):
 
 class ReadRecipe(Record):
     """A loss recipe as read by hand from a library's code: what the rule needs (``ClientKind``)."""
-
     kind: Literal["allgather", "own_share"]
     gate: Literal["none", "version", "marker-or-version"] = "none"
     gate_version: Optional[str] = None
@@ -69,7 +56,6 @@ class ReadRecipe(Record):
 
 class MeasuredIn(Record):
     """The kept reports that carry a library's rows: ``docs/downstream-results/<env>/<phase>/``."""
-
     env: str
     client: str  # the rows' ``client``
     client_version: str
@@ -77,7 +63,6 @@ class MeasuredIn(Record):
 
 class Library(Record):
     """One library of the census, as read in ``version`` (the newest on PyPI unless ``newest`` says otherwise)."""
-
     label: str  # "transformers 5.25"
     distribution: str  # its name on PyPI
     version: str  # the release read (and measured)
@@ -105,7 +90,6 @@ class Library(Record):
 
 class Citation(Record):
     """Public code off PyPI that compensates for the bug by hand: cited, not measured."""
-
     ref: str  # "hamishivi/tmax#9"
     url: str
     state: str  # "merged 2026-09-10"
@@ -116,7 +100,6 @@ class Citation(Record):
 
 class Census(JsonReport):
     """JSON schema ``zero3-sp-gradfix/downstream-census/v1``: the census (module docstring)."""
-
     SCHEMA: ClassVar[str] = SCHEMA
 
     checked: str  # the date the releases on PyPI were read
@@ -124,9 +107,6 @@ class Census(JsonReport):
     sp: int
     libraries: list[Library]
     off_pypi: list[Citation]
-
-
-# ----------------------------------------------------------------------------- the factors
 
 
 class Factor(Model):
@@ -160,14 +140,12 @@ def verdict(stages: list[StageFactors]) -> Verdict:
 
 def read_factors(recipe: ReadRecipe, sp: int, deepspeed_version: str) -> list[StageFactors]:
     """The rule on the recipe read from the code: unpatched; patched as the kept runs are (fix + marker). Pure."""
-    out = []
-    for stage in STAGES:
-        before = expected_ratio(recipe.client_kind(), stage, sp, False, deepspeed_version, False)
-        after = expected_ratio(recipe.client_kind(), stage, sp, True, deepspeed_version, True)
-        out.append(
-            StageFactors(stage=stage, unpatched=Factor(value=before, label=scales.label(before), measured=False),
-                         patched=Factor(value=after, label=scales.label(after), measured=False)))
-    return out
+
+    def factor(stage: int, fixed: bool) -> Factor:
+        value = expected_ratio(recipe.client_kind(), stage, sp, fixed, deepspeed_version, fixed)
+        return Factor(value=value, label=scales.label(value), measured=False)
+
+    return [StageFactors(stage=s, unpatched=factor(s, False), patched=factor(s, True)) for s in STAGES]
 
 
 def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path, sp: int) -> list[StageFactors]:
@@ -180,11 +158,8 @@ def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path
         report = DownstreamReport.load(path)
         if report.deepspeed_fixed != (phase == "patched") or report.sp != sp:
             raise ValueError(f"{path}: not the {phase} DeepSpeed at sp={sp}")
-        rows = {
-            r.stage: r
-            for r in report.rows
-            if (r.client, r.client_version) == (where.client, where.client_version) and r.status == "measured"
-        }
+        key = (where.client, where.client_version)
+        rows = {r.stage: r for r in report.rows if (r.client, r.client_version) == key and r.status == "measured"}
         if set(rows) != set(STAGES):
             raise ValueError(f"{path}: no measured ZeRO-2 and ZeRO-3 rows of {where.client} {where.client_version}")
         for r in rows.values():
@@ -193,16 +168,12 @@ def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path
                 raise ValueError(f"{path}: the run classified {where.client}'s code as {classified}, "
                                  f"the census reads {recipe.client_kind()}")
         by_phase[phase] = rows
-    return [
-        StageFactors(
-            stage=s, **{
-                phase:
-                Factor(value=by_phase[phase][s].ratio, label=scales.label(by_phase[phase][s].ratio,
-                                                                          by_phase[phase][s].residual), measured=True,
-                       matches_rule=by_phase[phase][s].matches_rule)
-                for phase in PHASES
-            }) for s in STAGES
-    ]
+
+    def factor(r) -> Factor:
+        return Factor(value=r.ratio, label=scales.label(r.ratio, r.residual), measured=True,
+                      matches_rule=r.matches_rule)
+
+    return [StageFactors(stage=s, **{phase: factor(by_phase[phase][s]) for phase in PHASES}) for s in STAGES]
 
 
 def rows(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/downstream-results") -> list[CensusRow]:

@@ -1,25 +1,18 @@
-"""Which installed clients mis-scale their sp gradients with the DeepSpeed installed here.
-
-``patch-and-test`` runs ``python -m patch_and_test.client_check --json FILE`` after it installed
-the patched build, in the same interpreter: it reads the installed transformers, accelerate
-and ArcticTraining (their loss code's recipe kind and gate, as ``repro/downstream/measure.py``
-reads them), and DeepSpeed's state (fix present, capability marker), and applies the rule of
-``repro/downstream/expect.py`` to ZeRO-2 and ZeRO-3 at sp=2. Every combination whose rule value
-is not 1 becomes a warning; the pipeline prints each and records them in its verdict.
-A separate process keeps transformers and DeepSpeed out of the pipeline's own interpreter.
-"""
+"""Which installed clients mis-scale their sp gradients with the DeepSpeed installed here: ``patch-and-test``'s
+warnings, run in a subprocess of the patched build's interpreter (``run_check``)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from repro.downstream.expect import ClientKind, expected_ratio, mis_scaled
+from repro.downstream.expect import ClientKind, classify, expected_ratio, mis_scaled
 from repro.downstream.report import deepspeed_label
 from repro.downstream.space import STAGES
 from patch_and_test import PACKAGE_ROOT
@@ -52,22 +45,18 @@ class ClientWarning(Record):
 def warnings_for(clients: list[FoundClient], deepspeed_version: str, fixed: bool, marker: bool,
                  sp: int = SP) -> list[ClientWarning]:
     """The rule applied to every judged client and stage; one warning per mis-scaled combination. Pure."""
-    out = []
     ds = f"DeepSpeed {deepspeed_version} ({deepspeed_label(fixed, marker)})"
+    out = []
     for c in clients:
-        if c.kind is None:
-            continue
-        for stage in STAGES:
+        for stage in STAGES if c.kind is not None else ():
             value = expected_ratio(c.kind, stage, sp, fixed, deepspeed_version, marker)
-            if not mis_scaled(value):
-                continue
-            why = _why(c.kind, stage, fixed)
-            note = f" [{c.note}]" if c.note else ""
-            out.append(
-                ClientWarning(
-                    client=c.name, version=c.version, function=c.function, stage=stage, expected=value, deepspeed=ds,
-                    message=f"{c.name} {c.version} + {ds}, ZeRO-{stage}, sp={sp}: gradients {value:g}x the "
-                    f"true gradient ({why}){note}"))
+            if mis_scaled(value):
+                out.append(
+                    ClientWarning(
+                        client=c.name, version=c.version, function=c.function, stage=stage, expected=value,
+                        deepspeed=ds, message=f"{c.name} {c.version} + {ds}, ZeRO-{stage}, sp={sp}: gradients "
+                        f"{value:g}x the true gradient ({_why(c.kind, stage, fixed)})" +
+                        (f" [{c.note}]" if c.note else "")))
     return out
 
 
@@ -96,10 +85,6 @@ def found_clients() -> list[FoundClient]:
             out.append(FoundClient(c.name, c.version, c.function, c.kind))
         elif c.name == "accelerate" and c.function == measure.ACCELERATE_SCRIPT:
             # Not callable, but users copy it: judge the recipe it shows.
-            import importlib.util
-
-            from repro.downstream.expect import classify
-
             text = Path(importlib.util.find_spec(c.function).origin).read_text()
             out.append(
                 FoundClient(c.name, c.version, c.function, classify(text),
@@ -125,16 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     if not warnings:
         print(f"no known mis-scaling: {', '.join(f'{c.name} {c.version}' for c in clients) or 'no client installed'}")
     if args.json is not None:
+        state = dict(version=version, fixed=fixed, marker=marker)
         write_json(
-            args.json, {
-                "deepspeed": {
-                    "version": version,
-                    "fixed": fixed,
-                    "marker": marker
-                },
-                "clients": [dataclasses.asdict(c) for c in clients],
-                "warnings": [w.model_dump(mode="json") for w in warnings]
-            })
+            args.json,
+            dict(deepspeed=state, clients=[dataclasses.asdict(c) for c in clients],
+                 warnings=[w.model_dump(mode="json") for w in warnings]))
     return 0
 
 

@@ -1,21 +1,9 @@
 """``python -m patch_and_test.downstream``: the real clients' sp loss on unpatched and patched DeepSpeed.
 
-One run = one client environment (one tox/nox env): the clients it names are installed into
-this interpreter (``--install SPEC``, without their dependencies, which the env provides;
-``--as-python X.Y`` installs them past a ``Requires-Python`` above this interpreter's (axolotl 0.21:
->= 3.12; the code the check runs imports and runs on 3.11); ``--transformers-patches DIR`` builds
-transformers from its PyPI sdist with the proposed patch applied), then DeepSpeed (the newest
-supported release by default) is installed from its verified sdist unpatched and
-``repro/downstream_clients.py --expect buggy`` runs; the series' fix (patch 0001, as
-``patch-and-test`` applies it to an sdist) goes on, the patched build is installed and the
-reproducer runs again with ``--expect fixed``. Results:
-``results/downstream/<env>/{unpatched,patched}/downstream_clients.{json,log}`` and ``run.json``.
-
-Capability marker: a build of a released DeepSpeed with the fix is a backport, and every backport series
-ends with the patch that defines ``ZERO3_SP_GRADIENTS_SUMMED``: the run refuses a series without it (a
-version-gated client would then double-correct unseen). ``run.json`` names the patch (``marker_source``).
-
-Exit codes: 0 both runs hold; 1 one does not; 2 a step or a run could not run; 77 nothing to
+One run = one client environment (one tox/nox env): its clients are installed here, then DeepSpeed from its
+verified sdist, unpatched (``repro/downstream_clients.py --expect buggy``) and with the series' fix and marker
+(``--expect fixed``). Results: ``results/downstream/<env>/{unpatched,patched}/downstream_clients.{json,log}`` and
+``run.json``. Exit codes: 0 both runs hold; 1 one does not; 2 a step or a run could not run; 77 nothing to
 measure (no client installed).
 """
 
@@ -47,7 +35,6 @@ RESULTS_ROOT = Path("results") / "downstream"
 
 class DownstreamRun(JsonReport):
     """``results/downstream/<env>/run.json``: what ran, on what, and where each report is."""
-
     SCHEMA: ClassVar[str] = "zero3-sp-gradfix/downstream-run/v1"
 
     env: str
@@ -64,9 +51,6 @@ class DownstreamRun(JsonReport):
     error: str | None = None
 
 
-# ----------------------------------------------------------------------------- the marker
-
-
 def marker_patch(series: series_mod.Series) -> str:
     """The series' marker patch (a backport's last): the patched build a client sees must carry the marker."""
     found = [p.file for p in series.patches if p.role == "marker"]
@@ -74,25 +58,6 @@ def marker_patch(series: series_mod.Series) -> str:
         raise BadInput(f"series {series.name} has no marker patch: a released build with the fix needs "
                        f"{MARKER_NAME} (see patches/series.toml, role marker)")
     return found[0]
-
-
-# ----------------------------------------------------------------------------- clients
-
-
-def install_clients(specs: list[str], log: Path, as_python: str | None = None) -> None:
-    """``SPEC``s into this interpreter, without dependencies (the env provides them).
-
-    ``as_python``: install as for that Python version (uv ``--python-version``; pip
-    ``--ignore-requires-python``), for a client whose ``Requires-Python`` excludes this interpreter.
-    """
-    if specs:
-        _run(_installer_cmd("--no-deps", *specs, as_python=as_python), log)
-
-
-def apply_patches(tree: Path, patches: list[Path], log: Path) -> None:
-    """``patch -p1`` each patch onto an unpacked sdist; any failure is an error (nothing installed)."""
-    for patch in patches:
-        _run(["patch", "-p1", "--batch", "--forward", "-d", str(tree), "-i", str(patch.resolve())], log)
 
 
 def install_patched_transformers(version: str, patches_dir: Path, log: Path, cache: Path) -> list[str]:
@@ -104,7 +69,8 @@ def install_patched_transformers(version: str, patches_dir: Path, log: Path, cac
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(tmp)
         tree = Path(tmp) / f"transformers-{version}"
-        apply_patches(tree, patches, log)
+        for patch in patches:  # any failure is an error: nothing installed
+            _run(["patch", "-p1", "--batch", "--forward", "-d", str(tree), "-i", str(patch.resolve())], log)
         _run(_installer_cmd("--no-deps", "--reinstall", str(tree)), log)
     return [p.name for p in patches]
 
@@ -117,14 +83,10 @@ def installed_clients() -> dict[str, str]:
 def _installer_cmd(*args: str, as_python: str | None = None) -> list[str]:
     inst = install.Installer.find()
     if inst.kind == "uv":
-        return [
-            *inst.argv, "pip", "install", "--python", sys.executable,
-            *(["--python-version", as_python] if as_python else []), *args
-        ]
-    return [
-        *inst.argv, "install", *(["--ignore-requires-python"] if as_python else []),
-        *[a.replace("--reinstall", "--force-reinstall") for a in args]
-    ]
+        extra = ["--python-version", as_python] if as_python else []
+        return [*inst.argv, "pip", "install", "--python", sys.executable, *extra, *args]
+    extra = ["--ignore-requires-python"] if as_python else []
+    return [*inst.argv, "install", *extra, *[a.replace("--reinstall", "--force-reinstall") for a in args]]
 
 
 def _run(cmd: list[str], log: Path) -> None:
@@ -135,9 +97,6 @@ def _run(cmd: list[str], log: Path) -> None:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise PipelineError(f"'{' '.join(cmd[:4])} ...' failed with exit {proc.returncode} (log: {log})")
-
-
-# ----------------------------------------------------------------------------- the run
 
 
 def run(env: str, results: Path, version: str | None, specs: list[str], tf_patches: Path | None,
@@ -154,11 +113,11 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
 
     tree = None
     try:
-        t = time.monotonic()
-        install_clients(specs, results / "install-clients.log", as_python)
+        t, log = time.monotonic(), results / "install-clients.log"
+        if specs:  # without dependencies (the env provides them); as_python: past their Requires-Python
+            _run(_installer_cmd("--no-deps", *specs, as_python=as_python), log)
         if tf_patches is not None:
-            record.transformers_patches = install_patched_transformers(tf_version or "5.25.0", tf_patches,
-                                                                       results / "install-clients.log",
+            record.transformers_patches = install_patched_transformers(tf_version or "5.25.0", tf_patches, log,
                                                                        source_mod.cache_dir())
         record.clients = installed_clients()
         shown = ", ".join(f"{d} {v}" for d, v in record.clients.items()) or "none"
@@ -183,11 +142,9 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
             record.checks.append(relative_check(check, results))
             shown = record.checks[-1].report
             step(f"{phase}: {SCRIPT} --expect {expect}", f"exit {check.exit_code} (report {shown})", t)
-        codes = [c.exit_code for c in record.checks]
-        record.exit_code = int(Exit.ERROR if any(
-            c not in (Exit.OK, Exit.NOT_FIXED, Exit.SKIPPED) for c in codes) else Exit.SKIPPED if all(
-                c == Exit.SKIPPED for c in codes) else Exit.NOT_FIXED if any(c == Exit.NOT_FIXED
-                                                                             for c in codes) else Exit.OK)
+        codes = {c.exit_code for c in record.checks}
+        outcome = Exit.SKIPPED if codes <= {Exit.SKIPPED} else Exit.NOT_FIXED if Exit.NOT_FIXED in codes else Exit.OK
+        record.exit_code = int(outcome if codes <= {Exit.OK, Exit.NOT_FIXED, Exit.SKIPPED} else Exit.ERROR)
     except PipelineError as err:
         record.error, record.exit_code = str(err), int(err.exit_code)
     finally:
@@ -199,17 +156,13 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
 
 
 def relative_check(check: checks.ReproCheck, results: Path) -> checks.ReproCheck:
-    """The check with its report and log relative to the results folder: the record stays valid where it is
-    copied (bundle, docs)."""
-    return check.model_copy(update={
-        "report": relative_to(check.report, results),
-        "log": relative_to(check.log, results)
-    })
+    """The check with its report and log relative to the results folder, valid where it is copied (bundle, docs)."""
+    return check.model_copy(
+        update=dict(report=relative_to(check.report, results), log=relative_to(check.log, results)))
 
 
-# The downstream envs (tox -m downstream, nox -s downstream): env -> its requirements file (what the clients need,
-# installed by tox / nox) and the clients this driver installs without their dependencies. The one place both are
-# written: tox.ini names the files per env, this table is read by the driver and by noxfile.py.
+# The downstream envs: env -> its requirements file (installed by tox / nox) and the clients this driver installs
+# without their dependencies. tox.ini names the files per env; the driver and noxfile.py read this table.
 CLIENT_ENVS: dict[str, tuple[str, tuple[str, ...]]] = {
     "downstream-tf5.25": ("requirements/downstream.txt", ("--install", "transformers==5.25.0")),
     "downstream-tf5.24": ("requirements/downstream.txt", ("--install", "transformers==5.24.0")),

@@ -1,11 +1,7 @@
 """The downstream clients table, rendered from the reports of ``tox -e downstream`` only.
 
-``results/downstream/<env>/{unpatched,patched}/downstream_clients.json`` (schema
-``zero3-sp-gradfix/downstream-clients-report/v1``) -> typed rows (``table_rows``) -> one Markdown
-table (``templates/downstream_table.md.j2``); the documents that show it hold it between two
-marker lines, and ``python -m patch_and_test.downstream_table`` rewrites that block (``--check``
-fails when a document's block differs from the results).
-The bundle carries the reports and ``verify-bundle`` re-renders the block from its copies.
+Documents hold it between two marker lines; ``python -m patch_and_test.downstream_table`` rewrites that block
+(``--check`` fails when a document's block differs from the results); ``verify-bundle`` re-renders a bundle's.
 """
 
 from __future__ import annotations
@@ -29,24 +25,17 @@ END = "<!-- downstream-table:end -->"
 PHASES = ("unpatched", "patched")
 REPORT = "downstream_clients.json"
 KEPT_RESULTS = PACKAGE_ROOT / "docs" / "downstream-results"  # the runs the committed docs show
-# The clients of the backport cover letters' table (plain_table): HF Trainer (transformers),
-# accelerate, ArcticTraining. The docs show every env (trl and axolotl too: docs/downstream-notice.md, Census).
+# The cover letters' table (plain_table): HF Trainer, accelerate, ArcticTraining; the docs show every env.
 CORE_ENVS = ("downstream-arctic", "downstream-tf5.24", "downstream-tf5.25", "downstream-tf5.25-patched")
 DOCUMENTS = ("docs/downstream-notice.md", "docs/backport-clients.md")  # their tables show every env
 
 
 def reports(root: Path, envs: tuple[str, ...] | None = None) -> list[tuple[str, str, DownstreamReport]]:
-    """(env, phase, report) for every report under ``root`` (of ``envs`` only, if given), envs sorted by name,
-    unpatched first."""
-    found = []
-    for env_dir in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        if envs is not None and env_dir.name not in envs:
-            continue
-        for phase in PHASES:
-            path = env_dir / phase / REPORT
-            if path.is_file():
-                found.append((env_dir.name, phase, DownstreamReport.load(path)))
-    return found
+    """(env, phase, report) under ``root`` (of ``envs`` only, if given), envs sorted by name, unpatched first."""
+    dirs = sorted(p for p in root.iterdir()
+                  if p.is_dir() and (envs is None or p.name in envs)) if root.is_dir() else []
+    return [(d.name, phase, DownstreamReport.load(d / phase / REPORT)) for d in dirs for phase in PHASES
+            if (d / phase / REPORT).is_file()]
 
 
 class StageResult(Model):
@@ -90,20 +79,27 @@ class TableRow(Model):
     measured: Optional[Measured]
 
 
+def _by_client(rows: list) -> dict[tuple[str, str], list]:
+    """Report rows per (client, client_version), in order."""
+    out: dict[tuple[str, str], list] = {}
+    for r in rows:
+        out.setdefault((r.client, r.client_version), []).append(r)
+    return out
+
+
 def _measured(rows) -> Measured:
     """A client's measured rows (one per stage) on one DeepSpeed build."""
     stages = [
         StageResult(stage=r.stage, ratio=r.ratio, expected=r.expected, matches_rule=r.matches_rule,
                     scaled=abs(r.expected - 1.0) > 1e-9) for r in rows
     ]
-    first = rows[0]
+    first, by_stage = rows[0], {s.stage: s for s in reversed(stages)}
     left_out = [
         LeftOut(param=p, ratios=[r.param_ratios[p] for r in rows]) for p in first.param_ratios if p in first.note
     ]
     recipe = Recipe(kind=first.kind, gate=first.gate, gate_version=first.gate_version,
                     divides_by_sp=bool(first.divides_by_sp), reached=first.reached)
-    return Measured(recipe=recipe, zero2=next((s for s in stages if s.stage == 2), None), zero3=next(
-        (s for s in stages if s.stage == 3), None), stages=stages, left_out=left_out)
+    return Measured(recipe=recipe, zero2=by_stage.get(2), zero3=by_stage.get(3), stages=stages, left_out=left_out)
 
 
 def table_rows(root: Path, shown_root: str = "results/downstream",
@@ -112,21 +108,14 @@ def table_rows(root: Path, shown_root: str = "results/downstream",
     out, shown_na = [], set()
     for env, phase, rep in reports(root, envs):
         ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
-        path = f"`{shown_root}/{env}/{phase}/{REPORT}`"
-        seen = []
-        for r in rep.rows:
-            key = (r.client, r.client_version)
-            if key in seen:
-                continue
-            seen.append(key)
-            row = dict(env=env, client=f"{r.client} {r.client_version}", deepspeed=ds, report=path)
-            if r.status != "measured":
-                if (key, r.verdict) not in shown_na:
-                    shown_na.add((key, r.verdict))
-                    out.append(TableRow(**row, verdict=r.verdict, measured=None))
-                continue
-            measured = [x for x in rep.rows if (x.client, x.client_version) == key and x.status == "measured"]
-            out.append(TableRow(**row, verdict=None, measured=_measured(measured)))
+        for key, rows in _by_client(rep.rows).items():
+            row = dict(env=env, client=" ".join(key), deepspeed=ds, report=f"`{shown_root}/{env}/{phase}/{REPORT}`")
+            if rows[0].status == "measured":
+                measured = _measured([x for x in rows if x.status == "measured"])
+                out.append(TableRow(**row, verdict=None, measured=measured))
+            elif (key, rows[0].verdict) not in shown_na:
+                shown_na.add((key, rows[0].verdict))
+                out.append(TableRow(**row, verdict=rows[0].verdict, measured=None))
     return out
 
 
@@ -136,21 +125,14 @@ def render(root: Path, shown_root: str = "results/downstream", envs: tuple[str, 
 
 
 def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:
-    """The measured ratios as a plain-text table for a cover letter (mail: no Markdown). Pure.
-
-    One line per client x DeepSpeed build; a client whose gate also reads the capability marker is
-    the proposed transformers change applied.
-    """
+    """The measured ratios, one line per client x DeepSpeed build, as plain text for a cover letter. Pure.
+    ("+ proposed": a gate that reads the capability marker, i.e. the proposed transformers change.)"""
     lines = [f"  {'client':<36}{'DeepSpeed':<18}{'ZeRO-2':>8}{'ZeRO-3':>8}"]
     for _env, _phase, rep in reports(root, envs):
-        seen = []
-        for r in rep.rows:
-            key = (r.client, r.client_version)
-            if r.status != "measured" or key in seen:
-                continue
-            seen.append(key)
-            ratio = {x.stage: x.ratio for x in rep.rows if (x.client, x.client_version) == key and x.ratio is not None}
-            client = f"{r.client} {r.client_version}" + (" + proposed" if r.gate == "marker-or-version" else "")
+        every = _by_client(rep.rows)
+        for key, rows in _by_client([x for x in rep.rows if x.status == "measured"]).items():
+            ratio = {x.stage: x.ratio for x in every[key] if x.ratio is not None}
+            client = " ".join(key) + (" + proposed" if rows[0].gate == "marker-or-version" else "")
             ds = f"{rep.deepspeed_version.split('+')[0]} {'patched' if rep.deepspeed_fixed else 'unpatched'}"
             lines.append(f"  {client:<36}{ds:<18}" + "".join(f"{ratio[s]:>8.2f}" if s in ratio else f"{'-':>8}"
                                                              for s in (2, 3)))
@@ -185,11 +167,8 @@ def gather(local: Path, dest: Path) -> None:
 
 
 def keep(src: Path, dest: Path) -> list[Path]:
-    """Copy the reports and run records of ``src`` (results/downstream) to ``dest`` (docs/downstream-results).
-
-    Only the JSON: logs hold machine paths and stay in results/ (the bundle carries them). A run
-    record's report and log paths are made relative to its env folder.
-    """
+    """Copy the JSON of ``src`` (results/downstream) to ``dest`` (docs/downstream-results): logs hold machine paths
+    and stay behind; a run record's report and log paths become relative to its env folder."""
     written = []
     for env_dir in sorted(p for p in src.iterdir() if p.is_dir()):
         for phase in PHASES:
@@ -215,8 +194,7 @@ def keep(src: Path, dest: Path) -> list[Path]:
 
 
 def _under(path: Path, root: Path) -> str:
-    parts = path.parts
-    name = root.name
+    parts, name = path.parts, root.name
     return Path(*parts[parts.index(name) + 1:]).as_posix() if name in parts else path.name
 
 
