@@ -25,6 +25,8 @@ from patch_and_test.__main__ import build_parser, results_dir  # noqa: E402
 from patch_and_test.core import pins  # noqa: E402
 from patch_and_test.downstream.run import CLIENT_ENVS  # noqa: E402
 from patch_and_test.core.errors import Exit  # noqa: E402
+from patch_and_test.core.series import parse_version  # noqa: E402
+from patch_and_test.core.source import load_lock  # noqa: E402
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
@@ -36,16 +38,7 @@ os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 
 TORCH = pins.torch_requirement()
 BACKENDS = ["gloo", "nccl"]
-
-
-def _versions() -> list[str]:
-    from patch_and_test.core.series import parse_version
-    from patch_and_test.core.source import load_lock
-
-    return sorted(load_lock(), key=parse_version)
-
-
-VERSIONS = _versions()
+VERSIONS = sorted(load_lock(), key=parse_version)
 TEST_VERSIONS = [VERSIONS[-1], VERSIONS[0]]  # newest and oldest
 
 # Every session's base: torch, the DeepSpeed runtime, the package and the test dependencies.
@@ -59,8 +52,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _install_runtime(session: nox.Session, alst: bool = False) -> None:
     # alst: transformers, for the job's ALST reproducer step (DeepSpeed >= 0.17.2), as in tox.ini.
-    extra = ["-r", "requirements/alst.txt"] if alst else []
-    session.install(*RUNTIME, *extra)
+    session.install(*RUNTIME, *(["-r", "requirements/alst.txt"] if alst else []))
 
 
 def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None, backend: str, *args: str) -> None:
@@ -72,8 +64,7 @@ def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None
     argv = ["--env-name", env_name, *args, *session.posargs]
     session.run("python", "-m", "patch_and_test", *argv, env=env, success_codes=[0, Exit.SKIPPED])
     # Exit 77 (e.g. nccl with fewer GPUs than ranks) is a skip, shown as one in nox's summary.
-    verdict = results_dir(build_parser().parse_args(argv)) / "verdict.json"
-    outcome = json.loads(verdict.read_text())
+    outcome = json.loads((results_dir(build_parser().parse_args(argv)) / "verdict.json").read_text())
     if outcome["outcome"] == "skipped":
         session.skip(outcome["error"])
 

@@ -1,12 +1,6 @@
-"""tox inline plugin: a command that exits 77 (our "skipped") ends its env as SKIP, not FAIL.
-
-An nccl cell on a machine with fewer GPUs than ranks writes a "skipped" verdict and exits 77.
-tox has no skip exit code: the cell would read FAIL and `tox -m matrix` could never pass on a
-CPU-only machine, while `ignore_outcome` would let a real failure pass too. The reason the job
-printed becomes tox's "skipped because ..." line, so the skip stays visible in the summary.
-
-It also gives the envs their torch: ``{torch_requirement}`` in tox.ini is ``torch`` + ``$TORCH_SPEC``
-where that is set, else the pin in requirements/pins.txt (patch_and_test/core/pins.py, the one place).
+"""tox inline plugin: a command that exits 77 (our "skipped") ends its env as SKIP, not FAIL, with the job's
+reason; and ``{torch_requirement}`` for tox.ini (torch$TORCH_SPEC, else requirements/pins.txt's pin).
+Why: docs/code/benchmarks.md ("toxfile.py").
 """
 
 from __future__ import annotations
@@ -41,10 +35,7 @@ def skip_reason(outcome: Any) -> str:
 
 
 def skip_for(exit_code: int, outcomes: list[Any]) -> str | None:
-    """Why the env is skipped, or None when tox's own handling of the exit code stands.
-
-    Only an env whose last command itself exited 77 is skipped: its status is its first failure.
-    """
+    """Why the env is skipped, or None when tox's own handling stands (only a last command that exited 77 skips)."""
     if exit_code == SKIPPED and outcomes and outcomes[-1].exit_code == SKIPPED:
         return skip_reason(outcomes[-1])
     return None

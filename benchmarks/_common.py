@@ -35,10 +35,9 @@ def median(values: list[float]) -> float:
 
 def environment(python: str) -> Environment:
     # Versions, not this machine's paths: a reader elsewhere has neither the interpreter nor its folder.
-    probe = subprocess.run([
-        python, "-c", "import importlib.metadata as m, platform, torch; "
-        "print(m.version('deepspeed'), torch.__version__, platform.python_version())"
-    ], capture_output=True, text=True)
+    code = ("import importlib.metadata as m, platform, torch; "
+            "print(m.version('deepspeed'), torch.__version__, platform.python_version())")
+    probe = subprocess.run([python, "-c", code], capture_output=True, text=True)
     ds, torch_version, py_version = (probe.stdout.split() + ["?", "?", "?"])[:3]
     return Environment(python=py_version, deepspeed=ds, torch=torch_version, platform=platform.platform(),
                        cpus=os.cpu_count(), load_average_at_start=os.getloadavg())

@@ -1,12 +1,7 @@
 """Numerics helpers for benchmarks/reduce_path.py: designed inputs, the fp64 oracle, ULP errors.
 
-Plain torch, no DeepSpeed, no process group: unit-tested in tests/unit/test_numerics.py.
-
-ULP error of a value x against the exact (float64) reference r, in a floating-point format F:
-``|x - r| / ulp_F(r)``, where ``ulp_F(r) = 2 ** (max(floor(log2 |r|), emin_F) - p_F)`` (p_F
-explicit mantissa bits, emin_F the smallest normal exponent; below it the spacing is the
-subnormal one). 0 means x equals the reference; <= 0.5 means x is the reference correctly
-rounded to F; 1 is one step off.
+Plain torch, no DeepSpeed, no process group (tests/unit/test_numerics.py). The ULP definition and the input
+kinds: docs/code/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -16,18 +11,11 @@ import dataclasses
 import torch
 
 # dtype -> (explicit mantissa bits, smallest normal exponent)
-FORMATS = {
-    torch.float32: (23, -126),
-    torch.bfloat16: (7, -126),
-    torch.float16: (10, -14),
-}
+FORMATS = {torch.float32: (23, -126), torch.bfloat16: (7, -126), torch.float16: (10, -14)}
 BITS_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
-# Input kinds. "exact": per element an exponent shared by all ranks and a small integer per rank
-# (|k| <= 15), so every partial sum over <= 16 ranks has at most 8 significant bits (exact in
-# bf16, fp16 and fp32) and dividing it by a power of two is exact; a division by 3 is not.
-# "random": standard normal. "small": standard normal * 2**-12 (fp16: near its smallest normal,
-# 2**-14, where a division before the sum drops bits into the subnormal range).
+# Input kinds. "exact": per element an exponent shared by all ranks and a small integer per rank, so that every
+# partial sum over <= 16 ranks is exact in bf16, fp16 and fp32 (as is a division by a power of two).
 KINDS = ("exact", "random", "small")
 _EXACT_MAX_INT = 15
 _EXACT_EXPONENTS = range(-6, 3)
@@ -80,9 +68,8 @@ def partition_slice(numel: int, world_size: int, rank: int) -> tuple[int, int]:
 class ErrorStats:
     """ULP errors of one path against the oracle, summed over elements (mergeable across ranks).
 
-    Where the oracle is 0 (ranks' gradients cancel exactly) a ULP of the result means nothing:
-    those elements count as exact when the path gives 0 too, and are otherwise counted in
-    ``zero_missed``; ``max_ulp``/``mean_ulp`` are over the elements whose oracle is not 0.
+    Where the oracle is 0 an element counts as exact when the path gives 0 too, else in ``zero_missed``;
+    ``max_ulp``/``mean_ulp`` are over the elements whose oracle is not 0.
     """
 
     n: int = 0
@@ -116,16 +103,12 @@ class ErrorStats:
 
     def summary(self) -> dict:
         scales = sorted(self.scale_samples)
-        return {
-            "elements": self.n,
-            "max_ulp": self.max_ulp,
-            "mean_ulp": self.sum_ulp / self.n_nonzero if self.n_nonzero else 0.0,
-            "exact_fraction": self.n_exact / self.n if self.n else 0.0,
-            "correctly_rounded_fraction": self.n_rounded / self.n if self.n else 0.0,
-            "zero_oracle": self.n - self.n_nonzero,
-            "zero_oracle_missed": self.n_zero_missed,
-            "scale": scales[len(scales) // 2] if scales else None
-        }
+        return dict(elements=self.n, max_ulp=self.max_ulp,
+                    mean_ulp=self.sum_ulp / self.n_nonzero if self.n_nonzero else 0.0,
+                    exact_fraction=self.n_exact / self.n if self.n else 0.0,
+                    correctly_rounded_fraction=self.n_rounded / self.n if self.n else 0.0,
+                    zero_oracle=self.n - self.n_nonzero, zero_oracle_missed=self.n_zero_missed,
+                    scale=scales[len(scales) // 2] if scales else None)
 
 
 def bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor], dtype: torch.dtype) -> bool:

@@ -1,25 +1,6 @@
-"""Rank side of benchmarks/reduce_path.py: what each rank of a launch does.
+"""Rank side of benchmarks/reduce_path.py: what each rank of a timing or numerics launch does.
 
-Implementations. Each one is a DeepSpeed package directory (the installed one for "before";
-for the others, a scratch copy of the installed ``stage3.py`` and ``coalesced_collectives.py``
-with a patch applied, made by the driver). Each rank loads those two files as extra modules
-next to the installed DeepSpeed, points the loaded ``stage3``'s imports from
-``coalesced_collectives`` at the loaded copy, and takes ``__avg_scatter_grads`` and
-``__avg_scatter_contiguous_grads`` from the loaded class. Every implementation, "before"
-included, is loaded the same way and called as a plain function on the same real optimizer.
-
-Timing phase: one real ZeRO-3 engine per case (default ZeRO-3 knobs: reduce_scatter=True,
-contiguous_gradients=True, so its backward reduces on ``__avg_scatter_grads``). When the engine
-calls that method, the wrapper first times every implementation on that very bucket (same
-parameters, same gradients, same process group), in a new seeded random order each round and restoring
-the gradients before every call; then it lets the engine's own call through.
-
-Numerics phase: one engine per communication dtype with reduce_scatter=False,
-contiguous_gradients=True and one large bucket, so its backward reduces on the contiguous path.
-When the engine calls that method, the wrapper writes designed per-rank gradients into the
-bucket and runs the contiguous path and every implementation's ``__avg_scatter_grads`` on them,
-comparing each rank's partition with the float64 oracle; then it restores the engine's
-gradients and lets the engine's call through.
+How the implementations are loaded and what each phase measures: docs/code/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -28,6 +9,8 @@ import dataclasses
 import gc
 import importlib.util
 import inspect
+import itertools
+import os
 import statistics
 import random
 import sys
@@ -59,7 +42,7 @@ class Impl:
 
 
 def load_impls(spec: dict[str, str]) -> dict[str, Impl]:
-    """{name: deepspeed package dir} -> the two reduce methods of each (see the module docstring)."""
+    """{name: deepspeed package dir} -> the two reduce methods of each, loaded from that tree's two files."""
     import deepspeed.runtime.comm.coalesced_collectives as installed_cc
     import deepspeed.runtime.zero.stage3  # noqa: F401  (its imports are then cached for the copies)
 
@@ -141,36 +124,17 @@ def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: st
 
 
 def precision_overrides(dtype: str) -> dict:
-    """DeepSpeed config for one precision setting (names as in --dtypes).
-
-    Under sequence parallelism DeepSpeed reduces gradients in ``seq_parallel_communication_data_type``
-    (default fp32, which overrides ``communication_data_type``), so a bf16 model reduces in fp32
-    unless that key says otherwise:
-
-    * ``fp32``: fp32 model, fp32 reduction.
-    * ``bf16-model``: bf16 model, DeepSpeed's default reduction under sp (fp32).
-    * ``bf16``: bf16 model, bf16 reduction.
-    * ``fp16``: fp32 model, fp16 reduction (DeepSpeed's CPU accelerator refuses an fp16 model where
-      oneDNN has no fp16 support, as on this machine; the reduction is what is measured).
-    """
+    """DeepSpeed config for one precision setting (names as in --dtypes; what each means: docs/code/benchmarks.md)."""
     if dtype == "fp32":
         return {}
     if dtype == "bf16-model":
         return {"bf16": {"enabled": True}}
     if dtype == "bf16":
-        return {
-            "bf16": {
-                "enabled": True
-            },
-            "seq_parallel_communication_data_type": "bf16",
-            "communication_data_type": "bf16"
-        }
+        return dict(bf16={"enabled": True}, seq_parallel_communication_data_type="bf16",
+                    communication_data_type="bf16")
     if dtype == "fp16":
         return {"seq_parallel_communication_data_type": "fp16", "communication_data_type": "fp16"}
     raise ValueError(f"unknown precision setting {dtype!r}: fp32, bf16-model, bf16 or fp16")
-
-
-# --------------------------------------------------------------------------- timing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,8 +169,6 @@ def timing_program(plan: TimingPlan, impl_spec: dict[str, str]) -> Callable[[Ran
 
 def _launch_info() -> dict:
     """The rendezvous address of this launch: DeepSpeed's CPU comm op names its /dev/shm buffers after it."""
-    import os
-
     return {"master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT")}
 
 
@@ -247,9 +209,7 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     gc.disable()
     try:
         for it in range(plan.warmup + plan.iters):
-            # A fresh order each round, the same on every rank (seeded by the round). A fixed rotation
-            # kept each implementation behind the same neighbour, whose allocations and cache state it
-            # inherited: the unpatched code timed against itself read 1.07 in fp32.
+            # A fresh order each round, the same on every rank (seeded by the round): docs/code/benchmarks.md.
             order = list(names)
             random.Random(it).shuffle(order)
             for n in order:
@@ -280,40 +240,22 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     process_group = partition_group(params[0]) if partition_group else opt.dp_process_group
     world = dist.get_world_size(group=process_group)
     rank = dist.get_rank(group=process_group)
-    partition_elements = sum(
-        num.partition_slice(p.grad.numel(), world, rank)[1] - num.partition_slice(p.grad.numel(), world, rank)[0]
-        for p in params)
-    per_rank = _gather({
-        "times": times,
-        "cpu": cpu,
-        "allocations": allocations,
-        "partition_elements": partition_elements,
-        "isolated": isolated
-    })
-    # The step's time is its slowest rank's: per round, the maximum over ranks. The work done is
-    # the CPU time of all ranks together: per round, the sum (less sensitive to other processes
-    # taking the cores than the wall clock).
+    partition_elements = sum(end - start
+                             for start, end in (num.partition_slice(p.grad.numel(), world, rank) for p in params))
+    per_rank = _gather(
+        dict(times=times, cpu=cpu, allocations=allocations, partition_elements=partition_elements, isolated=isolated))
+    # Per round: the step's time is its slowest rank's; the work done, all ranks' CPU time together.
     step_times = {n: [max(r["times"][n][i] for r in per_rank) for i in range(plan.iters)] for n in names}
     cpu_times = {n: [sum(r["cpu"][n][i] for r in per_rank) for i in range(plan.iters)] for n in names}
-    return {
-        "bucket_params": len(params),
-        "bucket_elements": sum(g.numel() for g in grads),
-        "communication_dtype": str(comm_dtype).replace("torch.", ""),
-        "gradient_dtype": str(grads[0].dtype).replace("torch.", ""),
-        "partition_world_size": world,
-        "sequence_parallel_size": ctx.topology.sp,
-        "checks": checks,
-        "step_times_s": step_times,
-        "cpu_times_s": cpu_times,
-        "rank_median_s": [{
-            n: statistics.median(r["times"][n])
-            for n in names
-        } for r in per_rank],
-        "isolated_post_scale": [r["isolated"] for r in per_rank],
-        "allocations": [r["allocations"] for r in per_rank],
-        "partition_elements": [r["partition_elements"] for r in per_rank],
-        "itemsize": torch.empty(0, dtype=comm_dtype).element_size(),
-    }
+    rank_median = [{n: statistics.median(r["times"][n]) for n in names} for r in per_rank]
+    isolated_all, allocations_all, elements_all = ([r[k] for r in per_rank]
+                                                   for k in ("isolated", "allocations", "partition_elements"))
+    return dict(bucket_params=len(params), bucket_elements=sum(g.numel() for g in grads),
+                communication_dtype=str(comm_dtype).replace("torch.", ""),
+                gradient_dtype=str(grads[0].dtype).replace("torch.", ""), partition_world_size=world,
+                sequence_parallel_size=ctx.topology.sp, checks=checks, step_times_s=step_times, cpu_times_s=cpu_times,
+                rank_median_s=rank_median, isolated_post_scale=isolated_all, allocations=allocations_all,
+                partition_elements=elements_all, itemsize=torch.empty(0, dtype=comm_dtype).element_size())
 
 
 def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype, scale: float, repeats: int) -> dict:
@@ -330,13 +272,8 @@ def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         del out
-    return {
-        "wall_median_s": statistics.median(wall),
-        "cpu_median_s": statistics.median(cpu),
-        "repeats": repeats,
-        "tensors": len(parts),
-        "elements": sum(p.numel() for p in parts)
-    }
+    return dict(wall_median_s=statistics.median(wall), cpu_median_s=statistics.median(cpu), repeats=repeats,
+                tensors=len(parts), elements=sum(p.numel() for p in parts))
 
 
 def _scale_checks(outputs: dict[str, list[torch.Tensor]], sp: int, comm_dtype: torch.dtype) -> dict:
@@ -350,9 +287,8 @@ def _scale_checks(outputs: dict[str, list[torch.Tensor]], sp: int, comm_dtype: t
                 mine = torch.cat([o.flatten() for o in outputs[n]])
                 nonzero = ref.abs() > 0
                 checks[f"{n}/before"] = float((mine[nonzero] / ref[nonzero]).median()) if bool(nonzero.any()) else None
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            checks[f"{a}=={b} bitwise"] = num.bitwise_equal(outputs[a], outputs[b], comm_dtype)
+    for a, b in itertools.combinations(names, 2):
+        checks[f"{a}=={b} bitwise"] = num.bitwise_equal(outputs[a], outputs[b], comm_dtype)
     checks["expected_ratio"] = float(sp)
     return checks
 
@@ -374,31 +310,24 @@ def _allocations(call: Callable, restore: Callable, ctx: RankContext) -> dict:
         stats1 = torch.cuda.memory_stats()  #ignore-cuda
         peak = torch.cuda.max_memory_allocated() - base  #ignore-cuda
         del out
-        return {
-            "method": "cuda memory_stats",
-            "bytes": stats1["allocated_bytes.all.allocated"] - stats0["allocated_bytes.all.allocated"],
-            "count": stats1["allocation.all.allocated"] - stats0["allocation.all.allocated"],
-            "peak_bytes": peak
-        }
+        return dict(method="cuda memory_stats",
+                    bytes=stats1["allocated_bytes.all.allocated"] - stats0["allocated_bytes.all.allocated"],
+                    count=stats1["allocation.all.allocated"] - stats0["allocation.all.allocated"], peak_bytes=peak)
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = call()
         del out
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
-    running = peak = 0
-    allocated = count = 0
-    for e in events:
+    running = peak = allocated = count = 0
+    for e in sorted(prof.events(), key=lambda e: e.time_range.start):
         own = e.self_cpu_memory_usage
         running += own
         peak = max(peak, running)
         if own > 0:
             allocated += own
             count += 1
-    return {"method": "torch.profiler profile_memory", "bytes": allocated, "count": count, "peak_bytes": peak}
+    return dict(method="torch.profiler profile_memory", bytes=allocated, count=count, peak_bytes=peak)
 
-
-# --------------------------------------------------------------------------- numerics
 
 # Sizes with and without padding (numel % world != 0 for world 2, 3, 4), one below the world size.
 NUMERICS_SPECS = tuple(ParamSpec(f"n{i}", n) for i, n in enumerate((4096, 4097, 1000, 333, 64, 3, 16384, 20011)))
@@ -485,22 +414,15 @@ def _numerics_bucket(opt, buffer, comm_dtype: torch.dtype, impls: dict[str, Impl
                 by_param[id(p)] = value
             stats[path] = st
             trimmed[path] = [by_param[id(p)] for p in params]
-        names = list(trimmed)
-        equal = {
-            f"{a}=={b}": num.bitwise_equal(trimmed[a], trimmed[b], comm_dtype)
-            for i, a in enumerate(names)
-            for b in names[i + 1:]
-        }
+        pairs = itertools.combinations(trimmed, 2)
+        equal = {f"{a}=={b}": num.bitwise_equal(trimmed[a], trimmed[b], comm_dtype) for a, b in pairs}
         per_kind[kind] = {"stats": stats, "bitwise": equal}
 
     for pid, g in grads.items():
         g.copy_(saved[pid])
-    return {
-        "communication_dtype": str(comm_dtype).replace("torch.", ""),
-        "gradient_dtype": str(next(iter(grads.values())).dtype).replace("torch.", ""),
-        "elements": sum(g.numel() for g in grads.values()),
-        "kinds": per_kind
-    }
+    return dict(communication_dtype=str(comm_dtype).replace("torch.", ""),
+                gradient_dtype=str(next(iter(grads.values())).dtype).replace("torch.", ""),
+                elements=sum(g.numel() for g in grads.values()), kinds=per_kind)
 
 
 def _merge_ranks(per_rank: list[list[dict]]) -> dict:
@@ -510,18 +432,14 @@ def _merge_ranks(per_rank: list[list[dict]]) -> dict:
         first = seen[0]
         kinds = {}
         for kind in first["kinds"]:
+            views = [r["kinds"][kind] for r in seen]
             stats = {}
-            for path in first["kinds"][kind]["stats"]:
+            for path in views[0]["stats"]:
                 st = num.ErrorStats()
-                for r in seen:
-                    st.merge(r["kinds"][kind]["stats"][path])
+                for v in views:
+                    st.merge(v["stats"][path])
                 stats[path] = st.summary()
-            bitwise = {
-                pair: all(r["kinds"][kind]["bitwise"][pair] for r in seen)
-                for pair in first["kinds"][kind]["bitwise"]
-            }
+            bitwise = {pair: all(v["bitwise"][pair] for v in views) for pair in views[0]["bitwise"]}
             kinds[kind] = {"paths": stats, "bitwise_equal_all_ranks": bitwise}
         buckets.append({k: first[k] for k in ("communication_dtype", "gradient_dtype", "elements")} | {"kinds": kinds})
-    if len(buckets) != 1:
-        return {"buckets": buckets}
-    return buckets[0]
+    return buckets[0] if len(buckets) == 1 else {"buckets": buckets}

@@ -1,12 +1,8 @@
 #!/usr/bin/env python
 """Bundle reuse: the second ``python -m patch_and_test.bundle build`` without changes.
 
-Runs the bundle build twice in a row on the same results folder: the first runs (or reuses)
-every matrix cell; the second must find every cell's input hashes unchanged, reuse them all,
-and finish in under 10% of the first's time (issue: review bundle). When the first run
-itself reused everything (results already current), its time is not the cost of a real run:
-pass --first-run-s with the wall time of the run that produced them (e.g. from the earlier
-`tox -e bundle` log), which the result then records. Writes results/benchmarks/bundle_reuse.json.
+Builds the bundle twice on the same results folder: the second must reuse every cell and take under 10% of the
+first (or of --first-run-s, when the first itself only reused). Writes results/benchmarks/bundle_reuse.json.
 """
 
 from __future__ import annotations

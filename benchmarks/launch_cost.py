@@ -1,11 +1,8 @@
 #!/usr/bin/env python
 """Launch cost: all six configurations in one launch vs a single configuration.
 
-Process start, torch/DeepSpeed import and process-group setup dominate a launch; each extra
-configuration is one engine. Target (issue: reproducer suite): a warm launch of all six
-configurations costs at most 1.5x a warm launch of one, measured side by side in one run
-(alternating, after one warm-up launch of each so the comm op build and the page cache are
-out of the picture). Writes results/benchmarks/launch_cost.json.
+Target: a warm launch of all six costs at most 1.5x a warm launch of one, measured side by side (alternating,
+after one warm-up launch of each). Writes results/benchmarks/launch_cost.json.
 """
 
 from __future__ import annotations

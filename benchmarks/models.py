@@ -1,8 +1,6 @@
 """What the benchmarks write: one report model per result file, each with its schema under docs/schemas/.
 
-The kept runs (benchmarks/results/) predate the ``schema`` key: a model reads them as they are
-(JsonReport puts its SCHEMA in), and ``bundle verify`` picks the model by the file's name (``FILES``).
-A name a run chooses (an implementation, a reduce path, a tox env) is a dict key; the rest is a field.
+The kept runs predate the ``schema`` key: a model reads them as they are, by file name (docs/code/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -45,8 +43,6 @@ class Targeted(Benchmark):
 
 
 # -- launch_cost.py
-
-
 class Timed(Record):
     argv: list[str]
     returncode: int
@@ -64,9 +60,6 @@ class LaunchCost(Targeted):
     runs: dict[str, list[Timed]]
 
 
-# -- bundle_reuse.py
-
-
 class BundleReuse(Targeted):
     SCHEMA = "zero3-sp-gradfix/benchmark-bundle-reuse/v1"
     FILES = "bundle_reuse*.json"
@@ -76,9 +69,6 @@ class BundleReuse(Targeted):
     second_build_s: float
     second_build_summary: str
     ratio_second_over_first: float
-
-
-# -- pipeline_overhead.py
 
 
 class PipelineOverhead(Targeted):
@@ -96,8 +86,6 @@ class PipelineOverhead(Targeted):
 
 
 # -- stress_repro.py
-
-
 class Counts(Record):
     launches: int
     false_reds: int
@@ -153,8 +141,6 @@ class StressRepro(Benchmark):
 
 
 # -- test_command.py
-
-
 class ToxEnv(Record):
     env: str
     status: str
@@ -186,7 +172,6 @@ class TestCommand(Benchmark):
 
 
 # -- reduce_path.py: one launch (reduce_path_launches/<run>/*.json)
-
 Checks = dict[str, bool | float | None]  # "<impl>/before": median ratio, "<a>==<b> bitwise", "expected_ratio"
 
 
@@ -293,8 +278,6 @@ class NumericsLaunch(LaunchFile):
 
 
 # -- reduce_path.py: the run (reduce_path.json, reduce_path-<version>.json)
-
-
 class Spread(Record):
     p25: float
     p75: float

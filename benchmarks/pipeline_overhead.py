@@ -1,15 +1,10 @@
 #!/usr/bin/env python
 """Pipeline overhead: a warm ``python -m patch_and_test`` against its own reproducer launches.
 
-A warm run (sdist, both wheels and the comm op already cached; ``--warm-up`` makes them first)
-of the whole job for one release, without the parity audit and the ALST step. The job times
-each reproducer launch it makes (both scripts with --expect buggy on the unpatched build, both
-with --expect fixed on the patched one), each a plain subprocess exactly as a user would start
-it, and records the times in its verdict. The job's own work (source, series, two installs,
-twin test) is total - launches. Target (issue: one command): total / launches <= 2.0.
-Writes results/benchmarks/pipeline_overhead.json; the run's verdict is kept beside it.
-
-Uses the interpreter it runs in: it installs DeepSpeed into it (the patched build stays).
+Runs the whole job for one release (no parity audit, no ALST step) with its caches warm (``--warm-up`` fills them
+first); the job's verdict times its four reproducer launches. Target: total / launches <= 2.0. Writes
+results/benchmarks/pipeline_overhead.json, the run's verdict beside it. Installs DeepSpeed into the interpreter
+it runs in (the patched build stays).
 """
 
 from __future__ import annotations
@@ -32,11 +27,9 @@ TARGET = 2.0
 
 def pipeline(version: str, results: Path) -> tuple[float, Verdict]:
     shutil.rmtree(results, ignore_errors=True)
+    cmd = [sys.executable, "-m", "patch_and_test", "--version", version, "--no-audit", "--results", str(results)]
     start = time.monotonic()
-    proc = subprocess.run([
-        sys.executable, "-m", "patch_and_test", "--version", version, "--no-audit", "--results",
-        str(results), "--env-name", "pipeline-overhead"
-    ], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([*cmd, "--env-name", "pipeline-overhead"], cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - start
     verdict = Verdict.load(results / "verdict.json")
     if proc.returncode != 0:
@@ -65,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     launch_total = round(sum(launches.values()), 3)
     ratio = round(total / launch_total, 3)
     met = ratio <= TARGET and cached
+    overhead = round(total - launch_total, 3)
     result = PipelineOverhead(benchmark="pipeline_overhead", environment=env, version=args.version, warm=cached,
                               pipeline_wall_s=total, pipeline_steps_s=steps, launches_s=launches,
-                              launches_total_s=launch_total, overhead_s=round(total - launch_total,
-                                                                              3), ratio_total_over_launches=ratio,
+                              launches_total_s=launch_total, overhead_s=overhead, ratio_total_over_launches=ratio,
                               verdict=str(results / "verdict.json"), target=TARGET, meets_target=met)
     return finish(
         result, out, f"{'warm' if cached else 'NOT warm (a wheel was built)'} job {total:.1f} s; its four reproducer "

@@ -1,36 +1,15 @@
 #!/usr/bin/env python
 """What the sp fix costs on ZeRO-3's reduce path, and what it does to the numerics.
 
-The fix (the series' patch 1, "divisor") folds sp into the divisor that ``reduce_scatter_coalesced``
-already pre-divides by (world / sp instead of world), so ``__avg_scatter_grads`` divides once, like the
-contiguous path and ZeRO-1/2, and allocates nothing more. The one-line form first proposed upstream
-("rescale": divide the averaging world size by sp after the reduction, which runs the post-scale
-``g.mul(world / (world / sp))``: one more pass and one new tensor per parameter) can be timed beside it
-with ``--patch rescale=FILE``.
+Times ``__avg_scatter_grads`` of the installed DeepSpeed ("before") against the fix ("divisor", the fix patch
+of the series that serves the installed release) and every ``--patch NAME=FILE`` (e.g. the "rescale" form)
+inside a real ZeRO-3 engine's backward (2 ranks, sp=2), and compares each path's partition with a float64
+oracle as ULP errors in bf16, fp16 and fp32 (several sp/dp layouts). Releases before 0.17: timing only
+(``--skip-numerics``). Method: docs/code/benchmarks.md.
 
-Implementations: "before" is the installed DeepSpeed; "divisor" is the fix patch of the series that
-serves the installed release (``patches/series.toml``); every ``--patch NAME=FILE`` more. Each is
-applied to a scratch copy of the installed ``stage3.py`` and ``coalesced_collectives.py`` (nothing else
-of DeepSpeed is copied). Releases before 0.17 (the oldest served is the lock's oldest) are timed too;
-their numerics phase is not supported (``--skip-numerics``).
-
-Timing (2 ranks, sp=2, gloo on CPU or nccl with 2 GPUs): inside one real ZeRO-3 engine's
-backward, on the bucket the engine is about to reduce, every implementation is timed on the
-same parameters, gradients and process group, in a seeded random order each round, after warm-up;
-the step time of a call is the slowest rank's. Cases: a bucket of many small parameters and
-one of a few large ones, in fp32 and bf16. Launches are repeated; the ratio after/before is
-reported as the median of the per-round paired ratios over all launches, with its spread and
-each launch's own median. Extra bytes: analytic (the new partition tensors) and measured
-(CPU: torch.profiler memory events; GPU: the CUDA allocator's counters).
-
-Numerics (several sp/dp layouts, one launch each): with designed per-rank gradients, each
-path's partition is compared with a float64 oracle (sum over sp, mean over dp) as ULP errors
-in the communication format (bf16, fp16, fp32), and the paths' outputs with each other bit
-for bit.
-
-Target: after/before <= 1.02 on the many-small-parameters case for the fix, on the newest release's code
-and on the oldest served release. Writes benchmarks/results/reduce_path.json and reduce_path.md (or
-``--out``), both naming the tree they ran on; the last line printed is ``after/before = R``.
+Target: after/before <= 1.02 on the many-small-parameters case for the fix. Writes results/benchmarks/
+reduce_path.json and reduce_path.md (or ``--out``), both naming the tree they ran on; the last line printed
+is ``after/before = R``.
 """
 
 from __future__ import annotations
@@ -55,10 +34,10 @@ for _p in (str(ROOT), str(HERE)):
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
 from benchmarks.models import LaunchInfo, NumericsLaunch, ReducePath, TimingLaunch  # noqa: E402
 from patch_and_test.core.series import series_for_version  # noqa: E402
+from repro.harness.cli import gpu_count, main_guard  # noqa: E402
 from repro.harness.launch import remove_shm_buffers  # noqa: E402
 
-# "divisor" is the recommended fix: the fix patch of the series that serves the installed release (on 0.19.8 the
-# pull request's own patch 1, which the v0.19.8 backport carries unchanged). Other forms come with --patch.
+# The fix patch of the series that serves the installed release (on 0.19.8 the pull request's own patch 1).
 RECOMMENDED = "divisor"
 TARGET = 1.02
 TARGET_CASE = "many_small"
@@ -66,14 +45,13 @@ AA = "before-again"
 PATCHED_FILES = ("deepspeed/runtime/zero/stage3.py", "deepspeed/runtime/comm/coalesced_collectives.py")
 DEFAULT_CASES = ("many_small=512x4096", "few_large=4x2097152")
 DEFAULT_TOPOLOGIES = ("2:2", "4:2", "4:4", "3:3")
-
-# --------------------------------------------------------------------------- one launch (ranks)
+METRICS = {"wall": "step_times_s", "cpu": "cpu_times_s"}
+SPREAD = ("p25", "p75", "p10", "p90")
 
 
 def launch_main(argv: list[str]) -> int:
     """``--phase timing|numerics``: one multi-rank launch through repro.harness.launch (also run by each rank)."""
     from repro.harness import launch
-    from repro.harness.cli import main_guard
 
     import _reduce_path_ranks as ranks
 
@@ -94,7 +72,11 @@ def launch_main(argv: list[str]) -> int:
             return 2
         dtypes = tuple(x["dtypes"].split(","))
         if x["phase"] == "timing":
-            cases = {label: _count_numel(spec) for label, spec in map(_pair, x["case"] or DEFAULT_CASES)}
+            cases = {}
+            for label, spec in map(_pair, x["case"] or DEFAULT_CASES):
+                if not (m := re.fullmatch(r"(\d+)x(\d+)", spec)):
+                    raise SystemExit(f"error: a case is COUNTxNUMEL, got {spec!r}")
+                cases[label] = int(m.group(1)), int(m.group(2))
             program = ranks.timing_program(ranks.TimingPlan(cases, dtypes, x["warmup"], x["iters"]), impl_spec)
         else:
             program = ranks.numerics_program(ranks.NumericsPlan(dtypes, tuple(x["kinds"].split(","))), impl_spec)
@@ -113,10 +95,8 @@ def launch_main(argv: list[str]) -> int:
 
 def _shown(path: Path) -> str:
     """A path as results record it: relative to the repository where it lies inside it."""
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -126,29 +106,15 @@ def _pair(text: str) -> tuple[str, str]:
     return name, value
 
 
-def _count_numel(spec: str) -> tuple[int, int]:
-    m = re.fullmatch(r"(\d+)x(\d+)", spec)
-    if not m:
-        raise SystemExit(f"error: a case is COUNTxNUMEL, got {spec!r}")
-    return int(m.group(1)), int(m.group(2))
-
-
-# --------------------------------------------------------------------------- implementations
-
-
-def installed_package_dir(python: str) -> Path:
+def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[str, str]:
+    """before = the installed package; NAME = a scratch copy of its two reduce-path files + FILE."""
     out = subprocess.run(
-        [python, "-c", "import importlib.util as u; "
-         "print(u.find_spec('deepspeed').submodule_search_locations[0])"], capture_output=True, text=True)
+        [python, "-c", "import importlib.util as u; print(u.find_spec('deepspeed').submodule_search_locations[0])"],
+        capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"error: {python} cannot import deepspeed (give --python an interpreter with torch and "
                          "DeepSpeed installed)")
-    return Path(out.stdout.strip())
-
-
-def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[str, str]:
-    """before = the installed package; NAME = a scratch copy of its two reduce-path files + FILE."""
-    installed = installed_package_dir(python)
+    installed = Path(out.stdout.strip())
     impls = {"before": str(installed)}
     for name, patch in patches.items():
         touched = set(re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), flags=re.M))
@@ -158,12 +124,10 @@ def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[
                              f"loads only {', '.join(PATCHED_FILES)}")
         tree = workdir / name
         for rel in PATCHED_FILES:
-            dest = tree / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(installed.parent / rel, dest)
-        includes = [f"--include={rel}" for rel in PATCHED_FILES]
-        proc = subprocess.run(["git", "apply", *includes, str(patch.resolve())], cwd=tree, capture_output=True,
-                              text=True)
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(installed.parent / rel, tree / rel)
+        proc = subprocess.run(["git", "apply", *[f"--include={rel}" for rel in PATCHED_FILES],
+                               str(patch.resolve())], cwd=tree, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"error: {patch.name} does not apply to the installed DeepSpeed ({installed}):\n"
                              f"{proc.stderr.strip()}")
@@ -171,26 +135,17 @@ def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[
     return impls
 
 
-# --------------------------------------------------------------------------- driver
-
-
 def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls: dict[str, str], out: Path,
                extra: list[str], timeout: float) -> TimingLaunch | NumericsLaunch | None:
     """One launch; its report (also left in ``out``), or None when it failed (the reason printed)."""
-    argv = [
-        python,
-        str(Path(__file__).resolve()), "--phase", phase, "--world-size",
-        str(world), "--sp",
-        str(sp), "--backend", backend, "--json",
-        str(out), "--timeout",
-        str(timeout), *extra
-    ]
+    argv = [python, str(Path(__file__).resolve())]
+    argv += ["--phase", phase, "--world-size", str(world), "--sp", str(sp), "--backend", backend]
+    argv += ["--json", str(out), "--timeout", str(timeout), *extra]
     for name, path in impls.items():
         argv += ["--impl", f"{name}={path}"]
     load = os.getloadavg()
     start = time.monotonic()
-    # Each launch's rank folders live under this run's own temporary directory: a cleanup of
-    # /tmp by another job on a shared machine cannot pull them away mid-run.
+    # The ranks' folders live under this run's own folder: another job's /tmp cleanup cannot pull them away.
     env = dict(os.environ, TMPDIR=str(out.parent))
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout + 60, env=env)
@@ -215,9 +170,6 @@ def _quantiles(values: list[float]) -> dict:
     return {"median": statistics.median(v), "p25": q[4], "p75": q[14], "p10": q[1], "p90": q[17], "n": len(v)}
 
 
-METRICS = {"wall": "step_times_s", "cpu": "cpu_times_s"}
-
-
 def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
     """Pool every launch's rounds per (case, dtype); ratios are paired per round (same round).
 
@@ -229,30 +181,13 @@ def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
     for launch in launches:
         for case in launch["cases"]:
             key = (case["case"], case["dtype"])
-            row = rows.setdefault(
-                key, {
-                    "case": case["case"],
-                    "dtype": case["dtype"],
-                    "params": case["params"],
-                    "numel_each": case["numel_each"],
-                    "buckets": len(case["buckets"]),
-                    "series": {
-                        m: {
-                            n: []
-                            for n in impl_names
-                        }
-                        for m in METRICS
-                    },
-                    "per_launch": {
-                        m: {
-                            n: []
-                            for n in others
-                        }
-                        for m in METRICS
-                    },
-                    "allocations": [],
-                    "checks": []
-                })
+            if key not in rows:
+                series = {m: {n: [] for n in impl_names} for m in METRICS}
+                per_launch = {m: {n: [] for n in others} for m in METRICS}
+                rows[key] = dict(case=case["case"], dtype=case["dtype"], params=case["params"],
+                                 numel_each=case["numel_each"], buckets=len(case["buckets"]), series=series,
+                                 per_launch=per_launch, allocations=[], checks=[])
+            row = rows[key]
             bucket = max(case["buckets"], key=lambda b: b["bucket_elements"])
             for metric, field in METRICS.items():
                 st = bucket[field]
@@ -277,71 +212,50 @@ def _summarize_row(row: dict, impl_names: list[str], others: list[str]) -> dict:
     for metric in METRICS:
         series = row["series"][metric]
         pooled = {n: [x for launch in series[n] for x in launch] for n in impl_names}
-        summary[f"{metric}_ms"] = {
-            n: {
-                k: (round(1e3 * x, 3) if k != "n" else x)
-                for k, x in _quantiles(v).items()
-            }
-            for n, v in pooled.items()
-        }
+        summary[f"{metric}_ms"] = {n: _quantiles(v) for n, v in pooled.items()}
+        for q in summary[f"{metric}_ms"].values():  # in ms; n stays a count
+            q.update({k: round(1e3 * x, 3) for k, x in q.items() if k != "n"})
         ratios = {}
         for n in others:
-            paired = [a / c for la, lb in zip(series[n], series["before"]) for a, c in zip(la, lb)]
-            q = _quantiles(paired)
-            ratios[n] = {
-                "median_paired": round(q["median"], 4),
-                "p25": round(q["p25"], 4),
-                "p75": round(q["p75"], 4),
-                "p10": round(q["p10"], 4),
-                "p90": round(q["p90"], 4),
-                "rounds": q["n"],
-                "ratio_of_medians": round(statistics.median(pooled[n]) / statistics.median(pooled["before"]), 4),
-                "per_launch_ratio_of_medians": [round(x, 4) for x in row["per_launch"][metric][n]]
-            }
+            q = _quantiles([a / c for la, lb in zip(series[n], series["before"]) for a, c in zip(la, lb)])
+            of_medians = statistics.median(pooled[n]) / statistics.median(pooled["before"])
+            ratios[n] = {k: round(q[k], 4) for k in SPREAD}
+            ratios[n].update(median_paired=round(q["median"], 4), rounds=q["n"], ratio_of_medians=round(of_medians, 4),
+                             per_launch_ratio_of_medians=[round(x, 4) for x in row["per_launch"][metric][n]])
         summary[f"{metric}_ratio_vs_before"] = ratios
     iso_wall, iso_cpu = statistics.median(row["isolated"]), statistics.median(row["isolated_cpu"])
     before_wall = statistics.median([x for launch in row["series"]["wall"]["before"] for x in launch])
     before_cpu = statistics.median([x for launch in row["series"]["cpu"]["before"] for x in launch])
-    summary["isolated_post_scale"] = {
-        "what": "[g.mul(sp) for g in this rank's partitions], alone, no collective: the work rescale adds",
-        "wall_ms_slowest_rank": round(1e3 * iso_wall, 3),
-        "cpu_ms_all_ranks": round(1e3 * iso_cpu, 3),
-        "share_of_before_wall": round(iso_wall / before_wall, 4),
-        "share_of_before_cpu": round(iso_cpu / before_cpu, 4),
-        "per_launch_wall_ms": [round(1e3 * x, 3) for x in row["isolated"]]
-    }
+    summary["isolated_post_scale"] = dict(
+        what="[g.mul(sp) for g in this rank's partitions], alone, no collective: the work rescale adds",
+        wall_ms_slowest_rank=round(1e3 * iso_wall, 3), cpu_ms_all_ranks=round(1e3 * iso_cpu, 3),
+        share_of_before_wall=round(iso_wall / before_wall, 4), share_of_before_cpu=round(iso_cpu / before_cpu, 4),
+        per_launch_wall_ms=[round(1e3 * x, 3) for x in row["isolated"]])
     scale_runs = b["sequence_parallel_size"] != 1
     alloc0 = row["allocations"][0]
-    summary["bytes_rank0"] = {
-        n: {
-            "allocated": alloc0[n]["bytes"],
-            "allocating_events": alloc0[n]["count"],
-            "peak": alloc0[n]["peak_bytes"],
-            "extra_vs_before": alloc0[n]["bytes"] - alloc0["before"]["bytes"],
-            "extra_events_vs_before": alloc0[n]["count"] - alloc0["before"]["count"],
-            "extra_peak_vs_before": alloc0[n]["peak_bytes"] - alloc0["before"]["peak_bytes"]
-        }
-        for n in impl_names
-    }
-    summary["bytes_method"] = alloc0["before"]["method"]
-    summary["analytic_extra_bytes_rank0"] = {
-        "rescale":
-        row["partition_elements_rank0"] * b["itemsize"] if scale_runs else 0,
-        "rescale_new_tensors":
-        b["bucket_params"] if scale_runs else 0,
-        "divisor":
-        0,
-        "divisor_new_tensors":
-        0,
-        "formula":
-        "sum over the bucket's parameters of this rank's partition elements x itemsize of the "
+    before = alloc0["before"]
+    summary["bytes_rank0"] = {}
+    for n in impl_names:
+        a = alloc0[n]
+        summary["bytes_rank0"][n] = dict(allocated=a["bytes"], allocating_events=a["count"], peak=a["peak_bytes"],
+                                         extra_vs_before=a["bytes"] - before["bytes"],
+                                         extra_events_vs_before=a["count"] - before["count"],
+                                         extra_peak_vs_before=a["peak_bytes"] - before["peak_bytes"])
+    summary["bytes_method"] = before["method"]
+    summary["analytic_extra_bytes_rank0"] = dict(
+        rescale=row["partition_elements_rank0"] * b["itemsize"] if scale_runs else 0,
+        rescale_new_tensors=b["bucket_params"] if scale_runs else 0, divisor=0, divisor_new_tensors=0,
+        formula="sum over the bucket's parameters of this rank's partition elements x itemsize of the "
         "communication dtype (one g.mul(scale) output each); 0 for divisor (the scale is folded "
-        "into the existing in-place pre-divide)"
-    }
+        "into the existing in-place pre-divide)")
     summary["allocations_same_in_every_launch"] = all(a == alloc0 for a in row["allocations"])
     summary["checks"] = row["checks"][0]
     summary["checks_same_in_every_launch"] = all(c == row["checks"][0] for c in row["checks"])
     return summary
+
+
+def _table(title: str, *head: str) -> list[str]:
+    return [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
 
 def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
@@ -351,14 +265,10 @@ def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
                           ("cpu", "CPU time per call (all ranks, all threads)")):
         head = ["case", "precision", "bucket (comm dtype)"] + [f"{n} ms (median)" for n in impl_names]
         head += [f"{n}/before: paired median [p25, p75]; per launch" for n in others]
-        lines = [
-            f"{title}; ratios are per round, same bucket, random order each round:", "",
-            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)
-        ]
+        lines = _table(f"{title}; ratios are per round, same bucket, random order each round:", *head)
         for r in rows:
-            cells = [
-                r["case"], r["dtype"], f"{r['params']} x {r['numel_each']} ({r['bucket']['communication_dtype']})"
-            ]
+            bucket = f"{r['params']} x {r['numel_each']} ({r['bucket']['communication_dtype']})"
+            cells = [r["case"], r["dtype"], bucket]
             cells += [f"{r[f'{metric}_ms'][n]['median']:.2f}" for n in impl_names]
             for n in others:
                 q = r[f"{metric}_ratio_vs_before"][n]
@@ -366,25 +276,19 @@ def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
                              ", ".join(f"{x:.3f}" for x in q["per_launch_ratio_of_medians"]))
             lines.append("| " + " | ".join(cells) + " |")
         out.append("\n".join(lines))
-    lines = [
+    lines = _table(
         "The rescale form's added work alone (`[g.mul(sp) for g in partitions]` on the same partitions, "
-        "no collective), "
-        "against the median unpatched call:", "",
-        "| case | precision | post-scale pass, ms (slowest rank) | share of the call (wall) | CPU ms (all ranks) "
-        "| share of the call (CPU) |", "|---|---|---|---|---|---|"
-    ]
+        "no collective), against the median unpatched call:", "case", "precision",
+        "post-scale pass, ms (slowest rank)", "share of the call (wall)", "CPU ms (all ranks)",
+        "share of the call (CPU)")
     for r in rows:
         iso = r["isolated_post_scale"]
         lines.append(f"| {r['case']} | {r['dtype']} | {iso['wall_ms_slowest_rank']:.3f} | "
                      f"{100 * iso['share_of_before_wall']:.2f}% | {iso['cpu_ms_all_ranks']:.3f} | "
                      f"{100 * iso['share_of_before_cpu']:.2f}% |")
     out.append("\n".join(lines))
-    head = ["case", "precision", "method"
-            ] + [f"{n}: extra bytes measured / analytic, extra alloc events" for n in others]
-    lines = [
-        "Extra memory allocated by one call on rank 0, against before:", "", "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head)
-    ]
+    lines = _table("Extra memory allocated by one call on rank 0, against before:", "case", "precision", "method",
+                   *[f"{n}: extra bytes measured / analytic, extra alloc events" for n in others])
     for r in rows:
         an = r["analytic_extra_bytes_rank0"]
         cells = [r["case"], r["dtype"], r["bytes_method"]]
@@ -397,41 +301,23 @@ def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
     return "\n\n".join(out)
 
 
-def numerics_rows(launches: list[dict]) -> list[dict]:
-    rows = []
+def _per_kind(launches: list[dict]):
+    """(the row's layout, dtype and input kind; that kind's data) for every result of every numerics launch."""
     for launch in launches:
         for res in launch["results"]:
             for kind, data in res["kinds"].items():
-                for path, st in data["paths"].items():
-                    rows.append({
-                        "world": launch["world_size"],
-                        "sp": launch["sp"],
-                        "dp": launch["dp"],
-                        "dtype": res["communication_dtype"],
-                        "kind": kind,
-                        "path": path,
-                        **st
-                    })
-    return rows
+                yield dict(world=launch["world_size"], sp=launch["sp"], dp=launch["dp"],
+                           dtype=res["communication_dtype"], kind=kind), data
+
+
+def numerics_rows(launches: list[dict]) -> list[dict]:
+    return [{**head, "path": path, **st} for head, data in _per_kind(launches) for path, st in data["paths"].items()]
 
 
 def numerics_flags(launches: list[dict]) -> list[dict]:
     flags = []
-    for launch in launches:
-        for res in launch["results"]:
-            for kind, data in res["kinds"].items():
-                eq = data["bitwise_equal_all_ranks"]
-                flags.append({
-                    "world": launch["world_size"],
-                    "sp": launch["sp"],
-                    "dp": launch["dp"],
-                    "dtype": res["communication_dtype"],
-                    "kind": kind,
-                    **{
-                        pair: value
-                        for pair, value in eq.items() if _numerics_pair(pair)
-                    }
-                })
+    for head, data in _per_kind(launches):
+        flags.append(head | {p: v for p, v in data["bitwise_equal_all_ranks"].items() if _numerics_pair(p)})
     return flags
 
 
@@ -440,13 +326,11 @@ def _numerics_pair(pair: str) -> bool:
 
 
 def numerics_markdown(rows: list[dict], flags: list[dict]) -> str:
-    lines = [
+    lines = _table(
         "ULP errors in the communication format against the float64 oracle (sum over sp, mean over dp), "
         "over every rank's partition; max/mean over the elements whose oracle is not 0; 'oracle 0, path not' "
-        "counts elements where the ranks' gradients cancel exactly and the path does not give 0.", "",
-        "| world | sp | dp | comm dtype | inputs | path | max ULP | mean ULP | exact | <= 0.5 ULP | "
-        "oracle 0, path not | scale |", "|---|---|---|---|---|---|---|---|---|---|---|---|"
-    ]
+        "counts elements where the ranks' gradients cancel exactly and the path does not give 0.", "world", "sp", "dp",
+        "comm dtype", "inputs", "path", "max ULP", "mean ULP", "exact", "<= 0.5 ULP", "oracle 0, path not", "scale")
     for r in rows:
         lines.append(f"| {r['world']} | {r['sp']} | {r['dp']} | {r['dtype']} | {r['kind']} | {r['path']} | "
                      f"{r['max_ulp']:.3g} | {r['mean_ulp']:.3g} | {100 * r['exact_fraction']:.1f}% | "
@@ -454,10 +338,7 @@ def numerics_markdown(rows: list[dict], flags: list[dict]) -> str:
                      f"{r['zero_oracle_missed']}/{r['zero_oracle']} | "
                      f"{'-' if r['scale'] is None else format(r['scale'], '.4g')} |")
     pairs = sorted({k for f in flags for k in f if "==" in k})
-    lines += [
-        "", "Bitwise equal on every rank:", "",
-        "| world | sp | dp | comm dtype | inputs | " + " | ".join(pairs) + " |", "|" + "---|" * (5 + len(pairs))
-    ]
+    lines += ["", *_table("Bitwise equal on every rank:", "world", "sp", "dp", "comm dtype", "inputs", *pairs)]
     for f in flags:
         lines.append(f"| {f['world']} | {f['sp']} | {f['dp']} | {f['dtype']} | {f['kind']} | " +
                      " | ".join("yes" if f.get(p) else "no" for p in pairs) + " |")
@@ -511,57 +392,30 @@ def driver_main(argv: list[str]) -> int:
         raise SystemExit("error: 'before' is the installed DeepSpeed; name the patches otherwise")
     backend = args.backend
     if backend == "auto":
-        from repro.harness.cli import gpu_count
-
         backend = "nccl" if gpu_count() >= 2 else "gloo"
     waited = _wait_for_quiet(args.max_load, args.max_wait)
     out_path = args.out or RESULTS / "reduce_path.json"
-    payload: dict = {
-        "benchmark": "reduce_path",
-        "environment": env,
-        "tree": tree,
-        "backend": backend,
-        "waited_for_load_s": waited,
-        "patches": {
-            n: _shown(p)
-            for n, p in patches.items()
-        },
-        "recommended": RECOMMENDED,
-        "target": {
-            "case": TARGET_CASE,
-            "max_ratio": TARGET
-        }
-    }
+    shown = {n: _shown(p) for n, p in patches.items()}
+    payload: dict = dict(benchmark="reduce_path", environment=env, tree=tree, backend=backend,
+                         waited_for_load_s=waited, patches=shown, recommended=RECOMMENDED,
+                         target=dict(case=TARGET_CASE, max_ratio=TARGET))
     if args.keep_other and out_path.exists():
-        # Keep the section this run skips from the previous results file (e.g. numerics run once,
-        # timing rerun at a quieter moment).
+        # The section this run skips comes from the previous results file (e.g. timing rerun at a quieter moment).
         old = ReducePath.load(out_path).to_dict()
         for section, skipped in (("timing", args.skip_timing), ("numerics", args.skip_numerics)):
             if skipped:
                 payload.update({k: v for k, v in old.items() if k.split("_")[0] == section and v is not None})
     with tempfile.TemporaryDirectory(prefix="reduce-path-impls-") as tmp:
         impls = prepare_impls(args.python, patches, Path(tmp))
-        if args.aa_control:
-            # A/A control: the unpatched code loaded a second time, timed like the others. Its ratio
-            # to "before" is this machine's noise floor and bias for the paired ratio.
-            impls = {
-                "before": impls["before"],
-                AA: impls["before"],
-                **{
-                    n: p
-                    for n, p in impls.items() if n != "before"
-                }
-            }
-        names = list(impls)
-        payload["impls"] = names
-        # Each launch's report is kept next to the results, so that a run cut short keeps what it measured
-        # (and --add-timing-launch can pool launches of several runs).
+        if args.aa_control:  # the unpatched code again, timed like the others: this machine's noise floor and bias
+            impls = {"before": impls["before"], AA: impls["before"], **impls}
+        names = payload["impls"] = list(impls)
+        # Each launch's report is kept next to the results: a run cut short keeps what it measured.
         work = out_path.parent / "reduce_path_launches" / time.strftime("%Y%m%d-%H%M%S")
         payload["launch_reports"] = _shown(work)
         if not args.skip_timing:
             extra = ["--warmup", str(args.warmup), "--iters", str(args.iters), "--dtypes", args.timing_dtypes]
-            for case in args.case or DEFAULT_CASES:
-                extra += ["--case", case]
+            extra += [a for case in args.case or DEFAULT_CASES for a in ("--case", case)]
             launches = [TimingLaunch.load(Path(f)) for f in args.add_timing_launch]
             failed = 0
             payload["timing_run"] = _run_info(waited)
@@ -580,28 +434,26 @@ def driver_main(argv: list[str]) -> int:
             if not launches:
                 raise SystemExit("error: no timing launch succeeded")
             raw = [lr.to_dict() for lr in launches]
-            payload["timing"] = summarize_timing(raw, names)
-            payload["timing_launches"] = [_info(lr) for lr in raw]
-            payload["timing_raw"] = launches
+            payload.update(timing=summarize_timing(raw, names), timing_launches=[_info(lr) for lr in raw],
+                           timing_raw=launches)
         if not args.skip_numerics:
             launches = []
             payload["numerics_run"] = _run_info(waited)
+            numerics_impls = {n: p for n, p in impls.items() if n != AA}
             for topo in args.topology or DEFAULT_TOPOLOGIES:
                 world, sp = (int(x) for x in topo.split(":"))
-                backend_here = backend if backend == "gloo" or _gpus_for(world) else "gloo"
-                report = run_launch(args.python, "numerics", world, sp, backend_here, {
-                    n: p
-                    for n, p in impls.items() if n != AA
-                }, work / f"numerics-{world}-{sp}.json", ["--dtypes", args.numerics_dtypes], args.timeout)
+                backend_here = backend if backend == "gloo" or gpu_count() >= world else "gloo"
+                report = run_launch(args.python, "numerics", world, sp, backend_here, numerics_impls,
+                                    work / f"numerics-{world}-{sp}.json", ["--dtypes", args.numerics_dtypes],
+                                    args.timeout)
                 if report is None:
                     raise SystemExit(f"error: the numerics launch for world {world}, sp {sp} failed")
                 launches.append(report)
                 print(f"numerics world {world} sp {sp}: {report.driver_wall_s} s", flush=True)
             payload["numerics_run"]["load_average_at_end"] = os.getloadavg()
             launches = [lr.to_dict() for lr in launches]
-            payload["numerics"] = numerics_rows(launches)
-            payload["numerics_bitwise"] = numerics_flags(launches)
-            payload["numerics_launches"] = [_info(lr) for lr in launches]
+            payload.update(numerics=numerics_rows(launches), numerics_bitwise=numerics_flags(launches),
+                           numerics_launches=[_info(lr) for lr in launches])
     payload["load_average_at_end"] = os.getloadavg()
     ratio = recommended_ratio(payload)
     if "timing" in payload:
@@ -610,30 +462,21 @@ def driver_main(argv: list[str]) -> int:
         payload["after_over_before"] = round(ratio, 4)
         payload["paired_calls"] = min(r["wall_ratio_vs_before"][RECOMMENDED]["rounds"] for r in payload["timing"]
                                       if r["case"] == TARGET_CASE)
-    conclusion = _conclusion(payload)
-    payload["conclusion"] = conclusion
+    conclusion = payload["conclusion"] = _conclusion(payload)
     path = write_result(ReducePath.model_validate(payload), out_path)
     md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", "", f"Tree: {tree}.", ""]
     if "timing" in payload:
-        timed = [n for n in payload["timing"][0]["wall_ms"]]
-        md += [
-            "## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "",
-            _run_line(payload["timing_run"]), "",
-            timing_markdown(payload["timing"], timed), ""
-        ]
+        md += ["## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "", _run_line(payload["timing_run"]), ""]
+        md += [timing_markdown(payload["timing"], list(payload["timing"][0]["wall_ms"])), ""]
     if "numerics" in payload:
-        md += [
-            "## Numerics against the float64 oracle", "",
-            _run_line(payload["numerics_run"]), "",
-            numerics_markdown(payload["numerics"], payload["numerics_bitwise"]), ""
-        ]
+        md += ["## Numerics against the float64 oracle", "", _run_line(payload["numerics_run"]), ""]
+        md += [numerics_markdown(payload["numerics"], payload["numerics_bitwise"]), ""]
     md += [conclusion, ""]
     path.with_suffix(".md").write_text("\n".join(md))
     print("\n".join(md[4:]))
     print(f"{conclusion}; {path}")
     print(f"tree: {tree}")
-    # The last line, for scripts: the recommended fix's time on many small parameters over the unpatched
-    # code's (the worst dtype's median paired ratio).
+    # The last line, for scripts: the fix's time on many small parameters over the unpatched code's.
     print(f"after/before = {ratio:.4f}" if ratio is not None else "after/before = not measured (timing skipped)")
     return 0 if payload.get("meets_target", True) else 1
 
@@ -644,20 +487,17 @@ def _info(launch: dict) -> dict:
 
 
 def recommended_ratio(payload: dict) -> float | None:
-    rows = [r for r in payload.get("timing") or [] if r["case"] == TARGET_CASE]
+    """The fix's worst-dtype median paired ratio on the target case."""
     ratios = [
-        r["wall_ratio_vs_before"][RECOMMENDED]["median_paired"] for r in rows
-        if RECOMMENDED in r["wall_ratio_vs_before"]
+        r["wall_ratio_vs_before"][RECOMMENDED]["median_paired"] for r in payload.get("timing") or []
+        if r["case"] == TARGET_CASE and RECOMMENDED in r["wall_ratio_vs_before"]
     ]
     return max(ratios) if ratios else None
 
 
 def _run_info(waited: float) -> dict:
-    return {
-        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "load_average_at_start": os.getloadavg(),
-        "waited_for_load_s": waited
-    }
+    return dict(started=time.strftime("%Y-%m-%d %H:%M:%S"), load_average_at_start=os.getloadavg(),
+                waited_for_load_s=waited)
 
 
 def _run_line(info: dict) -> str:
@@ -667,12 +507,6 @@ def _run_line(info: dict) -> str:
 
     return (f"Run {info['started']}; load average (1/5/15 min) at start {fmt(info['load_average_at_start'])}, "
             f"at end {fmt(info.get('load_average_at_end'))}; {os.cpu_count()} CPUs.")
-
-
-def _gpus_for(world: int) -> bool:
-    from repro.harness.cli import gpu_count
-
-    return gpu_count() >= world
 
 
 def _wait_for_quiet(max_load: float | None, max_wait: float) -> float:
@@ -694,9 +528,8 @@ def _divisor_less_exact(rows: list[dict]) -> list[str]:
         fix, var = paths.get("avg_scatter[rescale]"), paths.get("avg_scatter[divisor]")
         if fix is None or var is None:
             continue
-        if (var["max_ulp"] > fix["max_ulp"] or var["mean_ulp"] > fix["mean_ulp"]
-                or var["exact_fraction"] < fix["exact_fraction"]
-                or var["correctly_rounded_fraction"] < fix["correctly_rounded_fraction"]):
+        if (any(var[k] > fix[k] for k in ("max_ulp", "mean_ulp"))
+                or any(var[k] < fix[k] for k in ("exact_fraction", "correctly_rounded_fraction"))):
             worse.append(f"{dtype} {kind} world={world} sp={sp}")
     return worse
 
@@ -704,21 +537,17 @@ def _divisor_less_exact(rows: list[dict]) -> list[str]:
 def _conclusion(payload: dict) -> str:
     parts = []
     if "timing" in payload:
-        target_rows = [r for r in payload["timing"] if r["case"] == TARGET_CASE]
-        verdicts = []
-        for r in target_rows:
-            for n, q in r["wall_ratio_vs_before"].items():
-                verdicts.append(f"{n} {r['dtype']} {q['median_paired']:.3f} (cpu "
-                                f"{r['cpu_ratio_vs_before'][n]['median_paired']:.3f})")
+        verdicts = [
+            f"{n} {r['dtype']} {q['median_paired']:.3f} (cpu {r['cpu_ratio_vs_before'][n]['median_paired']:.3f})"
+            for r in payload["timing"] if r["case"] == TARGET_CASE for n, q in r["wall_ratio_vs_before"].items()
+        ]
         parts.append(f"{TARGET_CASE} after/before: {', '.join(verdicts)} (target <= {TARGET} for "
-                     f"{RECOMMENDED}, the recommended fix: "
-                     f"{'OK' if payload['meets_target'] else 'MISSED'})")
+                     f"{RECOMMENDED}, the recommended fix: {'OK' if payload['meets_target'] else 'MISSED'})")
     if "numerics_bitwise" in payload:
         exact = [f for f in payload["numerics_bitwise"] if f["kind"] == "exact"]
 
         def all_equal(key: str) -> str:
-            hits = [f for f in exact if key in f]
-            bad = [f"{f['dtype']} sp={f['sp']} dp={f['dp']}" for f in hits if not f[key]]
+            bad = [f"{f['dtype']} sp={f['sp']} dp={f['dp']}" for f in exact if key in f and not f[key]]
             return "all" if not bad else "not " + ", ".join(bad)
 
         forms = [n for n in payload.get("impls", []) if n not in ("before", AA)]
@@ -734,9 +563,7 @@ def _conclusion(payload: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--phase" in argv:
-        return launch_main(argv)
-    return driver_main(argv)
+    return launch_main(argv) if "--phase" in argv else driver_main(argv)
 
 
 if __name__ == "__main__":

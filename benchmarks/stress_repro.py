@@ -1,29 +1,14 @@
 #!/usr/bin/env python
 """Stress and faults: many launches of each reproducer, counted for false reds, hangs and leaks.
 
-Launches (defaults): 50 of each 2-rank reproducer, 20 of the 4-rank layout (sp=2 x dp=2), 10
-under torchrun. Each must give the expected verdict (exit 0 under --expect, default buggy on an
-unpatched DeepSpeed) within its deadline. After each, nothing it started may be left: no process
-(found by a tag in its environment, which every rank inherits) and no DeepSpeed ``/dev/shm``
-segment that was not there before.
-
-Faults (run first), each under the same leak checks, with the exit code the reproducers document
-(``repro/harness/cli.py``):
-
-* ``kill-rank``: rank 1 gets SIGKILL mid-run (after DeepSpeed is up, during the collectives):
-  exit 2, naming rank 1;
-* ``sigint-parent``: the launching process gets SIGINT (Ctrl-C) mid-run: exit 130, ranks stopped;
-* ``unwritable-results``: ``--json`` under a path that cannot be a folder: exit 2 with one line,
-  before any rank starts;
-* ``deadline``: ``--timeout 5``: exit 2 naming the ranks still running.
-
-About 12% of 2-rank DeepSpeed runs abort at process exit after the work succeeded
-(docs/runtime-facts.md); the launcher absorbs that, and the count of absorbed aborts is kept.
+First four faults (rank 1 SIGKILLed, SIGINT to the launcher, an unwritable --json, a 5 s deadline), each to end
+with its documented exit code; then 50 launches of each 2-rank reproducer, 20 at 4 ranks (sp=2 x dp=2) and 10
+under torchrun, each to give the --expect verdict and leave no process or /dev/shm segment behind.
 
     python benchmarks/stress_repro.py [--launches 50 --four-rank 20 --torchrun 10] [--expect buggy]
 
-Writes results/benchmarks/stress_repro.json (or --out); exit 0 when there is no false red, hang or
-leak and every fault ended as documented.
+Writes results/benchmarks/stress_repro.json (or --out); exit 0 when there is no false red, hang or leak and
+every fault ended as documented.
 """
 
 from __future__ import annotations
@@ -84,21 +69,6 @@ def _env_of(pid: int) -> dict[str, str]:
     return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
 
 
-def rank_pids(tag: str, parent: int) -> dict[int, int]:
-    """rank -> pid of the ranks of one launch (processes with the tag and a RANK, not the parent)."""
-    out = {}
-    for pid, _ in tagged_processes(tag):
-        env = _env_of(pid)
-        if pid != parent and "RANK" in env and "LOCAL_RANK" in env:
-            out[int(env["RANK"])] = pid
-    return out
-
-
-def ports_of(tag: str) -> set[str]:
-    """The MASTER_PORTs of a launch's live ranks: DeepSpeed names its /dev/shm segments after them."""
-    return {_env_of(pid).get("MASTER_PORT", "") for pid, _ in tagged_processes(tag)} - {""}
-
-
 def _owned(name: str, ports: set[str]) -> bool:
     # deepspeed_<kind>_<MASTER_ADDR>_<MASTER_PORT>_<rank>: other jobs' segments are not this launch's
     return any(f"_{port}_" in name for port in ports)
@@ -132,16 +102,15 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
     shm_before = shm_segments()
     start = time.monotonic()
     # SIGINT's default action restored: a shell's background job (nohup ... &) inherits it ignored.
-    proc = subprocess.Popen(argv, cwd=ROOT, env={
-        **os.environ, TAG_VAR: tag
-    }, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    proc = subprocess.Popen(argv, cwd=ROOT, env=os.environ | {TAG_VAR: tag}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ports: set[str] = set()
     stop = threading.Event()
 
-    def watch() -> None:  # the ranks' ports, while they live
+    def watch() -> None:  # the ranks' MASTER_PORTs while they live: DeepSpeed names its /dev/shm segments after them
         while not stop.is_set():
-            ports.update(ports_of(tag))
+            ports.update({_env_of(pid).get("MASTER_PORT", "") for pid, _ in tagged_processes(tag)} - {""})
             stop.wait(0.2)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -166,16 +135,20 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
     procs, shm = leftovers(tag, shm_before, ports)
     _cleanup(tag, shm)
     script = next((Path(a).name for a in argv if a.endswith(".py")), "?")
-    return Launch(kind=kind, script=script, exit_code=code, expected=expected, wall_s=round(wall,
-                                                                                            2), leaked_processes=procs,
-                  leaked_shm=shm, teardown_aborts_absorbed=sum("during teardown" in line for line in err.splitlines()),
-                  stderr_tail=err[-1500:])
+    aborts = sum("during teardown" in line for line in err.splitlines())
+    return Launch(kind=kind, script=script, exit_code=code, expected=expected, wall_s=round(wall, 2),
+                  leaked_processes=procs, leaked_shm=shm, teardown_aborts_absorbed=aborts, stderr_tail=err[-1500:])
 
 
 def _wait_for_ranks(proc: subprocess.Popen, tag: str, count: int, limit_s: float = 120.0) -> dict[int, int]:
+    """rank -> pid of the launch's ranks (tagged processes with a RANK, not the parent), once there are ``count``."""
     end = time.monotonic() + limit_s
     while time.monotonic() < end and proc.poll() is None:
-        ranks = rank_pids(tag, proc.pid)
+        ranks = {}
+        for pid, _ in tagged_processes(tag):
+            env = _env_of(pid)
+            if pid != proc.pid and "RANK" in env and "LOCAL_RANK" in env:
+                ranks[int(env["RANK"])] = pid
         if len(ranks) >= count:
             return ranks
         time.sleep(0.1)
@@ -222,13 +195,12 @@ def run_all(args, runs: list[Launch], fault_rows: list[Fault]) -> None:
     """Every fault, then every launch; appends to ``runs`` and ``fault_rows`` as it goes."""
     py = args.python
 
-    def record(run: Launch, label: str) -> Launch:
+    def record(run: Launch, label: str) -> None:
         runs.append(run)
         state = "hung" if run.exit_code is None else f"exit {run.exit_code}"
         extra = (f"; leaked {len(run.leaked_processes)} process(es), {len(run.leaked_shm)} shm segment(s)"
                  if run.leaked_processes or run.leaked_shm else "")
         print(f"{label}: {state} (expected {run.expected}), {run.wall_s} s{extra}", flush=True)
-        return run
 
     expect = ["--expect", args.expect, "--backend", "gloo"]
     # The faults first (about a minute): a stress run stopped early still has them.
@@ -248,11 +220,8 @@ def run_all(args, runs: list[Launch], fault_rows: list[Fault]) -> None:
                   message_has=needle, leaked_processes=run.leaked_processes, leaked_shm=run.leaked_shm,
                   stderr_tail=run.stderr_tail[-400:]))
     # Interleaved, so that a run stopped early has launches of every kind.
-    four = [py, str(REPRO / TWO_RANK[0]), "--world-size", "4", "--sp", "2", *expect]
-    torchrun = [
-        py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        str(REPRO / TWO_RANK[0]), *expect
-    ]
+    four = [*base[:2], "--world-size", "4", "--sp", "2", *expect]
+    torchrun = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *base[1:]]
     for kind, argv, label in schedule(args.launches, args.four_rank, args.torchrun, py, expect, four, torchrun):
         record(launch(kind, argv, 0), label)
 

@@ -1,18 +1,12 @@
 #!/usr/bin/env python
 """The README's test command, timed as a new user meets it: cold (empty caches), then warm.
 
-Clones this repository's HEAD into a fresh folder, points every package cache at empty folders
-(``ZERO3_SP_CACHE``: sdists, wheels, JIT-built ops, the tiny Llama; ``UV_CACHE_DIR``;
-``XDG_CACHE_HOME``), runs ``python -m tox -m tests`` (the fast tier) once, then once more in the
-same clone with the caches the first run filled. Per run: the wall time, each tox env's setup
-(env creation, dependency install) and command time (DeepSpeed's install from its sdist, then
-pytest), and pytest's summary line. The torch wheel comes from ``PIP_FIND_LINKS`` where one is
-given (the CPU build of README, "Two commands"), as on CI.
+Runs ``python -m tox -m tests`` twice in a fresh clone of HEAD, every package cache pointed at empty folders.
 
     python benchmarks/test_command.py [--targets 900 600]
 
-Writes results/benchmarks/test_command.json (or --out); exit 0 when both runs pass and meet the
-targets (cold <= 900 s, warm <= 600 s on the 2-core machine the targets were set for).
+Writes results/benchmarks/test_command.json (or --out); exit 0 when both runs pass and meet the targets (cold
+<= 900 s, warm <= 600 s on the 2-core machine the targets were set for).
 """
 
 from __future__ import annotations
@@ -80,10 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     cold_target, warm_target = args.targets
     ok = cold.exit_code == 0 and warm.exit_code == 0 and cold.wall_s <= cold_target and warm.wall_s <= warm_target
     result = TestCommand(benchmark="test_command", command="tox -m tests", commit=head, cpus=os.cpu_count(),
-                         targets_s={
-                             "cold": cold_target,
-                             "warm": warm_target
-                         }, runs=runs, meets_targets=ok)
+                         targets_s=dict(cold=cold_target, warm=warm_target), runs=runs, meets_targets=ok)
     path = write_result(result, args.out)
     print(f"cold {cold.wall_s} s (target {cold_target}), warm {warm.wall_s} s "
           f"(target {warm_target}): {'OK' if ok else 'MISSED'}; {path}")
