@@ -12,7 +12,10 @@ import jinja2
 
 from repro.harness.report import Record as Model  # a context's record: typed, read-only, no unknown field
 
-__all__ = ["Model", "counts", "environment", "link", "ratio", "render", "short_test", "span", "ulp"]
+__all__ = [
+    "Model", "block_of", "counts", "environment", "link", "ratio", "render", "replace_block", "short_test", "span",
+    "ulp"
+]
 
 
 def ratio(value: float | None) -> str:
@@ -60,3 +63,23 @@ def environment() -> jinja2.Environment:
 
 def render(template: str, **context: Any) -> str:
     return environment().get_template(template).render(**context)
+
+
+def replace_block(document: str, text: str, begin: str, end: str) -> str:
+    """``document`` with what lies between its ``begin`` and ``end`` marker lines replaced by ``text``. Pure."""
+    start, stop = _block(document, begin, end)
+    return document[:start + len(begin)] + "\n" + text + "\n" + document[stop:]
+
+
+def block_of(document: str, begin: str, end: str) -> str:
+    """What lies between the marker lines, without the newlines around it."""
+    start, stop = _block(document, begin, end)
+    return document[start + len(begin):stop].strip("\n")
+
+
+def _block(document: str, begin: str, end: str) -> tuple[int, int]:
+    # A document without its markers is an error: rendering must never append a second copy of a block.
+    start, stop = document.find(begin), document.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the document has no {begin.split(':')[0].lstrip('<!- ')} block (its marker lines)")
+    return start, stop

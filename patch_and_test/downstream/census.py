@@ -18,8 +18,8 @@ from pydantic import model_validator
 
 from patch_and_test.core import templating
 from patch_and_test import PACKAGE_ROOT
-from patch_and_test.downstream.table import KEPT_RESULTS, PHASES, REPORT, replace_block
-from patch_and_test.core.templating import Model
+from patch_and_test.downstream.table import KEPT_RESULTS, PHASES, REPORT
+from patch_and_test.core.templating import Model, replace_block
 from repro.downstream.expect import ClientKind, expected_ratio
 from repro.downstream.report import DownstreamReport
 from repro.downstream.space import STAGES

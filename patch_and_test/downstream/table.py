@@ -17,7 +17,7 @@ from repro.downstream.report import DownstreamReport, deepspeed_label
 
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
-from patch_and_test.core.templating import Model
+from patch_and_test.core.templating import Model, replace_block
 from patch_and_test.core.errors import CommandParser
 
 BEGIN = "<!-- downstream-table:begin (rendered by python -m patch_and_test.downstream_table; do not edit) -->"
@@ -139,24 +139,6 @@ def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:
     return "\n".join(lines)
 
 
-def replace_block(document: str, table: str, begin: str = BEGIN, end: str = END) -> str:
-    """The document with the text between ``begin`` and ``end`` (the table's marker lines) replaced. Pure."""
-    start, stop = _block(document, begin, end)
-    return document[:start + len(begin)] + "\n" + table + "\n" + document[stop:]
-
-
-def block_of(document: str, begin: str = BEGIN, end: str = END) -> str:
-    start, stop = _block(document, begin, end)
-    return document[start + len(begin):stop].strip("\n")
-
-
-def _block(document: str, begin: str, end: str) -> tuple[int, int]:
-    start, stop = document.find(begin), document.find(end)
-    if start < 0 or stop < start:
-        raise ValueError(f"the document has no {begin.split(':')[0].lstrip('<!- ')} block (its marker lines)")
-    return start, stop
-
-
 def gather(local: Path, dest: Path) -> None:
     """The reports a bundle carries: the kept runs (docs/downstream-results), then newer local runs over them."""
     import shutil
@@ -202,7 +184,7 @@ def render_into(document: str, bundle: Path) -> str:
     """A bundle's copy of a document, its block rendered from the bundle's results (unchanged without a block)."""
     if BEGIN not in document:
         return document
-    return replace_block(document, render(bundle / "results" / "downstream", "results/downstream"))
+    return replace_block(document, render(bundle / "results" / "downstream", "results/downstream"), BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     for doc in args.documents:
         text = doc.read_text()
         try:
-            new = replace_block(text, render(args.results, args.shown_as))
+            new = replace_block(text, render(args.results, args.shown_as), BEGIN, END)
         except ValueError as err:
             print(f"error: {doc}: {err}", file=sys.stderr)
             return 2

@@ -6,6 +6,7 @@ Deterministic (the same bundle renders the same bytes): that is how ``bundle ver
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,15 @@ BEGIN, END = "<!-- affected-results: begin (rendered by python -m patch_and_test
 
 def render_doc(document: str, root: Path = KEPT) -> str:
     """``document`` with the block between BEGIN and END replaced by the table of the runs under ``root``."""
-    head, _, rest = document.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    table = affected_table(affected_results(root), "affected-results")
-    return f"{head}{BEGIN}\n{table}\n{END}{tail}"
+    return templating.replace_block(document, affected_table(affected_results(root), "affected-results"), BEGIN, END)
 
 
 def write_affected_doc() -> int:
     """Re-render the kept runs' table into docs/affected-tests.md (after copying a run into docs/affected-results)."""
-    DOC.write_text(render_doc(DOC.read_text()))
+    try:
+        DOC.write_text(render_doc(DOC.read_text()))
+    except ValueError as err:  # the markers are gone: say so, as downstream_table does
+        print(f"error: {DOC}: {err}", file=sys.stderr)
+        return 2
     print(f"{DOC}: table of {len(list(KEPT.glob('*/affected.json')))} kept runs")
     return 0

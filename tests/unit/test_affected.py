@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from patch_and_test.upstream import affected
 
 STAGE = textwrap.dedent("""\
@@ -190,3 +192,6 @@ def test_docs_table_is_the_kept_runs_as_rendered():
     assert text == render_doc(text), "run python -m patch_and_test.affected_job --table"
     for path in runs:
         assert f"(affected-results/{path.parent.name}/affected.json)" in text
+    # A document without the block's marker lines is an error, not a second table appended to it.
+    with pytest.raises(ValueError, match="no affected-results block"):
+        render_doc("no markers here\n")

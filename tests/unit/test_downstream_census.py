@@ -7,7 +7,8 @@ import pytest
 from patch_and_test.downstream import census as census_mod
 from patch_and_test.downstream.census import (BEGIN, CENSUS, DOCUMENT, END, Census, Factor, Library, ReadRecipe,
                                               StageFactors, read_factors, render, rows, verdict)
-from patch_and_test.downstream.table import KEPT_RESULTS, block_of
+from patch_and_test.core.templating import block_of
+from patch_and_test.downstream.table import KEPT_RESULTS
 from tests.unit.test_downstream_expect import _report, _row
 
 

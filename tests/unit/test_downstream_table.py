@@ -6,7 +6,8 @@ import pytest
 
 from patch_and_test.downstream.run import marker_patch
 from patch_and_test.core.errors import BadInput
-from patch_and_test.downstream.table import BEGIN, END, block_of, render, replace_block
+from patch_and_test.core.templating import block_of, replace_block
+from patch_and_test.downstream.table import BEGIN, END, render
 from tests.unit.test_downstream_expect import _report, _row
 
 
@@ -19,10 +20,10 @@ def test_a_backport_without_its_marker_patch_is_refused(manifest):
 
 def test_replace_block_and_block_of():
     doc = f"intro\n{BEGIN}\nold\n{END}\nrest\n"
-    new = replace_block(doc, "| t |")
-    assert block_of(new) == "| t |" and new.startswith("intro\n") and new.endswith(f"{END}\nrest\n")
+    new = replace_block(doc, "| t |", BEGIN, END)
+    assert block_of(new, BEGIN, END) == "| t |" and new.startswith("intro\n") and new.endswith(f"{END}\nrest\n")
     with pytest.raises(ValueError):
-        replace_block("no block", "x")
+        replace_block("no block", "x", BEGIN, END)
 
 
 def test_render_from_reports(tmp_path):
