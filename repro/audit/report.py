@@ -4,6 +4,7 @@ table and the summary. Pure logic; docs/code/repro-harness-gradscale-audit.md li
 from __future__ import annotations
 
 import collections
+import dataclasses
 import platform
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -218,10 +219,19 @@ def judge(points: Iterable[MeasuredPoint | Point | Mapping[str, Any]], known: Se
     return [judge_point(p, known, expect, version) for p in points]
 
 
+@dataclasses.dataclass
+class _Group:
+    """One (path, cause) of the summary's disagreements, as the rows come in."""
+    rows: int = 0
+    points: dict[str, None] = dataclasses.field(default_factory=dict)  # ids in first-seen order
+    ratios: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    stages: set[int] = dataclasses.field(default_factory=set)
+
+
 def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect: str) -> Summary:
     counts = collections.Counter(p.category for p in points)
     known_points: collections.Counter = collections.Counter()
-    groups: dict[tuple[str, str], list] = {}  # (path, cause) -> [rows, point ids, label counts, stages]
+    groups: dict[tuple[str, str], _Group] = {}
     worst: dict[str, float] = {}
     for p in points:
         dtype = p.point.dtype
@@ -231,19 +241,19 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
                 worst[dtype] = max(worst.get(dtype, 0.0), scales.error_at(r.ratio, r.residual, target))
             if r.at_oracle:
                 continue
-            group = groups.setdefault((r.path, _cause(p, r)), [0, {}, collections.Counter(), set()])
-            group[0] += 1
-            group[1][p.id] = None
-            group[2][r.label] += 1
-            group[3].add(p.point.stage)
+            group = groups.setdefault((r.path, _cause(p, r)), _Group())
+            group.rows += 1
+            group.points[p.id] = None
+            group.ratios[r.label] += 1
+            group.stages.add(p.point.stage)
         known_points.update({k for r in p.rows if not r.at_oracle for k in r.known})
     by_id = {k.id: k for k in known}
     disagreements = []
     for path, cause in sorted(groups, key=lambda key: (key[1] == "unexplained", *key)):
-        rows, ids, ratios, stages = groups[path, cause]
+        g = groups[path, cause]
         disagreements.append(
-            Disagreement(path=path, cause=cause, code=_code(cause, by_id), rows=rows, points=len(ids),
-                         stages=sorted(stages), ratios=dict(sorted(ratios.items())), examples=list(ids)[:5]))
+            Disagreement(path=path, cause=cause, code=_code(cause, by_id), rows=g.rows, points=len(g.points),
+                         stages=sorted(g.stages), ratios=dict(sorted(g.ratios.items())), examples=list(g.points)[:5]))
     by_category = {c: counts.get(c, 0) for c in CATEGORIES}
     known_counts = {k.id: known_points.get(k.id, 0) for k in known}
     return Summary(counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),

@@ -16,7 +16,7 @@ from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, 
 from repro.harness import launch
 from repro.harness.env import dist_version
 from repro.harness.files import relative_to
-from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, gpu_count, validate
+from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, resolve_backend, validate
 
 SCRIPT = "parity_audit"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -175,8 +175,7 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
                 dict(entry, exit_code=EXIT_ERROR, wall_time_s=0.0,
                      message=f"not started: {left:.0f} s left of the {args.timeout:.0f} s deadline"))
             continue
-        backend = backend_choice if backend_choice != "auto" else (
-            "nccl" if gpu_count() >= topo.world_size else "gloo")
+        backend = resolve_backend(backend_choice, topo.world_size)
         child_args = dataclasses.replace(args, world_size=topo.world_size, sp=topo.sp, timeout=left, backend=backend,
                                          json=None)
         child_argv = (f"--world-size {topo.world_size} --sp {topo.sp} --backend {backend} --expect {args.expect} "

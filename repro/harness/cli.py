@@ -98,9 +98,13 @@ def validate(ns: argparse.Namespace) -> ReproArgs:
         _check_writable(ns.json)
     common = {"world_size", "sp", "backend", "expect", "json", "timeout", "keep_logs", "local_rank"}
     extra = {k: v for k, v in vars(ns).items() if k not in common}
-    backend = ns.backend if ns.backend != "auto" else "nccl" if gpu_count() >= world_size else "gloo"
-    return ReproArgs(world_size=world_size, sp=ns.sp, backend=backend, expect=ns.expect, json=ns.json,
-                     timeout=ns.timeout, keep_logs=ns.keep_logs, extra=extra)
+    return ReproArgs(world_size=world_size, sp=ns.sp, backend=resolve_backend(ns.backend, world_size),
+                     expect=ns.expect, json=ns.json, timeout=ns.timeout, keep_logs=ns.keep_logs, extra=extra)
+
+
+def resolve_backend(choice: str, world_size: int) -> str:
+    """``--backend``'s choice; auto: nccl when there is a GPU for every rank, else gloo."""
+    return choice if choice != "auto" else "nccl" if gpu_count() >= world_size else "gloo"
 
 
 def _check_writable(path: Path) -> None:
