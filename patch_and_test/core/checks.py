@@ -37,13 +37,14 @@ ALST_REQUIREMENTS = PACKAGE_ROOT / "requirements" / "alst.txt"  # the one place 
 def alst_pin_problem() -> str | None:
     """Why the installed transformers cannot run the ALST steps (not the pinned one), or None: another release fails
     inside the ranks, minutes later (5.24: "Unrecognized model")."""
-    pin = pins.requirement("transformers", ALST_REQUIREMENTS)
+    want = pins.version("transformers", ALST_REQUIREMENTS)
     installed = dist_version("transformers")
     if installed is None:
         return None  # the steps are skipped, with the reason (alst_unavailable)
-    if installed != pins.version("transformers", ALST_REQUIREMENTS):
-        return (f"the ALST recipe steps need {pin} (requirements/alst.txt) and this environment has transformers "
-                f"{installed}: pip install -r requirements/alst.txt, or run in an env without transformers")
+    if installed != want:
+        return (
+            f"the ALST recipe steps need transformers=={want} (requirements/alst.txt) and this environment has "
+            f"transformers {installed}: pip install -r requirements/alst.txt, or run in an env without transformers")
     return None
 
 

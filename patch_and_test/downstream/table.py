@@ -201,11 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep is not None:
         for path in keep(args.keep, args.results):
             print(f"kept: {path}")
-    stale = []
+    stale, table = [], render(args.results, args.shown_as)  # the same table goes into every document
     for doc in args.documents:
         text = doc.read_text()
         try:
-            new = replace_block(text, render(args.results, args.shown_as), BEGIN, END)
+            new = replace_block(text, table, BEGIN, END)
         except ValueError as err:
             print(f"error: {doc}: {err}", file=sys.stderr)
             return 2

@@ -214,20 +214,22 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
         except ValueError as err:  # a report that does not validate (listed above)
             problems.append(f"downstream-notice.md: cannot be rendered from the results: {_reason(err)}")
     try:
-        ctx, unreadable = load_context(bundle), None  # one read of the results for both pages
+        ctx, unreadable = load_context(bundle), ""  # one read of the results for both pages
     except ValueError as err:  # a report that does not validate (listed above)
-        ctx, unreadable = None, err
+        ctx, unreadable = None, _reason(err)
     for name, render in (("PR.md", render_pr), ("EVIDENCE.md", render_evidence)):
         path = bundle / name
         if not path.exists():
             problems.append(f"{name}: missing")
             continue
-        try:
-            if ctx is None:
-                raise unreadable
-            problems += [f"{name}: {p}" for p in _diff_lines(path.read_text(), render(bundle, ctx))]
-        except ValueError as err:
-            problems.append(f"{name}: cannot be rendered from the results: {_reason(err)}")
+        reason = unreadable
+        if ctx is not None:
+            try:
+                problems += [f"{name}: {p}" for p in _diff_lines(path.read_text(), render(bundle, ctx))]
+            except ValueError as err:
+                reason = _reason(err)
+        if reason:
+            problems.append(f"{name}: cannot be rendered from the results: {reason}")
     problems += markdown_problems(bundle)
     if (bundle / "github").is_dir():
         problems += _noted(github_form.verify(bundle, load_manifest().by_name("master"), source.mirror_path()))

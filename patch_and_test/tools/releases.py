@@ -193,12 +193,15 @@ def table_rows(report: ReleasesReport) -> list[TableRow]:
     failures = report.failures
     for row in report.rows:
         series = report.series_of(row)
-        notes = [
-            note for holds, note in ((row.version in failures, failures.get(row.version)),
-                                     (row.mirror_tag is False, "no git tag: PyPI is its only source"),
-                                     (row.version_txt != row.version, f"its version.txt says {row.version_txt}"),
-                                     (row.locked, "sha256 pinned in deepspeed-sdists.lock")) if holds
-        ]
+        notes = []
+        if row.version in failures:
+            notes.append(failures[row.version])
+        if row.mirror_tag is False:
+            notes.append("no git tag: PyPI is its only source")
+        if row.version_txt != row.version:
+            notes.append(f"its version.txt says {row.version_txt}")
+        if row.locked:
+            notes.append("sha256 pinned in deepspeed-sdists.lock")
         tag = {True: f"v{row.version}", False: "**none**", None: "?"}[row.mirror_tag]
         out.append(
             TableRow(version=f"**{row.version}**" if row.mirror_tag is False else row.version, tag=tag,

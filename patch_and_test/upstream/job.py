@@ -57,7 +57,7 @@ class AffectedVerdict(JsonReport):
         # Files written before this model (docs/affected-results) carry no schema name.
         return super().from_dict({"schema": SCHEMA, **data})
 
-    @computed_field(description="no-regression, regression, or as patch_and_test.job.verdict.ended_early says")
+    @computed_field(description="no-regression, regression, or as patch_and_test.core.checks.ended_early says")
     @property
     def outcome(self) -> AffectedOutcome:
         return self.decision()[0]
