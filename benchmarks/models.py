@@ -1,6 +1,7 @@
 """What the benchmarks write: one report model per result file, each with its schema under docs/schemas/.
 
-The kept runs predate the ``schema`` key: a model reads them as they are, by file name (docs/code/benchmarks.md).
+The kept runs predate the ``schema`` key: ``ResultFile.from_dict`` adds it, so a model reads them as they are;
+``bundle verify`` picks the model by file name (``FILES``). docs/code/benchmarks.md
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class LaunchCost(Targeted):
     runs: dict[str, list[Timed]]
 
 
+# -- bundle_reuse.py
 class BundleReuse(Targeted):
     SCHEMA = "zero3-sp-gradfix/benchmark-bundle-reuse/v1"
     FILES = "bundle_reuse*.json"
@@ -71,6 +73,7 @@ class BundleReuse(Targeted):
     ratio_second_over_first: float
 
 
+# -- pipeline_overhead.py
 class PipelineOverhead(Targeted):
     SCHEMA = "zero3-sp-gradfix/benchmark-pipeline-overhead/v1"
     FILES = "pipeline_overhead*.json"

@@ -32,7 +32,7 @@ for _p in (str(ROOT), str(HERE)):
         sys.path.insert(0, _p)
 
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
-from benchmarks.models import LaunchInfo, NumericsLaunch, ReducePath, TimingLaunch  # noqa: E402
+from benchmarks.models import LaunchInfo, NumericsLaunch, ReducePath, Spread, TimingLaunch  # noqa: E402
 from patch_and_test.core.series import series_for_version  # noqa: E402
 from repro.harness.cli import gpu_count, main_guard  # noqa: E402
 from repro.harness.launch import remove_shm_buffers  # noqa: E402
@@ -46,7 +46,7 @@ PATCHED_FILES = ("deepspeed/runtime/zero/stage3.py", "deepspeed/runtime/comm/coa
 DEFAULT_CASES = ("many_small=512x4096", "few_large=4x2097152")
 DEFAULT_TOPOLOGIES = ("2:2", "4:2", "4:4", "3:3")
 METRICS = {"wall": "step_times_s", "cpu": "cpu_times_s"}
-SPREAD = ("p25", "p75", "p10", "p90")
+SPREAD = tuple(Spread.model_fields)
 
 
 def launch_main(argv: list[str]) -> int:
