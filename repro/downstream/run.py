@@ -1,4 +1,4 @@
-"""The gradient scale that HF transformers', accelerate's and ArcticTraining's own sp loss code gets from DeepSpeed.
+"""The gradient scale that the own sp loss code of transformers, accelerate, ArcticTraining, trl and axolotl gets.
 
 For every client installed in this interpreter, and ZeRO-2 and ZeRO-3 (DeepSpeed's defaults), one real engine
 trains the tiny Llama one step under Ulysses sequence parallelism with the loss the client's own function returns.
