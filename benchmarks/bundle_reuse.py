@@ -3,6 +3,8 @@
 
 Builds the bundle twice on the same results folder: the second must reuse every cell and take under 10% of the
 first (or of --first-run-s, when the first itself only reused). Writes results/benchmarks/bundle_reuse.json.
+
+More: docs/code/benchmarks.md
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 
 Target: a warm launch of all six costs at most 1.5x a warm launch of one, measured side by side (alternating,
 after one warm-up launch of each). Writes results/benchmarks/launch_cost.json.
+
+More: docs/code/benchmarks.md
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ Runs the whole job for one release (no parity audit, no ALST step) with its cach
 first); the job's verdict times its four reproducer launches. Target: total / launches <= 2.0. Writes
 results/benchmarks/pipeline_overhead.json, the run's verdict beside it. Installs DeepSpeed into the interpreter
 it runs in (the patched build stays).
+
+More: docs/code/benchmarks.md
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ under torchrun, each to give the --expect verdict and leave no process or /dev/s
 
 Writes results/benchmarks/stress_repro.json (or --out); exit 0 when there is no false red, hang or leak and
 every fault ended as documented.
+
+More: docs/code/benchmarks.md
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ Runs ``python -m tox -m tests`` twice in a fresh clone of HEAD, every package ca
 
 Writes results/benchmarks/test_command.json (or --out); exit 0 when both runs pass and meet the targets (cold
 <= 900 s, warm <= 600 s on the 2-core machine the targets were set for).
+
+More: docs/code/benchmarks.md
 """
 
 from __future__ import annotations

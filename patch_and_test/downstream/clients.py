@@ -1,5 +1,8 @@
 """Which installed clients mis-scale their sp gradients with the DeepSpeed installed here: ``patch-and-test``'s
-warnings, run in a subprocess of the patched build's interpreter (``run_check``)."""
+warnings, run after the patched build is installed, in a subprocess of its interpreter.
+
+More: docs/code/patch-and-test-downstream-doctor.md
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ verified sdist, unpatched (``repro/downstream_clients.py --expect buggy``) and w
 (``--expect fixed``). Results: ``results/downstream/<env>/{unpatched,patched}/downstream_clients.{json,log}`` and
 ``run.json``. Exit codes: 0 both runs hold; 1 one does not; 2 a step or a run could not run; 77 nothing to
 measure (no client installed).
+
+More: docs/code/patch-and-test-downstream-doctor.md
 """
 
 from __future__ import annotations

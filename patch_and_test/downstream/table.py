@@ -2,6 +2,8 @@
 
 Documents hold it between two marker lines; ``python -m patch_and_test.downstream_table`` rewrites that block
 (``--check`` fails when a document's block differs from the results); ``verify-bundle`` re-renders a bundle's.
+
+More: docs/code/patch-and-test-downstream-doctor.md
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
 ``dist/<name>-v<series version>/`` and its tarball. ``verify [PATH]`` (``tox -e verify-bundle``) re-checks every
 hash and report, and re-renders PR.md and EVIDENCE.md from the bundle's own results: any edited number, byte or
 file fails.
+
+More: docs/code/patch-and-test-review-upstream.md
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ mis-scaling: it holds, and its verdict names the factor. A client release withou
 applicable" row, a client that fails to import an error row (exit 2); a run with nothing to measure exits 77.
 
 Needs transformers and a DeepSpeed with ``UlyssesSPAttentionHF`` (0.17.2 and later).
+
+More: docs/code/repro-alst-training-downstream.md
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ draws two such reports (unpatched and patched) into one figure.
 
 Needs transformers and DeepSpeed >= 0.19.8 on gloo (its UlyssesSPDataLoaderAdapter shards each step;
 older ones all_gather a 0-dim length gloo rejects); one sp group (world size = sp = 2 or 4).
+
+More: docs/code/repro-alst-training-downstream.md
 """
 
 from __future__ import annotations
