@@ -1,5 +1,7 @@
 """The pinned versions of torch and the lint tools, read from requirements/pins.txt (their one place).
 
+Any file of exact ``name==version`` lines reads the same way (requirements/alst.txt); a range is an error.
+
 toxfile.py loads this file by path, without the package: it imports nothing but the standard library.
 """
 
