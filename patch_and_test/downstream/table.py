@@ -104,11 +104,10 @@ def _measured(rows) -> Measured:
     return Measured(recipe=recipe, zero2=by_stage.get(2), zero3=by_stage.get(3), stages=stages, left_out=left_out)
 
 
-def table_rows(root: Path, shown_root: str = "results/downstream",
-               envs: tuple[str, ...] | None = None) -> list[TableRow]:
+def table_rows(root: Path, shown_root: str = "results/downstream") -> list[TableRow]:
     """One row per env x DeepSpeed x client; a not-applicable client once per verdict."""
     out, shown_na = [], set()
-    for env, phase, rep in reports(root, envs):
+    for env, phase, rep in reports(root):
         ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
         for key, rows in _by_client(rep.rows).items():
             row = dict(env=env, client=" ".join(key), deepspeed=ds, report=f"`{shown_root}/{env}/{phase}/{REPORT}`")
@@ -121,9 +120,9 @@ def table_rows(root: Path, shown_root: str = "results/downstream",
     return out
 
 
-def render(root: Path, shown_root: str = "results/downstream", envs: tuple[str, ...] | None = None) -> str:
+def render(root: Path, shown_root: str = "results/downstream") -> str:
     """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once."""
-    return templating.render("downstream_table.md.j2", rows=table_rows(root, shown_root, envs)).rstrip("\n")
+    return templating.render("downstream_table.md.j2", rows=table_rows(root, shown_root)).rstrip("\n")
 
 
 def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:
