@@ -130,10 +130,12 @@ def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:
     ("+ proposed": a gate that reads the capability marker, i.e. the proposed transformers change.)"""
     lines = [f"  {'client':<36}{'DeepSpeed':<18}{'ZeRO-2':>8}{'ZeRO-3':>8}"]
     for _env, _phase, rep in reports(root, envs):
-        every = _by_client(rep.rows)
-        for key, rows in _by_client([x for x in rep.rows if x.status == "measured"]).items():
-            ratio = {x.stage: x.ratio for x in every[key] if x.ratio is not None}
-            client = " ".join(key) + (" + proposed" if rows[0].gate == "marker-or-version" else "")
+        for key, rows in _by_client(rep.rows).items():
+            measured = [x for x in rows if x.status == "measured"]
+            if not measured:
+                continue
+            ratio = {x.stage: x.ratio for x in rows if x.ratio is not None}
+            client = " ".join(key) + (" + proposed" if measured[0].gate == "marker-or-version" else "")
             ds = f"{rep.deepspeed_version.split('+')[0]} {'patched' if rep.deepspeed_fixed else 'unpatched'}"
             lines.append(f"  {client:<36}{ds:<18}" + "".join(f"{ratio[s]:>8.2f}" if s in ratio else f"{'-':>8}"
                                                              for s in (2, 3)))
