@@ -318,9 +318,8 @@ def _testing(affected: list[tuple[str, AffectedVerdict]], matrix: Matrix | None,
     results = newest.suite.results if newest is not None and newest.suite else []
     regression, alst = PARTIALS[0], PARTIALS[1]
     without, alone = partial.get(regression.name), partial.get(alst.name)
-    table = affected_context([(n, d) for n, d in affected if d is newest]) if newest is not None else None
-    pre_existing = Counter(
-        r.subject.split("::")[0] for r in (table.reasons if table else []) if r.kind == "pre-existing")
+    # one result per test id, sorted (suite.compare): the files in the order the affected table lists them
+    pre_existing = Counter(r.test.split("::")[0] for r in results if r.category == "pre-existing")
     return Testing(
         tree=newest.graft if newest is not None else None, regression_without_fix=without.counts if without else None,
         regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
