@@ -71,20 +71,22 @@ class Selection:
     dtypes: tuple[str, ...] | None
     gas: tuple[int, ...] | None
     patterns: tuple[str, ...] | None
+    # (field, flag) for the repeatable flags, read by of() and argv() alike; the flag's dest is its name.
+    FLAGS = (("stages", "stage"), ("dtypes", "dtype"), ("gas", "gas"), ("patterns", "point"))
 
     @classmethod
     def of(cls, args: ReproArgs) -> Selection:
         e = args.extra
-        return cls(e["mode"], *(tuple(e[k]) if e[k] else None for k in ("stage", "dtype", "gas", "point")))
+        return cls(mode=e["mode"], **{field: tuple(e[flag]) if e[flag] else None for field, flag in cls.FLAGS})
 
     def points(self, topos):
         return select(self.mode, topos, self.stages, self.dtypes, self.gas, self.patterns)
 
     def argv(self) -> list[str]:
         out = ["--mode", self.mode]
-        for flag, values in zip(("--stage", "--dtype", "--gas", "--point"), dataclasses.astuple(self)[1:]):
-            for v in values or ():
-                out += [flag, str(v)]
+        for field, flag in self.FLAGS:
+            for v in getattr(self, field) or ():
+                out += [f"--{flag}", str(v)]
         return out
 
 

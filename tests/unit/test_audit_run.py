@@ -3,6 +3,7 @@ topologies chosen from them, the ranks' argv built from them. Nothing is launche
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 from repro.audit import run
 from repro.audit.space import SP_VALUES
 from repro.harness import launch
-from repro.harness.cli import EXIT_SKIP
+from repro.harness.cli import EXIT_SKIP, build_parser
 from tests.conftest import FIXTURES
 
 # Written by the audit before it became repro/audit/ (world 2, sp 2, --expect buggy: holds).
@@ -121,9 +122,24 @@ def test_cli_rejudges_a_json(tmp_path, capsys):
     assert run.main(["--from-json", str(tmp_path / "missing.json")]) == 2
 
 
-def test_selection_argv_round_trip():
-    args = run.Selection("full", (3, ), ("bf16", ), (2, ), ("z3*", ))
-    assert args.argv() == ["--mode", "full", "--stage", "3", "--dtype", "bf16", "--gas", "2", "--point", "z3*"]
+def _selection(argv: list[str]) -> run.Selection:
+    parser = build_parser("", prog="parity_audit.py", expect_help=run.EXPECT_HELP)
+    run._add_arguments(parser)
+    return run.Selection.of(run._repro_args(parser.parse_args(argv)))
+
+
+def test_selection_flags_map_to_their_own_fields():
+    """Each selection flag lands in its field (by name, whatever the field order) and argv() spells it back."""
+    flags = [
+        "--mode", "full", "--stage", "3", "--stage", "0", "--dtype", "bf16", "--gas", "2", "--point", "z3*", "--point",
+        "a b*"
+    ]
+    selection = _selection(flags)
+    assert selection == run.Selection(mode="full", stages=(3, 0), dtypes=("bf16", ), gas=(2, ),
+                                      patterns=("z3*", "a b*"))
+    assert selection.argv() == flags and _selection(selection.argv()) == selection
+    assert _selection([]) == run.Selection(mode="quick", stages=None, dtypes=None, gas=None, patterns=None)
+    assert {f for f, _ in run.Selection.FLAGS} == {f.name for f in dataclasses.fields(run.Selection)} - {"mode"}
 
 
 def test_the_script_runs_as_documented():
