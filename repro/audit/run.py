@@ -180,8 +180,10 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
         backend = resolve_backend(backend_choice, topo.world_size)
         child_args = dataclasses.replace(args, world_size=topo.world_size, sp=topo.sp, timeout=left, backend=backend,
                                          json=None)
-        child_argv = (f"--world-size {topo.world_size} --sp {topo.sp} --backend {backend} --expect {args.expect} "
-                      f"--timeout {left:.1f}").split() + ["--known", str(args.extra["known"])]
+        child_argv = [
+            "--world-size", f"{topo.world_size}", "--sp", f"{topo.sp}", "--backend", backend, "--expect", args.expect,
+            "--timeout", f"{left:.1f}", "--known", f"{args.extra['known']}"
+        ]
         child_argv += ["--no-known"] * args.extra["no_known"] + selection.argv() + ["--keep-logs"] * args.keep_logs
         received: list[dict] = []
         print(

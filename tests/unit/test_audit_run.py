@@ -86,7 +86,8 @@ def test_cli_rejects_topologies_outside_the_space(capsys):
 
 def test_the_ranks_run_the_entry_script_with_the_parsed_flags(monkeypatch):
     """Each launch's ranks get this topology's flags, spelled out from the one parse (the flags
-    given abbreviated here), and run repro/parity_audit.py; this process's sys.argv is left alone."""
+    given abbreviated here, a value with a space kept whole), and run repro/parity_audit.py; this
+    process's sys.argv is left alone."""
     seen = []
 
     def fake_run(args, program, sink, rank_argv=None):
@@ -97,7 +98,7 @@ def test_the_ranks_run_the_entry_script_with_the_parsed_flags(monkeypatch):
     before = list(sys.argv)
     code = run.main([
         "--world", "4", "--bac", "gloo", "--exp", "buggy", "--stag", "3", "--dty", "bf16", "--keep", "--no-k",
-        "--timeout", "500"
+        "--timeout", "500", "--known", "/no such/known.toml"
     ])
     assert code == EXIT_SKIP and sys.argv == before
     assert [a.sp for _, a in seen] == [2, 4] and all(a.world_size == 4 and a.backend == "gloo" for _, a in seen)
@@ -108,6 +109,7 @@ def test_the_ranks_run_the_entry_script_with_the_parsed_flags(monkeypatch):
     for expected in (["--no-known"], ["--mode", "quick"], ["--stage", "3"], ["--dtype", "bf16"], ["--keep-logs"]):
         assert any(flags[i:i + len(expected)] == expected for i in range(len(flags))), expected
     assert float(flags[flags.index("--timeout") + 1]) <= 500
+    assert flags[flags.index("--known") + 1] == "/no such/known.toml"  # --no-known: never read
 
 
 def test_cli_rejudges_a_json(tmp_path, capsys):
