@@ -242,16 +242,6 @@ def _first_shard(adapter, input_ids, position_ids, labels, sp_rank: int, sp_worl
     return {"input_ids": input_ids[:, cut], "position_ids": position_ids[:, cut], "shift_labels": shift[:, cut]}
 
 
-def launch_fields(ctx: launch.RankContext, script: str) -> dict:
-    """The report fields every family takes from the launch (python_version: the model's default)."""
-    import torch
-
-    return dict(script=script, deepspeed_version=dist_version("deepspeed") or "none", torch_version=torch.__version__,
-                backend=ctx.backend, device=ctx.device.split(":")[0],
-                launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size,
-                sp=ctx.topology.sp, dp=ctx.topology.dp, expect=ctx.args.expect)
-
-
 def program(ctx: launch.RankContext) -> launch.RankResult:
     # transformers 5.25 loads hub kernels by default (needs a `kernels` PyPI lacks); the tiny model uses none.
     os.environ.setdefault("USE_HUB_KERNELS", "0")
@@ -288,7 +278,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     if int(flag) and mine_ok:
         losses.append(other_group_mismatch())
     report = AlstReport(
-        **launch_fields(ctx, SCRIPT), transformers_version=transformers.__version__, rows=rows, losses=losses,
+        **launch.launch_fields(ctx, SCRIPT), transformers_version=transformers.__version__, rows=rows, losses=losses,
         extra=dict(model=MODEL, model_dir=str(model_dir), attn_implementation=ATTN, all_gather=gather_impl,
                    seq_len=SEQ_LEN, masked_prefix=MASKED_PREFIX, zero_config=ZERO_CONFIG, dtype="float32", **notes))
     return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)

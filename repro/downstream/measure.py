@@ -405,7 +405,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     rows = measure_all(clients, model_dir, mpu, sp, dp_index, expected, ctx.args.expect == "fixed", ds_version, marker,
                        notes)
     report = DownstreamReport(
-        **alst_measure.launch_fields(ctx, SCRIPT), deepspeed_fixed=fixed, marker=marker, rows=rows,
+        **launch.launch_fields(ctx, SCRIPT), deepspeed_fixed=fixed, marker=marker, rows=rows,
         extra=dict(model=alst_measure.MODEL, seq_len=alst_measure.SEQ_LEN, masked_prefix=alst_measure.MASKED_PREFIX,
                    params=list(PARAMS), zero_config=alst_measure.ZERO_CONFIG, dtype="float32", callers=CALLERS,
                    **notes))

@@ -12,7 +12,6 @@ from repro.gradscale.report import Report, Row, emit
 from repro.gradscale.space import ParamSpec, ZeroConfig
 from repro.harness import launch, scales
 from repro.harness.cli import ReproArgs, main_guard
-from repro.harness.env import deepspeed_version
 from repro.harness.scales import ReducePath
 from repro.harness.topology import build_mpu
 
@@ -41,8 +40,6 @@ def rank_program(script: str, configs: Sequence[ZeroConfig], specs: tuple[ParamS
                  check: Check | None = None) -> launch.RankProgram:
 
     def program(ctx: launch.RankContext) -> launch.RankResult:
-        import torch
-
         mpu = build_mpu(ctx.topology)
         expected = expected_gradients(specs, ctx.topology)
         rows: list[Row] = []
@@ -51,10 +48,7 @@ def rank_program(script: str, configs: Sequence[ZeroConfig], specs: tuple[ParamS
             rows += make_rows(zero, measured, expected, ctx.topology.sp, ctx.args.expect)
         if check is not None:
             check(rows)
-        report = Report(script=script, deepspeed_version=deepspeed_version(), torch_version=torch.__version__,
-                        backend=ctx.backend, device=ctx.device.split(":")[0],
-                        launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size,
-                        sp=ctx.topology.sp, dp=ctx.topology.dp, expect=ctx.args.expect, rows=rows)
+        report = Report(**launch.launch_fields(ctx, script), rows=rows)
         return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
 
     return program

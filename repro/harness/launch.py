@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from repro.harness.cli import EXIT_DOES_NOT_HOLD, EXIT_ERROR, EXIT_HOLDS, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs
-from repro.harness.env import rank_environment
+from repro.harness.env import dist_version, rank_environment
 from repro.harness.topology import Topology
 from repro.harness.files import write_json
 
@@ -48,6 +48,16 @@ class RankContext:
     device: str  # "cpu" or "cuda:N"
     args: ReproArgs
     external_launcher: bool
+
+
+def launch_fields(ctx: RankContext, script: str) -> dict:
+    """The report fields every family takes from the launch (python_version: the model's default)."""
+    import torch
+
+    return dict(script=script, deepspeed_version=dist_version("deepspeed") or "none", torch_version=torch.__version__,
+                backend=ctx.backend, device=ctx.device.split(":")[0],
+                launcher="external" if ctx.external_launcher else "local", world_size=ctx.world_size,
+                sp=ctx.topology.sp, dp=ctx.topology.dp, expect=ctx.args.expect)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -113,7 +113,7 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     runs = [sp_run(stage, recipe, model_dir, mpu, sp, gather_impl, steps) for stage in STAGES for recipe in RECIPES]
     fixed, marker = deepspeed_state()
     report = TrainingReport(
-        **alst_measure.launch_fields(ctx, SCRIPT), deepspeed_fixed=fixed, marker=marker,
+        **launch.launch_fields(ctx, SCRIPT), deepspeed_fixed=fixed, marker=marker,
         transformers_version=transformers.__version__, reference=ref, runs=runs,
         extra=dict(model=alst_measure.MODEL, optimizer="torch.optim.AdamW", lr=LR, eps=EPS, weight_decay=0.0,
                    gradient_clipping=0.0, dtype="float32", zero_config=alst_measure.ZERO_CONFIG,
