@@ -137,5 +137,4 @@ def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, e
                    fixed_ok=fits[targets["fixed"]].ok)
 
 
-render_table = AlstReport.table
 emit = AlstReport.emit

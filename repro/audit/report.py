@@ -337,23 +337,23 @@ class AuditReport(JsonReport):
         """0 holds, 1 does not, 2 a launch could not run."""
         return 2 if not self.launches_ok else 0 if self.holds else 1
 
-
-def render_table(report: AuditReport, only_failing: bool = False) -> str:
-    header = ("point", "path", "ratios", f"expect ({report.expect})", "category", "verdict")
-    lines = []
-    for p in report.points:
-        if only_failing and p.holds:
-            continue
-        paths = "+".join(dict.fromkeys(_SHORT.get(r.path, r.path.replace("stage_1_and_2.", "z12.")) for r in p.rows))
-        ratios = " ".join(f"{r.param}={r.ratio:.4f}({r.label})" for r in p.rows) or p.message[:70]
-        # an expected scale as a fraction; None: the expectation is "not at a scale"
-        targets = [("wrong" if r.target[report.expect] is None else scales.label(r.target[report.expect]))
-                   for r in p.rows]
-        targets = " ".join(dict.fromkeys(targets)) or "-"
-        verdict = ("rejected" if p.status == "rejected" else
-                   "ok" if p.holds else "MISMATCH" if p.status == "ran" else p.status.upper())
-        lines.append((p.id, paths or "-", ratios, targets, p.category, verdict))
-    return "\n".join(text_table(header, lines, max_widths={2: 60}))
+    def table(self, only_failing: bool = False) -> str:
+        header = ("point", "path", "ratios", f"expect ({self.expect})", "category", "verdict")
+        lines = []
+        for p in self.points:
+            if only_failing and p.holds:
+                continue
+            paths = "+".join(
+                dict.fromkeys(_SHORT.get(r.path, r.path.replace("stage_1_and_2.", "z12.")) for r in p.rows))
+            ratios = " ".join(f"{r.param}={r.ratio:.4f}({r.label})" for r in p.rows) or p.message[:70]
+            # an expected scale as a fraction; None: the expectation is "not at a scale"
+            targets = [("wrong" if r.target[self.expect] is None else scales.label(r.target[self.expect]))
+                       for r in p.rows]
+            targets = " ".join(dict.fromkeys(targets)) or "-"
+            verdict = ("rejected" if p.status == "rejected" else
+                       "ok" if p.holds else "MISMATCH" if p.status == "ran" else p.status.upper())
+            lines.append((p.id, paths or "-", ratios, targets, p.category, verdict))
+        return "\n".join(text_table(header, lines, max_widths={2: 60}))
 
 
 def render_summary(report: AuditReport) -> str:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from repro.audit.expect import DEFAULT_KNOWN_FILE, load_known
-from repro.audit.report import AuditReport, raw_point, raw_row, render_summary, render_table
+from repro.audit.report import AuditReport, raw_point, raw_row, render_summary
 from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,
                                select, topologies)
 from repro.harness import launch
@@ -230,7 +230,7 @@ def _local_meta(args: ReproArgs) -> dict:
 
 def _emit(report: AuditReport, args: ReproArgs) -> None:
     if (table := args.extra["table"]) != "none":
-        print(render_table(report, only_failing=(table == "failing")) + "\n", flush=True)
+        print(report.table(only_failing=(table == "failing")) + "\n", flush=True)
     print(render_summary(report), flush=True)
     if args.json is not None:
         report.write(args.json)

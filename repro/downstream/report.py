@@ -109,5 +109,4 @@ def deepspeed_label(fixed: bool, marker: bool) -> str:
     return "patched, marker" if marker else "patched, no marker"
 
 
-render_table = DownstreamReport.table
 emit = DownstreamReport.emit

@@ -40,7 +40,10 @@ class Report(LaunchReport):
     rows: list[Row]
 
     def table(self) -> str:
-        return render_table(self)
+        header = ("config", "param", "numel", "path", "ratio", "expect", "verdict")
+        lines = [(r.config, r.param, str(r.numel), r.path, f"{r.ratio:.4f} ({r.label})", scales.label(r.target),
+                  "ok" if r.ok else "MISMATCH") for r in self.rows]
+        return "\n".join(text_table(header, lines) + ["", self.summary()])
 
     @computed_field
     @property
@@ -60,13 +63,6 @@ class Report(LaunchReport):
     @property
     def exit_code(self) -> int:
         return 0 if self.holds else 1
-
-
-def render_table(report: Report) -> str:
-    header = ("config", "param", "numel", "path", "ratio", "expect", "verdict")
-    lines = [(r.config, r.param, str(r.numel), r.path, f"{r.ratio:.4f} ({r.label})", scales.label(r.target),
-              "ok" if r.ok else "MISMATCH") for r in report.rows]
-    return "\n".join(text_table(header, lines) + ["", report.summary()])
 
 
 emit = Report.emit

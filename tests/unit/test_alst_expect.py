@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from repro.alst.expect import fit, row_ok
-from repro.alst.report import (SCHEMA, AlstReport, loss_entry, make_row, other_group_mismatch, pattern_of,
-                               render_table)
+from repro.alst.report import SCHEMA, AlstReport, loss_entry, make_row, other_group_mismatch, pattern_of
 from repro.alst.space import RECIPES, STAGES
 from repro.harness import scales
 
@@ -220,7 +219,7 @@ def test_report_rejects_another_schema():
 
 
 def test_table_names_every_row_and_the_verdict():
-    text = render_table(_report(ratios={k: v[0](2) for k, v in TABLE.items()}))
+    text = _report(ratios={k: v[0](2) for k, v in TABLE.items()}).table()
     assert "DOES NOT HOLD (pattern seen: buggy)" in text
     assert text.count("MISMATCH") == 2 and "allgather" in text and "own_share" in text and "1/2" in text
 
@@ -229,4 +228,4 @@ def test_table_shows_another_groups_loss_mismatch():
     report = _report()
     report.losses.append(other_group_mismatch())
     again = AlstReport.from_dict(json.loads(json.dumps(report.to_dict())))
-    assert not again.holds and "another dp group's loss mismatched  MISMATCH" in render_table(again)
+    assert not again.holds and "another dp group's loss mismatched  MISMATCH" in again.table()

@@ -3,8 +3,7 @@ import json
 import pytest
 
 from repro.audit.expect import KnownDiscrepancy
-from repro.audit.report import (SCHEMA, AuditReport, MeasuredPoint, Point, Row, raw_point, raw_row, render_summary,
-                                render_table)
+from repro.audit.report import SCHEMA, AuditReport, MeasuredPoint, Point, Row, raw_point, raw_row, render_summary
 from repro.audit.space import AuditPoint
 from tests.conftest import FIXTURES
 
@@ -102,10 +101,9 @@ def test_json_round_trip_and_rejudge(tmp_path):
 
 def test_table_and_summary_text():
     report = _report(_points(), "fixed")
-    table = render_table(report)
+    table = report.table()
     assert all(p.id in table for p in report.points) and "MISMATCH" in table and "rejected" in table
-    assert P_SP.id in render_table(report, only_failing=True) and P_OK.id not in render_table(
-        report, only_failing=True)
+    assert P_SP.id in report.table(only_failing=True) and P_OK.id not in report.table(only_failing=True)
     text = render_summary(report)
     assert "DOES NOT HOLD" in text and "sp-bug" in text and "zero12-predivide" in text and "not supported" in text
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from repro.downstream.expect import ClientKind, classify, compensates, expected_ratio, mis_scaled
-from repro.downstream.report import ClientRow, DownstreamReport, render_table
+from repro.downstream.report import ClientRow, DownstreamReport
 from repro.harness import scales
 
 # Shapes of the clients' code, reduced to what classify() reads (the real sources are read at run time).
@@ -130,7 +130,7 @@ def test_report_loads_a_verdict_of_the_old_format():
 
 
 def test_table_shows_the_rule_as_a_label():
-    text = render_table(_report([_row(), _row(status="not-applicable", note="why", stage=None, expected=None)]))
+    text = _report([_row(), _row(status="not-applicable", note="why", stage=None, expected=None)]).table()
     assert "mis-scaled x2 (as the rule predicts)" in text and "not applicable: why" in text
     assert "HOLDS (exit 0)" in text
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.gradscale.report import SCHEMA, Report, Row, render_table
+from repro.gradscale.report import SCHEMA, Report, Row
 
 # Reports the reproducers wrote before the report became a pydantic model (labels "1.0", not "1").
 KEPT = Path(__file__).resolve().parents[2] / "docs" / "master-v4-reproducers"
@@ -53,12 +53,12 @@ def test_rejects_foreign_json():
 
 
 def test_table_mentions_every_row_and_the_verdict():
-    text = render_table(_report([_row(), _row(ok=False)]))
+    text = _report([_row(), _row(ok=False)]).table()
     assert text.count("zero3 rs=True") == 2 and "MISMATCH" in text and "DOES NOT HOLD" in text
 
 
 def test_table_names_the_target_scale_as_a_fraction():
-    text = render_table(_report([_row()]))
+    text = _report([_row()]).table()
     assert "0.5000 (1/2)  1/2" in text
 
 
