@@ -32,9 +32,9 @@ for _p in (str(ROOT), str(HERE)):
         sys.path.insert(0, _p)
 
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
-from benchmarks.models import LaunchInfo, NumericsLaunch, ReducePath, Spread, TimingLaunch  # noqa: E402
+from benchmarks.models import Bucket, LaunchInfo, NumericsLaunch, ReducePath, Spread, TimingLaunch  # noqa: E402
 from patch_and_test.core.series import series_for_version  # noqa: E402
-from repro.harness.cli import gpu_count, main_guard  # noqa: E402
+from repro.harness.cli import gpu_count, main_guard, resolve_backend  # noqa: E402
 from repro.harness.launch import remove_shm_buffers  # noqa: E402
 
 # The fix patch of the series that serves the installed release (on 0.19.8 the pull request's own patch 1).
@@ -199,9 +199,7 @@ def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
             row["checks"].append(bucket["checks"])
             row.setdefault("isolated", []).append(max(r["wall_median_s"] for r in bucket["isolated_post_scale"]))
             row.setdefault("isolated_cpu", []).append(sum(r["cpu_median_s"] for r in bucket["isolated_post_scale"]))
-            keys = ("bucket_params", "bucket_elements", "communication_dtype", "gradient_dtype",
-                    "partition_world_size", "sequence_parallel_size", "itemsize")
-            row["bucket"] = {k: bucket[k] for k in keys}
+            row["bucket"] = {k: bucket[k] for k in Bucket.model_fields}
             row["partition_elements_rank0"] = bucket["partition_elements"][0]
     return [_summarize_row(row, impl_names, others) for row in rows.values()]
 
@@ -390,9 +388,7 @@ def driver_main(argv: list[str]) -> int:
             f"{series.fix_patches[0].file[:4]}")
     if "before" in patches:
         raise SystemExit("error: 'before' is the installed DeepSpeed; name the patches otherwise")
-    backend = args.backend
-    if backend == "auto":
-        backend = "nccl" if gpu_count() >= 2 else "gloo"
+    backend = resolve_backend(args.backend, 2)
     waited = _wait_for_quiet(args.max_load, args.max_wait)
     out_path = args.out or RESULTS / "reduce_path.json"
     shown = {n: _shown(p) for n, p in patches.items()}
