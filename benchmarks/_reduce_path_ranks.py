@@ -184,6 +184,17 @@ def _wrap(optimizer, method: str, before_original: Callable) -> None:
     setattr(optimizer, name, wrapped)
 
 
+def _clocked(call: Callable, *args) -> tuple[float, float]:
+    """Wall and CPU seconds (this process, all threads) of ``call(*args)`` up to the device's synchronize."""
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    out = call(*args)
+    _sync()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    del out  # freed once the clocks have stopped
+    return wall, cpu
+
+
 def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Impl], plan: TimingPlan,
                  ctx: RankContext) -> dict:
     from deepspeed import comm as dist
@@ -216,13 +227,7 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
                 restore()
                 _sync()
                 dist.barrier()
-                c0 = time.process_time()
-                t0 = time.perf_counter()
-                out = impls[n].avg_scatter(opt, params, comm_dtype)
-                _sync()
-                elapsed = time.perf_counter() - t0
-                used = time.process_time() - c0
-                del out
+                elapsed, used = _clocked(impls[n].avg_scatter, opt, params, comm_dtype)
                 if it >= plan.warmup:
                     times[n].append(elapsed)
                     cpu[n].append(used)
@@ -263,15 +268,7 @@ def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype
     partitions of the bucket, in the communication dtype, timed with no collective around it
     (a low-noise measure of the extra work; the full-call ratios above are the real cost)."""
     parts = [p.to(comm_dtype).contiguous() for p in partitions]
-    wall, cpu = [], []
-    for _ in range(repeats):
-        c0 = time.process_time()
-        t0 = time.perf_counter()
-        out = [g.mul(scale) for g in parts]
-        _sync()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-        del out
+    wall, cpu = zip(*[_clocked(lambda: [g.mul(scale) for g in parts]) for _ in range(repeats)])
     return dict(wall_median_s=statistics.median(wall), cpu_median_s=statistics.median(cpu), repeats=repeats,
                 tensors=len(parts), elements=sum(p.numel() for p in parts))
 
