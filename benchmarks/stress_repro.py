@@ -71,9 +71,9 @@ def _env_of(pid: int) -> dict[str, str]:
     return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
 
 
-def _owned(name: str, ports: set[str]) -> bool:
+def _new_shm(before: set[str], ports: set[str]) -> list[str]:
     # deepspeed_<kind>_<MASTER_ADDR>_<MASTER_PORT>_<rank>: other jobs' segments are not this launch's
-    return any(f"_{port}_" in name for port in ports)
+    return sorted(n for n in shm_segments() - before if any(f"_{port}_" in n for port in ports))
 
 
 def leftovers(tag: str, shm_before: set[str], ports: set[str], grace_s: float = 5.0) -> tuple[list[str], list[str]]:
@@ -81,7 +81,7 @@ def leftovers(tag: str, shm_before: set[str], ports: set[str], grace_s: float = 
     end = time.monotonic() + grace_s
     while True:
         procs = [f"{pid} {cmd[:120]}" for pid, cmd in tagged_processes(tag)]
-        shm = sorted(n for n in shm_segments() - shm_before if _owned(n, ports))
+        shm = _new_shm(shm_before, ports)
         if (not procs and not shm) or time.monotonic() > end:
             return procs, shm
         time.sleep(0.2)
@@ -129,7 +129,7 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
     except BaseException:
         # The stress loop itself stopped (Ctrl-C, SIGTERM): take this launch and its ranks down too.
         stop.set()
-        _cleanup(tag, sorted(n for n in shm_segments() - shm_before if _owned(n, ports)))
+        _cleanup(tag, _new_shm(shm_before, ports))
         raise
     wall = time.monotonic() - start
     stop.set()
@@ -236,10 +236,9 @@ def schedule(launches: int, four_rank: int, torchrun: int, py: str, expect: list
     for i in range(rounds):
         for script in TWO_RANK if i < launches else ():
             out.append(("2-rank", [py, str(REPRO / script), *expect], f"{script} 2-rank #{i + 1}"))
-        if i * four_rank // rounds != (i + 1) * four_rank // rounds:
-            out.append(("4-rank", four, f"{TWO_RANK[0]} 4-rank #{(i + 1) * four_rank // rounds}"))
-        if i * torchrun // rounds != (i + 1) * torchrun // rounds:
-            out.append(("torchrun", torchrun_argv, f"{TWO_RANK[0]} torchrun #{(i + 1) * torchrun // rounds}"))
+        for kind, count, argv in (("4-rank", four_rank, four), ("torchrun", torchrun, torchrun_argv)):
+            if i * count // rounds != (done := (i + 1) * count // rounds):
+                out.append((kind, argv, f"{TWO_RANK[0]} {kind} #{done}"))
     return out
 
 
