@@ -34,11 +34,6 @@ def ulp_error(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) 
     return (value.double() - reference.double()).abs() / ulp_of(reference, dtype)
 
 
-def representable(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Round float64 ``values`` to ``dtype`` and back: what a rank can hold in that format."""
-    return values.to(dtype).double()
-
-
 def rank_gradient(kind: str, numel: int, rank: int, param_index: int, dtype: torch.dtype,
                   seed: int = 8692) -> torch.Tensor:
     """Rank ``rank``'s local gradient of parameter ``param_index`` (float64, representable in dtype)."""
@@ -54,7 +49,7 @@ def rank_gradient(kind: str, numel: int, rank: int, param_index: int, dtype: tor
         values = torch.randn(numel, generator=own, dtype=torch.float64)
         if kind == "small":
             values = values * 2.0**-12
-    return representable(values, dtype)
+    return values.to(dtype).double()  # rounded to dtype and back: what a rank can hold in that format
 
 
 def partition_slice(numel: int, world_size: int, rank: int) -> tuple[int, int]:
