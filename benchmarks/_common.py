@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -27,10 +26,6 @@ def timed_run(python: str, script: Path, *argv: str, timeout: float = 900) -> Ti
     notes = sum("during teardown" in line for line in proc.stderr.splitlines())
     return Timed(argv=[str(script.name), *argv], returncode=proc.returncode, wall_s=round(wall, 3),
                  teardown_notes=notes, stderr_tail=proc.stderr[-2000:])
-
-
-def median(values: list[float]) -> float:
-    return round(statistics.median(values), 3)
 
 
 def environment(python: str) -> Environment:

@@ -10,11 +10,12 @@ More: docs/code/benchmarks.md
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, default_python, environment, finish, median, timed_run  # noqa: E402
+from _common import ROOT, default_python, environment, finish, timed_run  # noqa: E402
 from benchmarks.models import LaunchCost  # noqa: E402
 
 SCRIPT = ROOT / "repro" / "zero3_sp_grad_scale.py"
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["all_six"].append(timed_run(args.python, SCRIPT, *common))
         runs["single"].append(timed_run(args.python, SCRIPT, *single_argv))
     failed = [r for rs in runs.values() for r in rs if r.returncode not in (0, 1)]
-    med = {k: median([r.wall_s for r in v]) for k, v in runs.items()}
+    med = {k: round(statistics.median(r.wall_s for r in v), 3) for k, v in runs.items()}
     ratio = round(med["all_six"] / med["single"], 3)
     met = ratio <= TARGET and not failed
     result = LaunchCost(benchmark="launch_cost", environment=env, repeats=args.repeats, median_wall_s=med,
