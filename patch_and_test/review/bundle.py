@@ -210,28 +210,17 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
     notice = bundle / "downstream-notice.md"
     if notice.exists():
         text = notice.read_text()
-        try:
-            rendered = downstream_table.render_into(text, bundle)
-            problems += [f"downstream-notice.md: {p}" for p in _diff_lines(text, rendered)]
-        except ValueError as err:  # a report that does not validate (listed above)
-            problems.append(f"downstream-notice.md: cannot be rendered from the results: {_reason(err)}")
+        problems += _rerendered(notice.name, text, lambda: downstream_table.render_into(text, bundle))
     try:
-        ctx, unreadable = load_context(bundle), ""  # one read of the results for both pages
-    except ValueError as err:  # a report that does not validate (listed above)
-        ctx, unreadable = None, _reason(err)
+        ctx = load_context(bundle)  # one read of the results for both pages
+    except ValueError:  # a report that does not validate: each page's render reads it again and says why
+        ctx = None
     for name, render in (("PR.md", render_pr), ("EVIDENCE.md", render_evidence)):
         path = bundle / name
-        if not path.exists():
+        if path.exists():
+            problems += _rerendered(name, path.read_text(), lambda: render(bundle, ctx))
+        else:
             problems.append(f"{name}: missing")
-            continue
-        reason = unreadable
-        if ctx is not None:
-            try:
-                problems += [f"{name}: {p}" for p in _diff_lines(path.read_text(), render(bundle, ctx))]
-            except ValueError as err:
-                reason = _reason(err)
-        if reason:
-            problems.append(f"{name}: cannot be rendered from the results: {reason}")
     problems += markdown_problems(bundle)
     if (bundle / "github").is_dir():
         problems += _noted(github_form.verify(bundle, load_manifest().by_name("master"), source.mirror_path()))
@@ -318,10 +307,14 @@ def _reason(err: ValueError) -> str:
     return str(err).replace("\n", " ")
 
 
-def _diff_lines(shipped: str, rendered: str) -> list[str]:
-    lines = zip_longest(shipped.splitlines(), rendered.splitlines(), fillvalue="<missing>")
+def _rerendered(name: str, shipped: str, render) -> list[str]:
+    """The first ten lines of ``name`` that ``render()`` gives otherwise, or why the results cannot render it."""
+    try:
+        lines = zip_longest(shipped.splitlines(), render().splitlines(), fillvalue="<missing>")
+    except ValueError as err:  # a report that does not validate (listed above)
+        return [f"{name}: cannot be rendered from the results: {_reason(err)}"]
     return [
-        f"line {i} says {x.strip()!r} but the results give {y.strip()!r}" for i, (x, y) in enumerate(lines, 1)
+        f"{name}: line {i} says {x.strip()!r} but the results give {y.strip()!r}" for i, (x, y) in enumerate(lines, 1)
         if x != y
     ][:10]
 
