@@ -41,11 +41,6 @@ def split_message(message: str) -> tuple[list[str], list[str]]:
     return (body[text[0]:text[-1] + 1] if text else []), trailers
 
 
-def title(series: Series) -> str:
-    """The pull request's title: the subject of the series' first patch (as PR.md's, review.context)."""
-    return patch_subject(series.patches[0].path)
-
-
 def pr_body(pr_markdown: str) -> str:
     """PR.md without its ``# title`` line: what goes into GitHub's description box."""
     first, _, rest = pr_markdown.partition("\n")
@@ -54,12 +49,9 @@ def pr_body(pr_markdown: str) -> str:
 
 def _texts(bundle: Path, series: Series) -> dict[str, str]:
     """The title, the squash commit's message (title, then PR.md's body, ending with the sign-offs), the body."""
-    pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
-    return {
-        "pr-title.txt": title(series) + "\n",
-        "squash-message.txt": f"{title(series)}\n\n{pr_body(pr).rstrip()}\n",
-        "pr-body.md": pr_body(pr)
-    }
+    title = patch_subject(series.patches[0].path)  # the series' first patch's subject, as PR.md's (review.context)
+    body = pr_body((bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else "")
+    return {"pr-title.txt": title + "\n", "squash-message.txt": f"{title}\n\n{body.rstrip()}\n", "pr-body.md": body}
 
 
 def base_repo(series: Series, mirror: Path) -> Path:
