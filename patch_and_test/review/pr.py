@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
@@ -42,11 +41,6 @@ def local_links(markdown: str) -> list[str]:
     return [t for t in LINK.findall(markdown) if not re.match(r"^(https?:|mailto:|#)", t)]
 
 
-def affected_table(found: list[tuple[str, dict[str, Any]]], link_root: str) -> str:
-    """Per tree: the selection's tests before and after the series, and the pre-existing failures' reasons."""
-    return templating.render("affected_table.md.j2", table=affected_context(found), link_root=link_root).rstrip("\n")
-
-
 KEPT = PACKAGE_ROOT / "docs" / "affected-results"
 DOC = PACKAGE_ROOT / "docs" / "affected-tests.md"
 BEGIN, END = "<!-- affected-results: begin (rendered by python -m patch_and_test.affected_job --table) -->", \
@@ -55,7 +49,9 @@ BEGIN, END = "<!-- affected-results: begin (rendered by python -m patch_and_test
 
 def render_doc(document: str, root: Path = KEPT) -> str:
     """``document`` with the block between BEGIN and END replaced by the table of the runs under ``root``."""
-    return templating.replace_block(document, affected_table(affected_results(root), "affected-results"), BEGIN, END)
+    table = templating.render("affected_table.md.j2", table=affected_context(affected_results(root)),
+                              link_root="affected-results")
+    return templating.replace_block(document, table.rstrip("\n"), BEGIN, END)
 
 
 def write_affected_doc() -> int:
