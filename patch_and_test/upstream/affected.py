@@ -102,13 +102,14 @@ def parse_patch(text: str, patch_name: str = "") -> list[FileChange]:
     return [FileChange(path, patch_name, tuple(hunks)) for path, hunks in files]
 
 
+def numbered_patches(series_dir: Path) -> list[Path]:
+    """A series folder's numbered patches, in order, without the cover letter (it changes nothing)."""
+    return [p for p in sorted(series_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")) if not p.name.startswith("0000-")]
+
+
 def series_changes(series_dir: Path) -> list[FileChange]:
-    """The changes of every numbered patch of a series folder (the cover letter changes nothing)."""
-    out = []
-    for patch in sorted(series_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")):
-        if not patch.name.startswith("0000-"):
-            out += parse_patch(patch.read_text(errors="replace"), patch.name)
-    return out
+    """The changes of every numbered patch of a series folder."""
+    return [c for p in numbered_patches(series_dir) for c in parse_patch(p.read_text(errors="replace"), p.name)]
 
 
 def is_test_file(path: str) -> bool:

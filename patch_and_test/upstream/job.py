@@ -79,9 +79,7 @@ class AffectedVerdict(JsonReport):
 
 def series_from_dir(directory: Path) -> series_mod.Series:
     """Any folder of ``git format-patch`` files, applied whole (every patch as a fix: no folder checks)."""
-    patches = tuple(
-        series_mod.Patch(p.name, p, "fix") for p in sorted(directory.glob("[0-9][0-9][0-9][0-9]-*.patch"))
-        if not p.name.startswith("0000-"))
+    patches = tuple(series_mod.Patch(p.name, p, "fix") for p in affected.numbered_patches(directory))
     if not patches:
         raise PipelineError(f"{directory} holds no numbered patches")
     return series_mod.Series(name=directory.name, version=0, min_version=(0, 0, 0), below_version=(999, 0, 0),
