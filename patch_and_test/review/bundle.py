@@ -272,7 +272,7 @@ def markdown_problems(bundle: Path) -> list[str]:
 def validate_reports(bundle: Path) -> tuple[list[str], list[str]]:
     """(problems, notes): every report in the bundle read back through its model, one line per file that fails."""
     models, skipped = schemas.load_models()
-    known = schemas.by_schema(models)
+    known = {model.SCHEMA: model for model in models.values()}  # the name a report carries in its schema key
     problems = []
     for path in sorted(bundle.rglob("*.json")):
         rel = path.relative_to(bundle).as_posix()

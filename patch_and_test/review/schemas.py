@@ -65,11 +65,6 @@ def load_models(models: dict[str, str] | None = None) -> tuple[dict[str, Any], d
     return found, skipped
 
 
-def by_schema(models: dict[str, Any]) -> dict[str, Any]:
-    """The schema name a report carries in its ``schema`` key -> its model."""
-    return {model.SCHEMA: model for model in models.values()}
-
-
 def by_file(models: dict[str, Any], path: Path) -> Any:
     """The model whose ``FILES`` pattern ``path`` matches (a file kept without a ``schema`` key), or None."""
     return next((m for m in models.values() if getattr(m, "FILES", None) and path.match(m.FILES)), None)
