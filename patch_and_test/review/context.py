@@ -305,8 +305,8 @@ def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
     ]
 
 
-def _outcome_counts(results: list, phase: str, needle: str) -> Counts | None:
-    found = {r.test: getattr(r, phase) for r in results if needle in r.test and getattr(r, phase)}
+def _after_counts(results: list, needle: str) -> Counts | None:
+    found = {r.test: r.after for r in results if needle in r.test and r.after}
     return outcome_counts(found) if found else None
 
 
@@ -322,10 +322,10 @@ def _testing(affected: list[tuple[str, AffectedVerdict]], matrix: Matrix | None,
     pre_existing = Counter(r.test.split("::")[0] for r in results if r.category == "pre-existing")
     return Testing(
         tree=newest.graft if newest is not None else None, regression_without_fix=without.counts if without else None,
-        regression_with_fix=_outcome_counts(results, "after", f"::{regression.test_class}::"),
+        regression_with_fix=_after_counts(results, f"::{regression.test_class}::"),
         alst_fix_alone=alone.counts if alone else None, alst_failed_fix_alone=sorted(
             t.split("::")[-1] for t, o in (alone.outcomes if alone else {}).items()
-            if o in ("failed", "error")), alst_with_series=_outcome_counts(results, "after", f"::{alst.test_class}::"),
+            if o in ("failed", "error")), alst_with_series=_after_counts(results, f"::{alst.test_class}::"),
         affected=newest.suite if newest else None, pre_existing_by_file=dict(pre_existing), cost=_cost(cost_run),
         environment=newest.environment if newest else None, cells=matrix.cells if matrix else [])
 
