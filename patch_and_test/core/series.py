@@ -362,19 +362,17 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
             to_apply.append(patch)
 
     head, ref = _state(root)
-    if not to_apply:
-        return ApplyResult(series=series.name, series_version=series.version, repo=root, applied=(),
-                           skipped=tuple(skipped), base=head, head=head)
-    # A fix patch's hunks under a folder the tree lacks (see ROLES); the patches that need it were skipped above.
-    excludes = [f"--exclude={d}/*" for d in ("tests", "docs") if not (root / d).is_dir()]
-    result = git(root, "am", "--no-3way", "--quiet", *excludes, *[str(p.path) for p in to_apply], check=False,
-                 env=_identity_env(root))
-    if result.returncode != 0:
-        failed = _failed_patch(root, to_apply, head)
-        reason = _first_error_line(result.stderr or result.stdout)
-        _restore(root, head, ref)
-        raise errors.SeriesDoesNotApply(f"series {series.name} v{series.version}: {failed} does not apply to {root} "
-                                        f"({reason}); the tree is back at {head[:12]}")
+    if to_apply:
+        # A fix patch's hunks under a folder the tree lacks (see ROLES); the patches that need it were skipped above.
+        excludes = [f"--exclude={d}/*" for d in ("tests", "docs") if not (root / d).is_dir()]
+        result = git(root, "am", "--no-3way", "--quiet", *excludes, *[str(p.path) for p in to_apply], check=False,
+                     env=_identity_env(root))
+        if result.returncode != 0:
+            failed = _failed_patch(root, to_apply, head)
+            reason = _first_error_line(result.stderr or result.stdout)
+            _restore(root, head, ref)
+            raise errors.SeriesDoesNotApply(f"series {series.name} v{series.version}: {failed} does not apply to "
+                                            f"{root} ({reason}); the tree is back at {head[:12]}")
     return ApplyResult(series=series.name, series_version=series.version, repo=root,
                        applied=tuple(p.file for p in to_apply), skipped=tuple(skipped), base=head,
                        head=_state(root)[0])
