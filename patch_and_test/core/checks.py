@@ -94,9 +94,6 @@ class PytestCheck(Record):
     log: str
     duration_s: float
 
-    def count(self, outcome: str) -> int:
-        return sum(1 for v in self.outcomes.values() if v == outcome)
-
     @property
     def counts(self) -> dict[str, int]:
         return outcome_counts(self.outcomes)

@@ -113,7 +113,7 @@ def decide(v: Verdict) -> tuple[Outcome, Exit]:
     if any(s.status == "regression" for s in v.suites):
         return "regression", Exit.REGRESSION
     after_ok = (bool(v.after) and all(c.holds for c in v.after)
-                and all(t.count("failed") == 0 and t.count("error") == 0 and t.count("passed") > 0 for t in v.tests))
+                and all(t.counts["failed"] == t.counts["error"] == 0 < t.counts["passed"] for t in v.tests))
     if not after_ok:
         return "not-fixed", Exit.NOT_FIXED
     if v.already_fixed:
