@@ -95,12 +95,9 @@ def _version(text: str) -> Version | None:
 
 
 def touched_files(series: Series, patch_files: list[Path] | None = None) -> list[str]:
-    paths: list[str] = []
-    for patch in patch_files if patch_files is not None else [p.path for p in series.patches]:
-        for match in re.finditer(r"^\+\+\+ b/(.+)$", patch.read_text(), re.M):
-            if match[1] not in paths:
-                paths.append(match[1])
-    return paths
+    patches = patch_files if patch_files is not None else [p.path for p in series.patches]
+    found = (match[1] for patch in patches for match in re.finditer(r"^\+\+\+ b/(.+)$", patch.read_text(), re.M))
+    return list(dict.fromkeys(found))  # each path once, in the order the patches first touch it
 
 
 def _hook_exclude(tree: Path, hook: str) -> re.Pattern | None:
