@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -60,19 +61,15 @@ def split_scaffolding(repo: Path, upstream: str, head: str) -> tuple[str, list[s
         raise errors.BadInput(f"no commits between {upstream[:12]} and {head[:12]}")
     if git_out(repo, "rev-list", "--min-parents=2", f"{upstream}..{head}").strip():
         raise errors.BadInput(f"{upstream[:12]}..{head[:12]} has merge commits; a series is a straight line")
-    scaffolding: list[str] = []
-    for commit in commits:
-        changes = _touched(repo, commit)
-        if changes and all(status == "D" for status, _ in changes):
-            scaffolding.append(commit)
-        else:
-            break
+    changes = {commit: _touched(repo, commit) for commit in commits}
+    deletes_only = {c for c, touched in changes.items() if touched and all(s == "D" for s, _ in touched)}
+    scaffolding = list(itertools.takewhile(deletes_only.__contains__, commits))
     series = commits[len(scaffolding):]
     if not series:
         raise errors.BadInput(f"{upstream[:12]}..{head[:12]} holds only file deletions: no series to format")
-    dropped = {path for commit in scaffolding for _, path in _touched(repo, commit)}
+    dropped = {path for commit in scaffolding for _, path in changes[commit]}
     for commit in series:
-        clash = dropped.intersection(path for _, path in _touched(repo, commit))
+        clash = dropped.intersection(path for _, path in changes[commit])
         if clash:
             raise errors.BadInput(f"{commit[:12]} touches {sorted(clash)[0]}, which a scaffolding commit deletes")
     local_base = scaffolding[-1] if scaffolding else _commit(repo, upstream)
