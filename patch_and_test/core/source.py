@@ -117,6 +117,11 @@ def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
     return {version: LockEntry(version, entry["filename"], entry["sha256"]) for version, entry in entries.items()}
 
 
+def newest_locked() -> str:
+    """The newest release the lock pins: the job's and the tests' default DeepSpeed."""
+    return max(load_lock(), key=parse_version)
+
+
 def pip_command() -> list[str]:
     """How to run pip here: this interpreter's, else the one on PATH."""
     if importlib.util.find_spec("pip") is not None:

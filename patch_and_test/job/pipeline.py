@@ -92,7 +92,7 @@ def run(cfg: PipelineConfig) -> Verdict:
 
 def _run_steps(r: _Run) -> None:
     cfg = r.cfg
-    version = None if cfg.src or cfg.newest_upstream else (cfg.version or _newest())
+    version = None if cfg.src or cfg.newest_upstream else (cfg.version or source_mod.newest_locked())
     if version is not None:
         # Known before any download: a skipped cell is still tied to the inputs it would have used.
         r.verdict.inputs = inputs.run_inputs(
@@ -280,7 +280,3 @@ def _affected_compare(r: _Run, tree: Path, selection: affected.Selection, before
 def _sdist_sha256(version: str) -> str | None:
     entry = source_mod.load_lock().get(version)
     return entry.sha256 if entry else None
-
-
-def _newest() -> str:
-    return max(source_mod.load_lock(), key=series_mod.parse_version)

@@ -21,8 +21,7 @@ import subprocess
 import sys
 
 from patch_and_test.core import install
-from patch_and_test.core.series import parse_version
-from patch_and_test.core.source import load_lock
+from patch_and_test.core.source import newest_locked
 from patch_and_test.core.errors import CommandParser
 
 VERSION_DEPENDENT = ("tests/multiprocess", "tests/pipeline")
@@ -31,15 +30,11 @@ OLDEST_FAST = ("tests/multiprocess/test_reproducers_unpatched.py", )
 TIERS = ("fast", "slow", "all")
 
 
-def newest() -> str:
-    return max(load_lock(), key=parse_version)
-
-
 def test_args(version: str, tier: str = "fast") -> list[str]:
     """pytest's arguments for one release and tier (see the module docstring)."""
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
-    is_newest = version == newest()
+    is_newest = version == newest_locked()
     if tier == "all":
         return ["tests"] if is_newest else list(VERSION_DEPENDENT)
     marker = ["-m", "slow_tier" if tier == "slow" else "not slow_tier"]
@@ -62,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tier", choices=TIERS, default=os.environ.get("ZERO3_SP_TEST_TIER") or "fast",
                         help="fast (default), slow, or all (env ZERO3_SP_TEST_TIER)")
     args, pytest_args = parser.parse_known_args(argv)
-    version = args.version or newest()
+    version = args.version or newest_locked()
     code = install.main(["--pypi", version])
     if code != 0:
         return code

@@ -4,9 +4,10 @@ import pytest
 
 
 def test_selftest_tiers_split_the_suite_without_gaps():
-    from patch_and_test.tools.selftest import OLDEST_FAST, newest, test_args
+    from patch_and_test.core.source import newest_locked
+    from patch_and_test.tools.selftest import OLDEST_FAST, test_args
 
-    new = newest()
+    new = newest_locked()
     assert test_args(new) == ["tests", "-m", "not slow_tier"]
     assert test_args(new, "slow") == ["tests", "-m", "slow_tier"]
     assert test_args(new, "all") == ["tests"]
@@ -18,9 +19,10 @@ def test_selftest_tiers_split_the_suite_without_gaps():
 
 
 def test_options_are_added_to_the_tier_and_paths_replace_it():
-    from patch_and_test.tools.selftest import newest, pytest_command
+    from patch_and_test.core.source import newest_locked
+    from patch_and_test.tools.selftest import pytest_command
 
-    new = newest()
+    new = newest_locked()
     assert pytest_command(["--durations=20", "-x"], new,
                           "fast") == ["tests", "-m", "not slow_tier", "--durations=20", "-x"]
     assert pytest_command(["tests/unit", "-x"], new, "fast") == ["tests/unit", "-x"]
