@@ -100,16 +100,14 @@ def touched_files(series: Series, patch_files: list[Path] | None = None) -> list
     return list(dict.fromkeys(found))  # each path once, in the order the patches first touch it
 
 
-def _hook_exclude(tree: Path, hook: str) -> re.Pattern | None:
-    """The ``exclude:`` regex of a local hook in the tree's .pre-commit-config.yaml, if any."""
-    config = tree / ".pre-commit-config.yaml"
-    if not config.is_file():
-        return None
+def _hook_excludes(tree: Path | None, hook: str, rel: str) -> bool:
+    """Whether the ``exclude:`` regex of a local hook in the tree's .pre-commit-config.yaml matches ``rel``."""
+    config = tree / ".pre-commit-config.yaml" if tree else None
+    if config is None or not config.is_file():
+        return False
     block = re.search(rf"id: {re.escape(hook)}\n(.*?)(?=\n\s*-\s+(?:id|repo):|\Z)", config.read_text(), re.S)
-    if not block:
-        return None
-    exclude = re.search(r"^\s*exclude:\s*(\S.*)$", block[1], re.M)
-    return re.compile(exclude[1].strip().strip("'\"")) if exclude else None
+    exclude = re.search(r"^\s*exclude:\s*(\S.*)$", block[1], re.M) if block else None
+    return bool(exclude and re.search(exclude[1].strip().strip("'\""), rel))
 
 
 def check_text(rel: str, text: str, tree: Path | None = None) -> list[Finding]:
@@ -130,15 +128,13 @@ def check_text(rel: str, text: str, tree: Path | None = None) -> list[Finding]:
             findings.append(Finding(rel, "check-license", "no '# SPDX-License-Identifier: Apache-2.0' line"))
         if not TEAM.search(text):
             findings.append(Finding(rel, "check-license", "no '# DeepSpeed Team' line"))
-    dist_exclude = _hook_exclude(tree, "check-torchdist") if tree else None
-    if not (dist_exclude and dist_exclude.search(rel)):
+    if not _hook_excludes(tree, "check-torchdist", rel):
         for number, line in enumerate(lines, 1):
             if TORCHDIST.search(line):
                 findings.append(
                     Finding(f"{rel}:{number}", "check-torchdist",
                             "torch.distributed: use deepspeed.comm (torch.distributed.nn is allowed)"))
-    cuda_exclude = _hook_exclude(tree, "check-torchcuda") if tree else None
-    if not (cuda_exclude and cuda_exclude.search(rel)):
+    if not _hook_excludes(tree, "check-torchcuda", rel):
         for number, line in enumerate(lines, 1):
             if "torch.cuda" in line and "#ignore-cuda" not in line:
                 findings.append(
