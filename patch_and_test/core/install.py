@@ -27,19 +27,13 @@ class InstallFailed(PipelineError):
 @dataclasses.dataclass(frozen=True)
 class Installed:
     version: str  # importlib.metadata version after the install
-    wheel: Path
-    tree_id: str
     cached_wheel: bool
     installer: str
 
 
-def tree_id(tree: Path, rev: str = "HEAD") -> str:
-    return git_out(tree, "rev-parse", f"{rev}^{{tree}}").strip()
-
-
 def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
     """Install commit ``rev`` of ``tree`` into this interpreter (replacing any DeepSpeed)."""
-    tid = tree_id(tree, rev)
+    tid = git_out(tree, "rev-parse", f"{rev}^{{tree}}").strip()
     key = hashlib.sha256("|".join([tid, sys.version, _torch_version()]).encode()).hexdigest()[:16]
     wheel_dir = cache_root() / "wheels" / key
     wheels = sorted(wheel_dir.glob("deepspeed-*.whl")) if wheel_dir.is_dir() else []
@@ -54,7 +48,7 @@ def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
         deepspeed = Path(sysconfig.get_paths()["purelib"]) / "deepspeed"
         _run([sys.executable, "-m", "compileall", "-q", "-j0", str(deepspeed)], out)
         prebuild_comm_op(out)
-    return Installed(importlib.metadata.version("deepspeed"), wheels[0], tid, cached, installer.kind)
+    return Installed(importlib.metadata.version("deepspeed"), cached, installer.kind)
 
 
 # The ranks' CPU comm op, built once here, not inside a launch's deadline (a reinstall makes ninja rebuild it).
