@@ -81,15 +81,11 @@ def code_digest(root: Path = PACKAGE_ROOT) -> str:
     return tree_digest(pipeline_files(root), root)
 
 
-def series_digest(series_dir: Path) -> str:
-    return tree_digest([p for p in series_dir.iterdir() if p.is_file()], series_dir)
-
-
 class RunInputs(Record):
     """What a pipeline run's results depend on; a bundle reuses a cell only when this is equal."""
 
     code: str  # code_digest
-    series: str  # series_digest
+    series: str  # tree_digest of the series folder's files
     source: str | None  # the sdist's sha256 or the upstream commit
     backend: str
     audit: bool
@@ -98,5 +94,6 @@ class RunInputs(Record):
 
 
 def run_inputs(series_dir: Path, source: str | None, backend: str, audit: bool) -> RunInputs:
-    return RunInputs(code=code_digest(), series=series_digest(series_dir), source=source, backend=backend, audit=audit,
+    series = tree_digest([p for p in series_dir.iterdir() if p.is_file()], series_dir)
+    return RunInputs(code=code_digest(), series=series, source=source, backend=backend, audit=audit,
                      python=platform.python_version(), torch=dist_version("torch"))
