@@ -229,7 +229,7 @@ def reroll(repo: Path, branch: str, series_name: str, version: int, *, upstream:
         if version > 1:
             if not old_patches:
                 raise errors.BadInput(f"-v {version}: no previous version in {previous} to range-diff against")
-            old_local_base, old_head, where = _rebuild_previous(repo, old_patches, Path(tmp))
+            old_local_base, old_head, where = _rebuild_previous(repo, old_patches, old_letter, Path(tmp))
             extra = [f"--range-diff={old_local_base}..{old_head}"]
             range_diff_text = git_out(where, *FORMAT_CONFIG, "range-diff", "--no-color",
                                       f"{old_local_base}..{old_head}", f"{local_base}..{head}")
@@ -255,10 +255,9 @@ def reroll(repo: Path, branch: str, series_name: str, version: int, *, upstream:
                   files=tuple(written), range_diff=range_diff_text, change_id=cid, scaffolding=tuple(scaffolding))
 
 
-def _rebuild_previous(repo: Path, old_patches: list[Path], tmpdir: Path) -> tuple[str, str, Path]:
+def _rebuild_previous(repo: Path, old_patches: list[Path], old_letter: str, tmpdir: Path) -> tuple[str, str, Path]:
     """Rebuild the previous version's commits in a scratch clone: (local base, head, clone)."""
-    cover_text = old_patches[0].read_text() if old_patches[0].name.startswith("0000-") else ""
-    match = re.search(r"^base-commit: ([0-9a-f]{40})$", cover_text, re.M)
+    match = re.search(r"^base-commit: ([0-9a-f]{40})$", old_letter, re.M)
     if not match:
         raise errors.BadInput(f"{old_patches[0]}: the previous version has no base-commit: line")
     old_base, scratch = match[1], tmpdir / "previous"
