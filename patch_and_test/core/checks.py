@@ -39,13 +39,10 @@ def alst_pin_problem() -> str | None:
     inside the ranks, minutes later (5.24: "Unrecognized model")."""
     want = pins.version("transformers", ALST_REQUIREMENTS)
     installed = dist_version("transformers")
-    if installed is None:
-        return None  # the steps are skipped, with the reason (alst_unavailable)
-    if installed != want:
-        return (
-            f"the ALST recipe steps need transformers=={want} (requirements/alst.txt) and this environment has "
+    if installed in (None, want):
+        return None  # None: the steps are skipped, with the reason (alst_unavailable)
+    return (f"the ALST recipe steps need transformers=={want} (requirements/alst.txt) and this environment has "
             f"transformers {installed}: pip install -r requirements/alst.txt, or run in an env without transformers")
-    return None
 
 
 def alst_unavailable(deepspeed_version: str) -> str | None:
