@@ -52,9 +52,6 @@ class _ByExpectation(Record):
             raise KeyError(expect)
         return getattr(self, expect)
 
-    def values(self) -> list:
-        return [getattr(self, e) for e in EXPECTATIONS]
-
 
 class Targets(_ByExpectation):
     """The scale each expectation predicts (None: "not a scale", see expect.NOT_A_SCALE)."""
@@ -177,12 +174,6 @@ class Summary(Record):
     max_rel_err: dict[str, float]  # dtype -> worst norm-wise error of a row at its expected scale
 
 
-def raw_row(param: str, numel: int, path: str, grad_dtype: str, ratio: float, residual: float,
-            max_rel_dev: float) -> MeasuredRow:
-    return MeasuredRow(param=param, numel=numel, path=path, grad_dtype=grad_dtype, ratio=ratio, residual=residual,
-                       max_rel_dev=max_rel_dev)
-
-
 def raw_point(point_id: str, fields: Mapping[str, Any], status: str, message: str, optimizer: str, seconds: float,
               rows: Sequence[MeasuredRow]) -> MeasuredPoint:
     return MeasuredPoint(id=point_id, point=PointFields(**fields), status=status, message=message, optimizer=optimizer,
@@ -198,7 +189,8 @@ def _measured(point: MeasuredPoint | Mapping[str, Any]) -> MeasuredPoint:
 
 def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownDiscrepancy], expect: str,
                 version: str | None = None) -> Point:
-    """Label and judge every row, categorize the point (see ``judge``)."""
+    """Label and judge every row, categorize the point; ``version``: the DeepSpeed version it ran on (for the known
+    discrepancies' version ranges). Idempotent: a report read back from JSON can be judged again."""
     p = _measured(point)
     fields = p.point.model_dump()
     rows = []
@@ -210,13 +202,6 @@ def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownD
                 at_oracle=j.at_oracle, at_sp_bug=j.at_sp_bug))
     return Point(**dict(p.model_dump(), rows=rows), category=point_category(p.status, rows),
                  holds=point_holds(p.status, rows, expect))
-
-
-def judge(points: Iterable[MeasuredPoint | Point | Mapping[str, Any]], known: Sequence[KnownDiscrepancy], expect: str,
-          version: str | None = None) -> list[Point]:
-    """Judge every row and point; ``version``: the DeepSpeed version they ran on (for the known discrepancies'
-    version ranges). Idempotent: a report read back from JSON can be judged again."""
-    return [judge_point(p, known, expect, version) for p in points]
 
 
 @dataclasses.dataclass
@@ -247,12 +232,14 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
             group.ratios[r.label] += 1
             group.stages.add(p.point.stage)
         known_points.update({k for r in p.rows if not r.at_oracle for k in r.known})
-    by_id = {k.id: k for k in known}
+    code_of = {**{k.id: k.code for k in known}, "sp-bug": (SP_BUG_CODE, )}
     disagreements = []
     for path, cause in sorted(groups, key=lambda key: (key[1] == "unexplained", *key)):
         g = groups[path, cause]
         disagreements.append(
-            Disagreement(path=path, cause=cause, code=_code(cause, by_id), rows=g.rows, points=len(g.points),
+            Disagreement(path=path, cause=cause,
+                         code=[c for part in cause.split(" + ")
+                               for c in code_of.get(part, ())], rows=g.rows, points=len(g.points),
                          stages=sorted(g.stages), ratios=dict(sorted(g.ratios.items())), examples=list(g.points)[:5]))
     by_category = {c: counts.get(c, 0) for c in CATEGORIES}
     known_counts = {k.id: known_points.get(k.id, 0) for k in known}
@@ -267,16 +254,6 @@ def _cause(point: Point, row: Row) -> str:
     if not (row.ok["buggy"] or row.ok["fixed"]):
         return "unexplained"
     return " + ".join(["sp-bug"] * sp_bug + list(row.known)) or "unexplained"
-
-
-def _code(cause: str, by_id: dict[str, KnownDiscrepancy]) -> list[str]:
-    out = []
-    for part in cause.split(" + "):
-        if part == "sp-bug":
-            out.append(SP_BUG_CODE)
-        elif part in by_id:
-            out += list(by_id[part].code)
-    return out
 
 
 def _by_message(points: Iterable[Point], status: str) -> list[MessageGroup]:
@@ -311,7 +288,7 @@ class AuditReport(JsonReport):
     @classmethod
     def build(cls, *, known: Sequence[KnownDiscrepancy], known_file: str, expect: str,
               points: Sequence[MeasuredPoint | Point | Mapping[str, Any]], **kwargs) -> AuditReport:
-        judged = judge(points, known, expect, kwargs.get("deepspeed_version"))
+        judged = [judge_point(p, known, expect, kwargs.get("deepspeed_version")) for p in points]
         entries = [KnownEntry(**{f: getattr(k, f) for f in KnownEntry.model_fields}) for k in known]
         return cls(expect=expect, known_file=known_file, points=judged, known=entries,
                    summary=summarize(judged, known, expect), **kwargs)

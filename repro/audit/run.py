@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from repro.audit.expect import DEFAULT_KNOWN_FILE, load_known
-from repro.audit.report import AuditReport, raw_point, raw_row, render_summary
+from repro.audit.report import AuditReport, MeasuredRow, raw_point, render_summary
 from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,
                                select, topologies)
 from repro.harness import launch
@@ -218,7 +218,6 @@ def _known_file(args: ReproArgs) -> str:
 
 
 def _final(args: ReproArgs, known, topo_runs, points, meta, launcher: str) -> AuditReport:
-    meta = {"backend": args.backend, "device": "cpu", **meta}  # deepspeed_version, torch_version, backend, device
     return AuditReport.build(known=known, known_file=_known_file(args), expect=args.expect, points=points,
                              script=SCRIPT, launcher=launcher, mode=args.extra["mode"], topologies=topo_runs, **meta)
 
@@ -278,7 +277,9 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
                 for g in outcome.grads:
                     f = fit(g.full_grad, oracle[key][g.name])
                     max_dev = _max_rel_dev(g.full_grad, oracle[key][g.name], f.ratio)
-                    rows.append(raw_row(g.name, g.numel, g.path, g.dtype, f.ratio, f.residual, max_dev))
+                    rows.append(
+                        MeasuredRow(param=g.name, numel=g.numel, path=g.path, grad_dtype=g.dtype, ratio=f.ratio,
+                                    residual=f.residual, max_rel_dev=max_dev))
                 points_out.append(
                     raw_point(p.id, p.fields(), outcome.status, outcome.message, outcome.optimizer, outcome.seconds,
                               rows))

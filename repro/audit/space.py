@@ -176,7 +176,5 @@ def select(mode: str, topos: Sequence[Topo], stages: Iterable[int] | None = None
 
 def group_by_topology(points: Iterable[AuditPoint]) -> dict[Topo, list[AuditPoint]]:
     """Points per (world, sp), topologies in ascending order, points in their given order."""
-    groups: dict[Topo, list[AuditPoint]] = {}
-    for p in points:
-        groups.setdefault(p.topo, []).append(p)
-    return dict(sorted(groups.items()))
+    by_topo = sorted(points, key=lambda p: p.topo)  # stable: each topology's points keep their order
+    return {topo: list(group) for topo, group in itertools.groupby(by_topo, key=lambda p: p.topo)}

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from repro.audit.expect import KnownDiscrepancy
-from repro.audit.report import SCHEMA, AuditReport, MeasuredPoint, Point, Row, raw_point, raw_row, render_summary
+from repro.audit.report import SCHEMA, AuditReport, MeasuredPoint, MeasuredRow, Point, Row, raw_point, render_summary
 from repro.audit.space import AuditPoint
 from tests.conftest import FIXTURES
 
@@ -16,8 +16,13 @@ KNOWN = [
 ]
 
 
+def _row(param, path, ratio):
+    return MeasuredRow(param=param, numel=4, path=path, grad_dtype="float32", ratio=ratio, residual=0.0,
+                       max_rel_dev=0.0)
+
+
 def _point(point: AuditPoint, ratios, path, status="ran", message=""):
-    rows = [raw_row(name, 4, path, "float32", r, 0.0, 0.0) for name, r in zip(("small", "large"), ratios)]
+    rows = [_row(name, path, r) for name, r in zip(("small", "large"), ratios)]
     return raw_point(point.id, point.fields(), status, message, "Opt", 0.1, rows if status == "ran" else [])
 
 
@@ -116,7 +121,7 @@ def test_points_and_rows_are_typed_records():
     assert isinstance(row, Row) and row.path == "__avg_scatter_grads" and row.label == "1/2"
     assert row.target["buggy"] == row.target.buggy == 0.5 and row.ok["buggy"] and not row.ok.fixed
     assert sp.point.sp == 2 and sp.point.dtype == "fp32" and sp.category == "sp_bug"
-    raw = raw_point(P_SP.id, P_SP.fields(), "ran", "", "Opt", 0.1, [raw_row("small", 4, "x", "float32", 1, 0, 0)])
+    raw = raw_point(P_SP.id, P_SP.fields(), "ran", "", "Opt", 0.1, [_row("small", "x", 1)])
     assert isinstance(raw, MeasuredPoint)
     with pytest.raises(ValueError):  # frozen, no unknown fields
         raw_point(P_SP.id, {**P_SP.fields(), "colour": "red"}, "ran", "", "Opt", 0.1, [])
