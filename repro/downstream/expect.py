@@ -47,22 +47,16 @@ def classify(source: str, caller: str = "") -> ClientKind:
     return ClientKind("own_share", "none", divides_by_sp=divides)
 
 
-def _version_at_least(version: str, floor: str) -> bool:
-    from packaging.version import Version
-
-    return Version(version) >= Version(floor)
-
-
 def compensates(client: ClientKind, deepspeed_version: str, marker: bool) -> bool:
     """Whether the client multiplies its ZeRO-3 share by sp with this DeepSpeed."""
+    from packaging.version import Version
+
     if client.kind != "own_share" or client.gate == "none":
         return False
+    if client.gate not in GATES:
+        raise ValueError(f"unknown gate {client.gate!r}; known: {', '.join(GATES)}")
     floor = client.gate_version or DEFAULT_GATE_VERSION
-    if client.gate == "version":
-        return not _version_at_least(deepspeed_version, floor)
-    if client.gate == "marker-or-version":
-        return not (marker or _version_at_least(deepspeed_version, floor))
-    raise ValueError(f"unknown gate {client.gate!r}; known: {', '.join(GATES)}")
+    return not ((client.gate == "marker-or-version" and marker) or Version(deepspeed_version) >= Version(floor))
 
 
 def expected_ratio(client: ClientKind, stage: int, sp: int, deepspeed_fixed: bool, deepspeed_version: str,

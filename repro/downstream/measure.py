@@ -357,11 +357,10 @@ def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, 
                      matches_rule=f.ok and not missed, note="; ".join(notes))
 
 
-def unmeasured_rows(client: Client) -> list[ClientRow]:
+def unmeasured_row(client: Client) -> ClientRow:
     status, note = ("error", client.error) if client.error else ("not-applicable", client.why_not)
-    row = ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
-                    status=status, note=note)
-    return [row]
+    return ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
+                     status=status, note=note)
 
 
 def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: int, expected_grads: dict,
@@ -370,7 +369,7 @@ def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: 
     rows: list[ClientRow] = []
     for client in clients:
         if client.call is None:
-            rows += unmeasured_rows(client)
+            rows.append(unmeasured_row(client))
             continue
         for stage in STAGES:
             grads, reached = run_client(client, stage, model_dir, mpu, sp, dp_index, notes)
