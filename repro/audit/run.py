@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -266,17 +267,15 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
             _reset_sp_state()
             mpu = build_mpu(topology)
             points = selection.points([Topo(ctx.world_size, sp)])
-            oracle: dict[tuple[int, str], dict] = {}
+            oracle = functools.cache(lambda gas, dtype: expected_gradients(SMALL_AND_LARGE, topology, micro_steps=gas,
+                                                                           model_dtype=TORCH_DTYPES[dtype]))
             for p in points:
-                key = (p.gas, p.dtype)
-                if key not in oracle:
-                    oracle[key] = expected_gradients(SMALL_AND_LARGE, topology, micro_steps=p.gas,
-                                                     model_dtype=TORCH_DTYPES[p.dtype])
+                expected = oracle(p.gas, p.dtype)
                 outcome = run_point(p, SMALL_AND_LARGE, ctx.rank, ctx.device, mpu)
                 rows = []
                 for g in outcome.grads:
-                    f = fit(g.full_grad, oracle[key][g.name])
-                    max_dev = _max_rel_dev(g.full_grad, oracle[key][g.name], f.ratio)
+                    f = fit(g.full_grad, expected[g.name])
+                    max_dev = _max_rel_dev(g.full_grad, expected[g.name], f.ratio)
                     rows.append(
                         MeasuredRow(param=g.name, numel=g.numel, path=g.path, grad_dtype=g.dtype, ratio=f.ratio,
                                     residual=f.residual, max_rel_dev=max_dev))
