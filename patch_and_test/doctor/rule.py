@@ -173,14 +173,11 @@ class Verdict:
 
 def verdict(rows: Sequence[Cell]) -> Verdict:
     """Affected iff a class of parameters that is present gets a factor other than 1 now."""
-    present_bad = any(not is_one(c.now) for c in rows if c.param_class.present)
-    unknown_bad = any(not is_one(c.now) for c in rows if c.param_class.present is None)
-    unknown_good = any(is_one(c.now) for c in rows if c.param_class.present is None)
-    if present_bad:
+    if any(not is_one(c.now) for c in rows if c.param_class.present):
         return Verdict(True, tuple(rows))
-    if unknown_bad and unknown_good:
-        return Verdict(None, tuple(rows))  # one class is right, the other is not: sizes decide
-    return Verdict(unknown_bad, tuple(rows))
+    unknown = {is_one(c.now) for c in rows if c.param_class.present is None}
+    # one class is right, the other is not: sizes decide
+    return Verdict(None if unknown == {True, False} else False in unknown, tuple(rows))
 
 
 def workaround(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> tuple[ZeroSettings, list[ParamClass]]:
