@@ -100,12 +100,7 @@ def zero_config_defaults(source: str) -> dict[str, Any]:
     """Field defaults of ``DeepSpeedZeroConfig`` for the keys the rule reads, from ``runtime/zero/config.py``."""
     tree = ast.parse(source)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-    enums = {
-        f"{name}.{t.id}": s.value.value
-        for name, cls in classes.items()
-        for s in cls.body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant) for t in s.targets
-        if isinstance(t, ast.Name)
-    }
+    enums = {f"{name}.{k}": v for name, cls in classes.items() for k, v in _constants(cls.body).items()}
     cls = classes.get("DeepSpeedZeroConfig")
     out: dict[str, Any] = {}
     for stmt in cls.body if cls else ():
@@ -136,15 +131,18 @@ def _literal(node: ast.AST, enums: dict[str, Any]) -> Any:
     raise ValueError(f"not a literal default: {ast.dump(node)[:80]}")
 
 
+def _constants(body: list[ast.stmt]) -> dict[str, Any]:
+    """``NAME = <constant>`` assignments of a module or class body (a later one wins)."""
+    return {
+        t.id: s.value.value
+        for s in body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant) for t in s.targets
+        if isinstance(t, ast.Name)
+    }
+
+
 def constants_defaults(source: str) -> dict[str, Any]:
-    wanted = {name: key for key, name in TOP_LEVEL.items()}
-    out = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-            for t in node.targets:
-                if isinstance(t, ast.Name) and t.id in wanted:
-                    out[wanted[t.id]] = node.value.value
-    return out
+    found = _constants(ast.parse(source).body)
+    return {key: found[name] for key, name in TOP_LEVEL.items() if name in found}
 
 
 def load_config(path: Path) -> dict[str, Any]:
