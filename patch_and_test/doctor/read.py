@@ -322,7 +322,7 @@ class ViaClient:
     code_file: str  # where the hand-off is, inside the installed distribution
     hands_off: tuple[str, ...]  # what the code must contain for the hand-off (read, not imported)
     base: str  # the client whose recipe it gets
-    derive: Callable[[ClientKind], ClientKind] | None  # its recipe from the base's; None: not in the rule yet
+    derive: Callable[[ClientKind], ClientKind]  # its recipe from the base's
     how: str
 
 
@@ -370,8 +370,6 @@ def installed_clients() -> list[ClientInfo]:
         code = _code(via.code_file)
         if code is None or not all(needle in code for needle in via.hands_off):
             info = ClientInfo(via.dist, version, None, f"its {via.code_file} does not hand the loss to {via.base}")
-        elif via.derive is None:
-            info = ClientInfo(via.dist, version, None, f"not judged: it {via.how}")
         elif base is None or base.source is None:
             info = ClientInfo(via.dist, version, None, f"it {via.how}, and {via.base} has no sp loss code here")
         else:
