@@ -176,14 +176,14 @@ def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path
     return [StageFactors(stage=s, **{phase: factor(by_phase[phase][s]) for phase in PHASES}) for s in STAGES]
 
 
-def rows(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/downstream-results") -> list[CensusRow]:
+def rows(census: Census, results: Path = KEPT_RESULTS) -> list[CensusRow]:
     out = []
     for lib in census.libraries:
         if not lib.drives_sp:
             stages, source = [], "-"
         elif lib.measured is not None:
             stages = measured_factors(lib.measured, lib.recipe, results, census.sp)
-            source = f"measured: `{shown_root}/{lib.measured.env}/`"
+            source = f"measured: `docs/downstream-results/{lib.measured.env}/`"
         else:
             stages = read_factors(lib.recipe, census.sp, census.deepspeed_version)
             source = f"read from the code, not measured: {lib.not_measured}"
@@ -192,10 +192,9 @@ def rows(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/d
     return out
 
 
-def render(census: Census, results: Path = KEPT_RESULTS, shown_root: str = "docs/downstream-results") -> str:
+def render(census: Census, results: Path = KEPT_RESULTS) -> str:
     """The census table and the cited hand compensations (no markers)."""
-    return templating.render("downstream_census.md.j2", census=census, rows=rows(census, results,
-                                                                                 shown_root)).rstrip("\n")
+    return templating.render("downstream_census.md.j2", census=census, rows=rows(census, results)).rstrip("\n")
 
 
 def main(argv: list[str] | None = None) -> int:
