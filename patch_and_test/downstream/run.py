@@ -105,7 +105,7 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
         tf_version: str | None, backend: str, timeout: float, as_python: str | None = None) -> DownstreamRun:
     started = time.monotonic()
     results.mkdir(parents=True, exist_ok=True)
-    version = version or max(source_mod.load_lock(), key=series_mod.parse_version)
+    version = version or source_mod.newest_locked()
     record = DownstreamRun(env=env, deepspeed_version=version, series="", applied=[], marker_source="", clients={},
                            transformers_patches=[], steps=[], checks=[])
 
