@@ -194,7 +194,7 @@ def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArg
             results[rank] = status
         if pending and time.monotonic() > deadline:
             stuck = sorted(pending)
-            print(f"error: timeout after {args.timeout:.0f} s; ranks still running: {stuck}", file=sys.stderr)
+            print(f"error: deadline of {args.timeout:.0f} s exceeded; ranks still running: {stuck}", file=sys.stderr)
             for rank in stuck:
                 _print_log_tail(pending[rank], lines=15)
             return EXIT_ERROR

@@ -10,11 +10,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from repro.harness.cli import EXIT_ERROR
-from repro.harness.launch import RankStatus, _Child, _report_failure
+from repro.harness.launch import RankStatus, _Child, _report_failure, _wait
 
 
 def _exited(tmp_path, rank: int, code: int) -> _Child:
@@ -148,3 +149,16 @@ def test_a_spawned_ranks_watchdog_fires_at_the_parents_deadline(monkeypatch, tmp
     codes, status = _expiring_watchdog(monkeypatch, tmp_path, timeout=3600)
     assert codes == [EXIT_ERROR] and time.monotonic() - start < 20
     assert status is not None and "_the_rank_program_is_stuck_here" in status.traceback
+
+
+def test_a_rank_stuck_past_the_parents_deadline_is_named_in_the_ranks_words(tmp_path, capsys):
+    # A rank stuck before its watchdog started (e.g. importing under load): the parent's deadline fires first and
+    # must say what the ranks' watchdog says, so a caller looking for one message sees either side's.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert _wait([_Child(0, proc, tmp_path / "rank0.log")], tmp_path, 0.0,
+                     SimpleNamespace(timeout=5)) == EXIT_ERROR
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "error: deadline of 5 s exceeded; ranks still running: [0]" in capsys.readouterr().err
