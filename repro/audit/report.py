@@ -236,11 +236,10 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
     disagreements = []
     for path, cause in sorted(groups, key=lambda key: (key[1] == "unexplained", *key)):
         g = groups[path, cause]
+        code = [c for part in cause.split(" + ") for c in code_of.get(part, ())]
         disagreements.append(
-            Disagreement(path=path, cause=cause,
-                         code=[c for part in cause.split(" + ")
-                               for c in code_of.get(part, ())], rows=g.rows, points=len(g.points),
-                         stages=sorted(g.stages), ratios=dict(sorted(g.ratios.items())), examples=list(g.points)[:5]))
+            Disagreement(path=path, cause=cause, code=code, rows=g.rows, points=len(g.points), stages=sorted(g.stages),
+                         ratios=dict(sorted(g.ratios.items())), examples=list(g.points)[:5]))
     by_category = {c: counts.get(c, 0) for c in CATEGORIES}
     known_counts = {k.id: known_points.get(k.id, 0) for k in known}
     return Summary(counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
