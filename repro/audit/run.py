@@ -251,13 +251,10 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
     selection = Selection.of(args)
 
     def program(ctx: launch.RankContext) -> launch.RankResult:
-        import torch
-
         from repro.audit.measure import DTYPES as TORCH_DTYPES
         from repro.audit.measure import run_point
         from repro.gradscale.oracle import expected_gradients
         from repro.gradscale.space import SMALL_AND_LARGE
-        from repro.harness.env import deepspeed_version
         from repro.harness.scales import fit
         from repro.harness.topology import Topology, build_mpu
 
@@ -286,8 +283,8 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         # Unlinked after the last collective: the mapping stays valid for the rest of the run.
         if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
             launch.remove_shm_buffers(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], ctx.rank)
-        meta = dict(deepspeed_version=deepspeed_version(), torch_version=torch.__version__, backend=ctx.backend,
-                    device=ctx.device.split(":")[0])
+        fields = launch.launch_fields(ctx, SCRIPT)  # the four the audit takes from its ranks; _final adds the rest
+        meta = {k: fields[k] for k in ("deepspeed_version", "torch_version", "backend", "device")}
         partial = dict(topologies=topos_out, points=[p.model_dump(mode="json") for p in points_out], meta=meta)
         if ctx.external_launcher:
             # Every rank judges its own (identical) measurements: its exit code is the verdict.

@@ -22,10 +22,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zero3-sp-gradfix"
 
 
-def deepspeed_version() -> str:
-    return importlib.metadata.version("deepspeed")
-
-
 def torch_extensions_dir() -> Path:
     """One folder per DeepSpeed install (location, version, torch, python): the CPU comm op is built once each."""
     spec = importlib.util.find_spec("deepspeed")
