@@ -151,7 +151,8 @@ def test_every_series_has_the_regression_test_in_both_layouts(manifest):
         assert "+    @pytest.mark.world_size(4)" in test
         # master v6: the predivide and bf16 cases, and the qgZ branch through a mock; the expected value needs no
         # "consecutive ranks" premise (a backport's own mpu may still build its groups that way)
-        assert '+        (False, False, 500, 8.0, "fp32"),' in test and '+        (True, True, 500, 1.0, "bf16"),' in test
+        for case in ('(False, False, 500, 8.0, "fp32"),', '(True, True, 500, 1.0, "bf16"),'):
+            assert f"+        {case}" in test, (series.name, case)
         assert "+class TestZero3SequenceParallelQuantizedGradients:" in test, series.name
         assert "The sequence-parallel groups are consecutive ranks" not in test, series.name
         letter = series.cover_letter.read_text()
