@@ -38,6 +38,7 @@ class AffectedVerdict(JsonReport):
 
     source: str = Field(description="the checkout's folder name, or newest-upstream")
     series: str
+    series_version: int | None = Field(None, description="series.toml's version of a patches/ series")
     version: str | None = None  # the tree's version.txt
     base: str | None = None
     head: str | None = None
@@ -146,6 +147,8 @@ def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quic
     name = src.resolve().name if src is not None else source_mod.NEWEST_UPSTREAM
     verdict = AffectedVerdict(source=name, series=series_dir.name, only=list(only or []),
                               environment=host_environment("gloo"))
+    with_roles = manifest_series(series_dir)
+    verdict.series_version = with_roles.version if with_roles is not None else None
     tree = None
     try:
         chosen = series_from_dir(series_dir)
@@ -162,7 +165,6 @@ def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quic
         kwargs = dict(depth=depth, workers=workers)
         before = upstream_suite.run_at_depth("before", tree.path, files, results / "before", **kwargs)
         print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
-        with_roles = manifest_series(series_dir)
         if with_roles is not None and not only:
             verdict.partial = run_partials(tree, with_roles, results, **kwargs)
         verdict.head = series_mod.apply_series(tree.path, chosen).head

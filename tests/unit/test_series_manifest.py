@@ -144,8 +144,17 @@ def test_every_series_has_the_regression_test_in_both_layouts(manifest):
         fix = series.fix_patches[0].path.read_text()
         assert "Reported-by: alanhuangyoo (GitHub)" in fix and "Fixes: ec029e7625ae" in fix
         test = series.patches[1].path.read_text()
-        assert "+    def test_sp2_dp2(self, reduce_scatter, contiguous_gradients, reduce_bucket_size):" in test
+        assert ("+    def test_sp2_dp1(self, reduce_scatter, contiguous_gradients, reduce_bucket_size, "
+                "gradient_predivide_factor, dtype):") in test, series.name
+        assert ("+    def test_sp2_dp2(self, reduce_scatter, contiguous_gradients, reduce_bucket_size, "
+                "gradient_predivide_factor, dtype):") in test, series.name
         assert "+    @pytest.mark.world_size(4)" in test
+        # master v6: the predivide and bf16 cases, and the qgZ branch through a mock; the expected value needs no
+        # "consecutive ranks" premise (a backport's own mpu may still build its groups that way)
+        for case in ('(False, False, 500, 8.0, "fp32"),', '(True, True, 500, 1.0, "bf16"),'):
+            assert f"+        {case}" in test, (series.name, case)
+        assert "+class TestZero3SequenceParallelQuantizedGradients:" in test, series.name
+        assert "The sequence-parallel groups are consecutive ranks" not in test, series.name
         letter = series.cover_letter.read_text()
         assert f"Changes in v{series.version}:" in letter and f"Range-diff against v{series.version - 1}:" in letter
         assert "@TESTS@" not in letter and "@COMPANION@" not in letter and "***" not in letter
@@ -273,9 +282,14 @@ def test_every_fix_divides_before_the_reduce_scatter(manifest):
     for series in manifest.series:
         fix = series.fix_patches[0].path.read_text()
         assert "+    divisor: Optional[float] = None," in fix, series.name
-        assert "+                                                                divisor=averaging_world_size)" in fix
-        assert "+            # qgZ averages over the partition group: rescale to the averaging world size." in fix
-        assert "+    def test_divisor(self):" in fix
+        # master v6: the variable is the divisor, and the qgZ comment says only what the code does
+        assert re.search(r"^\+ .*\bdivisor=divisor\)$", fix, re.M), series.name
+        assert not re.search(r"^\+.*\baveraging_world_size\b", fix, re.M), series.name
+        assert re.search(
+            r"^\+            # all_to_all_quant_reduce (and all_to_all_loco_quant_reduce take|takes) no divisor: ",
+            fix, re.M), series.name
+        assert "+    world size, which makes the result the mean over the group. A single tensor whose size\n" in fix
+        assert '+    @pytest.mark.parametrize("divisor", [1.0, 0.5])\n+    def test_divisor(self, divisor):' in fix
         assert "divided_by" not in fix and "divide once, before the reduction" not in fix, series.name
 
 
