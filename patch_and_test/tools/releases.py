@@ -1,4 +1,4 @@
-"""``python -m patch_and_test.releases``: every DeepSpeed release on PyPI takes its series' fix.
+"""``zero3-sp releases``: every DeepSpeed release on PyPI takes its series' fix.
 
 For each release that ``pip index versions deepspeed`` lists from ``--from`` to ``--to`` (default: the
 manifest's lowest version to the newest release it covers), or each ``--version``: its sdist is downloaded
@@ -42,7 +42,7 @@ from repro.harness.report import JsonReport, Record
 SCHEMA = "zero3-sp-gradfix/releases/v1"
 DEFAULT_JSON = PACKAGE_ROOT / "docs" / "releases" / "releases.json"
 DEFAULT_MARKDOWN = PACKAGE_ROOT / "docs" / "releases.md"
-COMMAND = "python -m patch_and_test.releases"
+COMMAND = "zero3-sp releases"
 LISTED_BY_INDEX = "pip index versions deepspeed"
 SHORT_SHA = 16  # hex digits of an sdist's sha256 in the Markdown table (the JSON has all 64)
 
@@ -410,7 +410,3 @@ def main(argv: list[str] | None = None) -> int:
     args.markdown.write_text(render_markdown(report, json_link(args.json, args.markdown)))
     print(f"{report.summary()}; {report.wall_time_s:.0f} s; wrote {args.json} and {args.markdown}")
     return report.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

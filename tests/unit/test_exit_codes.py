@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import toxfile
-from patch_and_test.__main__ import EXIT_HELP
+from patch_and_test.job.cli import EXIT_HELP
 from patch_and_test.core.errors import Exit, exit_codes_help, exit_codes_markdown
 from repro.harness import cli
 from repro.harness import exit_codes

@@ -143,8 +143,8 @@ def test_check_finds_a_stale_markdown_changed_patches_and_failing_rows(tmp_path,
         update={"patches": [real.patches[0].model_copy(update={"sha256": "0" * 64}), *real.patches[1:]]})
     path, md = _write(tmp_path, _report([row.model_copy(update={"fixed_after": False})], series=[changed]))
     assert releases.stale(path, md, manifest) == [
-        f"series v0.19.8 v{real.version}: patches/ differ from what the table applied (rerun python -m "
-        "patch_and_test.releases)", "0.19.8: tree_has_fix says unfixed after the series"
+        f"series v0.19.8 v{real.version}: patches/ differ from what the table applied (rerun zero3-sp releases)",
+        "0.19.8: tree_has_fix says unfixed after the series"
     ]
     path.write_text(json.dumps({**json.loads(path.read_text()), "holds": True}))
     assert "not a valid zero3-sp-gradfix/releases/v1 report" in releases.stale(path, md, manifest)[0]
