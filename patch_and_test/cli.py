@@ -24,7 +24,11 @@ COMMANDS = {
                        "patched (tox -m downstream)"),
     "downstream check-installed": ("patch_and_test.downstream.clients", "which installed clients mis-scale sp "
                                    "gradients with the DeepSpeed installed here"),
+    "downstream keep": ("patch_and_test.downstream.table", "copy the downstream runs' reports into the kept runs "
+                        "that the docs show"),
     "bundle": ("patch_and_test.review.bundle", "the maintainers' review bundle: build, verify"),
+    "docs": ("patch_and_test.review.docs", "render every generated block and file again from kept data; --check: "
+             "change nothing, exit 1 naming the stale ones"),
     "releases": ("patch_and_test.tools.releases", "every DeepSpeed release on PyPI takes its series' fix (downloads "
                  "the sdists)"),
     "lint": ("patch_and_test.tools.lint", "DeepSpeed's pre-commit rules on every file the series touch"),
