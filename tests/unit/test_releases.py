@@ -36,11 +36,11 @@ def _row(version="0.19.7", **changes) -> ReleaseRow:
 
 
 def _report(rows, listed=None, series=(SERIES, )) -> ReleasesReport:
-    return ReleasesReport(command="python -m patch_and_test.releases", listed_by="--version", version_from=None,
-                          version_to=None, listed=listed if listed is not None else [r.version for r in rows],
-                          mirror_newest_tag="v0.19.5", series=list(series), rows=rows, python_version="3.11.7",
-                          git_version="2.39.5", pip_version="23.2.1", started_at="2026-01-01T00:00:00+00:00",
-                          wall_time_s=3.0)
+    listed = listed if listed is not None else [r.version for r in rows]
+    return ReleasesReport(command="zero3-sp releases", listed_by="--version", version_from=None, version_to=None,
+                          listed=listed, mirror_newest_tag="v0.19.5", series=list(series), rows=rows,
+                          python_version="3.11.7", git_version="2.39.5", pip_version="23.2.1",
+                          started_at="2026-01-01T00:00:00+00:00", wall_time_s=3.0)
 
 
 def test_a_row_holds_when_the_sdist_patches_went_on_and_the_tree_turned_fixed():
