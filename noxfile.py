@@ -41,9 +41,9 @@ BACKENDS = ["gloo", "nccl"]
 VERSIONS = sorted(load_lock(), key=parse_version)
 TEST_VERSIONS = [VERSIONS[-1], VERSIONS[0]]  # newest and oldest
 
-# Every session's base: torch, the DeepSpeed runtime, the package and the test dependencies.
+# Every session's base: torch, the DeepSpeed runtime, the package (with the maintainers' part) and the tests'.
 RUNTIME = (TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/package.txt", "-r",
-           "requirements/test.txt", "uv")
+           "requirements/maint.txt", "-r", "requirements/test.txt", "uv")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -111,7 +111,7 @@ def bundle(session: nox.Session) -> None:
 
 @nox.session(name="verify-bundle")
 def verify_bundle(session: nox.Session) -> None:
-    session.install("-r", "requirements/package.txt")
+    session.install("-r", "requirements/package.txt", "-r", "requirements/maint.txt")
     session.run("python", "-m", "patch_and_test", "bundle", "verify", *session.posargs, env=_env())
 
 

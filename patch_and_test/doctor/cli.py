@@ -202,8 +202,8 @@ def _series_remedy(version: str) -> list[str]:
         series = series_for_version(version)
     except BadInput as err:
         return [f"remedy: no series here for DeepSpeed {version}: {err}"]
-    folder = series.directory.relative_to(PACKAGE_ROOT) if series.directory.is_relative_to(PACKAGE_ROOT) \
-        else series.directory
+    folder = series.directory.relative_to(PACKAGE_ROOT) if series.directory.is_relative_to(PACKAGE_ROOT / "patches") \
+        else series.directory  # the checkout's patches/, else where they are (an installed wheel's copy)
     release = ".".join(map(str, parse_version(version)))
     checked = (f"DEEPSPEED_VERSION={release} tox -e patch-and-test"
                if release in load_lock() else "DEEPSPEED_SRC=/path/to/your/DeepSpeed tox -e patch-and-test")
