@@ -21,7 +21,7 @@ import nox
 
 ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT))
-from patch_and_test.__main__ import build_parser, results_dir  # noqa: E402
+from patch_and_test.job.cli import build_parser, results_dir  # noqa: E402
 from patch_and_test.core import pins  # noqa: E402
 from patch_and_test.downstream.run import CLIENT_ENVS  # noqa: E402
 from patch_and_test.core.errors import Exit  # noqa: E402
@@ -41,9 +41,9 @@ BACKENDS = ["gloo", "nccl"]
 VERSIONS = sorted(load_lock(), key=parse_version)
 TEST_VERSIONS = [VERSIONS[-1], VERSIONS[0]]  # newest and oldest
 
-# Every session's base: torch, the DeepSpeed runtime, the package and the test dependencies.
+# Every session's base: torch, the DeepSpeed runtime, the package (with the maintainers' part) and the tests'.
 RUNTIME = (TORCH, "-r", "requirements/deepspeed-runtime.txt", "-r", "requirements/package.txt", "-r",
-           "requirements/test.txt", "uv")
+           "requirements/maint.txt", "-r", "requirements/test.txt", "uv")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -56,13 +56,13 @@ def _install_runtime(session: nox.Session, alst: bool = False) -> None:
 
 
 def patch_and_test_impl(session: nox.Session, env_name: str, version: str | None, backend: str, *args: str) -> None:
-    """The one implementation behind every patch-and-test session: python -m patch_and_test."""
+    """The one implementation behind every patch-and-test session: python -m patch_and_test run."""
     _install_runtime(session, alst=True)
     env = _env(ZERO3_SP_BACKEND=backend)
     if version:
         env["DEEPSPEED_VERSION"] = version
     argv = ["--env-name", env_name, *args, *session.posargs]
-    session.run("python", "-m", "patch_and_test", *argv, env=env, success_codes=[0, Exit.SKIPPED])
+    session.run("python", "-m", "patch_and_test", "run", *argv, env=env, success_codes=[0, Exit.SKIPPED])
     # Exit 77 (e.g. nccl with fewer GPUs than ranks) is a skip, shown as one in nox's summary.
     outcome = json.loads((results_dir(build_parser().parse_args(argv)) / "verdict.json").read_text())
     if outcome["outcome"] == "skipped":
@@ -94,25 +94,25 @@ def matrix(session: nox.Session, version: str, backend: str) -> None:
 @nox.parametrize("version", TEST_VERSIONS)
 def tests(session: nox.Session, version: str) -> None:
     _install_runtime(session, alst=version == VERSIONS[-1])  # the ALST tests need DeepSpeed >= 0.17.2
-    session.run("python", "-m", "patch_and_test.tools.selftest", *session.posargs, env=_env(DEEPSPEED_VERSION=version))
+    session.run("python", "-m", "patch_and_test", "selftest", *session.posargs, env=_env(DEEPSPEED_VERSION=version))
 
 
 @nox.session(name="upstream-lint")
 def upstream_lint(session: nox.Session) -> None:
     session.install("-c", str(pins.PINS_FILE), "yapf", "flake8", "codespell", "-r", "requirements/package.txt")
-    session.run("python", "-m", "patch_and_test.tools.lint", *session.posargs, env=_env())
+    session.run("python", "-m", "patch_and_test", "lint", *session.posargs, env=_env())
 
 
 @nox.session
 def bundle(session: nox.Session) -> None:
     _install_runtime(session, alst=True)
-    session.run("python", "-m", "patch_and_test.review.bundle", "build", *session.posargs, env=_env())
+    session.run("python", "-m", "patch_and_test", "bundle", "build", *session.posargs, env=_env())
 
 
 @nox.session(name="verify-bundle")
 def verify_bundle(session: nox.Session) -> None:
-    session.install("-r", "requirements/package.txt")
-    session.run("python", "-m", "patch_and_test.review.bundle", "verify", *session.posargs, env=_env())
+    session.install("-r", "requirements/package.txt", "-r", "requirements/maint.txt")
+    session.run("python", "-m", "patch_and_test", "bundle", "verify", *session.posargs, env=_env())
 
 
 @nox.session
@@ -122,5 +122,5 @@ def downstream(session: nox.Session, client: str) -> None:
     # clients from CLIENT_ENVS by its name.
     requirements = CLIENT_ENVS[f"downstream-{client}"][0]
     session.install(*RUNTIME, "-r", requirements)
-    session.run("python", "-m", "patch_and_test.downstream", "--env-name", f"downstream-{client}", *session.posargs,
-                env=_env())
+    session.run("python", "-m", "patch_and_test", "downstream", "run", "--env-name", f"downstream-{client}",
+                *session.posargs, env=_env())

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Bundle reuse: the second ``python -m patch_and_test.bundle build`` without changes.
+"""Bundle reuse: the second ``zero3-sp bundle build`` without changes.
 
 Builds the bundle twice on the same results folder: the second must reuse every cell and take under 10% of the
 first (or of --first-run-s, when the first itself only reused). Writes results/benchmarks/bundle_reuse.json.
@@ -25,7 +25,7 @@ TARGET = 0.10
 def build(dist: Path, versions: list[str]) -> tuple[float, str]:
     start = time.monotonic()
     only = ["--versions", *versions] if versions else []
-    cmd = [sys.executable, "-m", "patch_and_test.review.bundle", "build", "--dist", str(dist), *only]
+    cmd = [sys.executable, "-m", "patch_and_test", "bundle", "build", "--dist", str(dist), *only]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = round(time.monotonic() - start, 3)
     if proc.returncode != 0:

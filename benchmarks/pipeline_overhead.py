@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Pipeline overhead: a warm ``python -m patch_and_test`` against its own reproducer launches.
+"""Pipeline overhead: a warm ``zero3-sp run`` against its own reproducer launches.
 
 Runs the whole job for one release (no parity audit, no ALST step) with its caches warm (``--warm-up`` fills them
 first); the job's verdict times its four reproducer launches. Target: total / launches <= 2.0. Writes
@@ -29,7 +29,8 @@ TARGET = 2.0
 
 def pipeline(version: str, results: Path) -> tuple[float, Verdict]:
     shutil.rmtree(results, ignore_errors=True)
-    cmd = [sys.executable, "-m", "patch_and_test", "--version", version, "--no-audit", "--results", str(results)]
+    job = [sys.executable, "-m", "patch_and_test", "run"]
+    cmd = [*job, "--version", version, "--no-audit", "--results", str(results)]
     start = time.monotonic()
     proc = subprocess.run([*cmd, "--env-name", "pipeline-overhead"], cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - start

@@ -50,7 +50,7 @@ def test_the_job_ends_with_the_regression_naming_the_autoep_test(master_checkout
     pytest.importorskip("deepspeed")  # DeepSpeed's tests need its dependencies (torch, ...) in this python
     results = tmp_path / "results"
     proc = subprocess.run([
-        sys.executable, "-m", "patch_and_test.upstream.job", "--src",
+        sys.executable, "-m", "patch_and_test", "affected", "run", "--src",
         str(master_checkout), "--series",
         str(FIXTURE), "--results",
         str(results), "--only", AUTOEP

@@ -14,7 +14,7 @@ from repro.harness import exit_codes
 
 
 class Exit(enum.IntEnum):
-    """The exit codes of ``python -m patch_and_test``, each with its outcome (verdict.json's ``outcome``) and
+    """The exit codes of ``zero3-sp run``, each with its outcome (verdict.json's ``outcome``) and
     meaning: the one table the CLI's help, README's table (``exit_codes_markdown``) and the docstrings read."""
 
     def __new__(cls, code: int, outcome: str, meaning: str) -> "Exit":
@@ -37,14 +37,14 @@ class Exit(enum.IntEnum):
 
 
 def exit_codes_help() -> str:
-    """The ``exit codes:`` section of ``python -m patch_and_test --help``."""
+    """The ``exit codes:`` section of ``zero3-sp run --help``."""
     return "exit codes:\n" + "".join(
         textwrap.fill(f"{e.outcome}: {e.meaning}", 100, initial_indent=f"  {e.value:<3} ", subsequent_indent=" " * 6) +
         "\n" for e in Exit)
 
 
 def exit_codes_markdown() -> str:
-    """README's table of the exit codes (tests/unit/test_exit_codes.py keeps README's copy equal to it)."""
+    """README's table of the exit codes (``zero3-sp docs`` renders it there)."""
     return "| exit | outcome |\n|---|---|\n" + "".join(f"| {e.value} | {e.outcome}: {e.meaning} |\n" for e in Exit)
 
 

@@ -14,8 +14,9 @@ from patch_and_test.core.checks import ALST, AUDIT, REPRODUCERS
 from repro.harness.env import dist_version
 from repro.harness.report import Record
 
-# Where the pipeline starts, and the programs it runs as scripts (the reproducers, the audit, ALST, the twin).
-ENTRY_POINTS = ("patch_and_test/__main__.py", "patch_and_test/job/pipeline.py",
+# Where the pipeline starts (the front door imports its commands by name), and the programs it runs as scripts (the
+# reproducers, the audit, ALST, the twin).
+ENTRY_POINTS = ("patch_and_test/__main__.py", "patch_and_test/job/cli.py", "patch_and_test/job/pipeline.py",
                 *(f"repro/{script}.py"
                   for script in (*REPRODUCERS, AUDIT, ALST)), "tests/multiprocess/test_zero3_sp_gradient_scale.py")
 # What they read that is not Python (and the conftests pytest loads around the twin).

@@ -142,11 +142,11 @@ def _run(cmd: list[str], out, env=None, cwd=None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m patch_and_test.install --pypi X``: install unpatched DeepSpeed X from its verified sdist."""
+    """``zero3-sp install --pypi X``: install unpatched DeepSpeed X from its verified sdist."""
 
     from patch_and_test.core import source
 
-    parser = CommandParser(prog="python -m patch_and_test.install", description=main.__doc__)
+    parser = CommandParser(prog="zero3-sp install", description=main.__doc__)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--pypi", metavar="VERSION", help="a supported DeepSpeed release (sdist pinned by sha256)")
     what.add_argument("--tree", type=Path, help="a git work tree of DeepSpeed (its committed HEAD is installed)")
@@ -162,7 +162,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"installed deepspeed {done.version} from {tree} ({'cached wheel' if done.cached_wheel else 'built'}, "
           f"{done.installer})")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

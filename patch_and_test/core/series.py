@@ -12,7 +12,7 @@ from typing import Sequence
 
 import packaging.version
 
-from patch_and_test import PACKAGE_ROOT
+from patch_and_test import DATA_ROOT
 from patch_and_test.core import errors
 from patch_and_test.core.gitrun import git  # noqa: F401 (re-exported: callers import it from here)
 from repro.downstream.space import MARKER_NAME  # noqa: F401 (re-exported for the pipeline)
@@ -20,7 +20,7 @@ from repro.harness.fixed import source_has_fix
 from repro.harness.files import TOMLDecodeError, load_toml
 from repro.harness.report import Record
 
-DEFAULT_MANIFEST = PACKAGE_ROOT / "patches" / "series.toml"
+DEFAULT_MANIFEST = DATA_ROOT / "patches" / "series.toml"
 STAGE3 = "deepspeed/runtime/zero/stage3.py"
 
 Version = tuple[int, int, int]

@@ -1,11 +1,11 @@
-"""``python -m patch_and_test.signoff``: re-sign a series with the sender's identity before it is sent.
+"""``zero3-sp signoff``: re-sign a series with the sender's identity before it is sent.
 
 DeepSpeed's DCO check wants every commit signed off by its author; the package's series carry a placeholder
 author and ``Signed-off-by``, so whoever sends a series signs it, with the git identity they commit with::
 
-    python -m patch_and_test.signoff patches/master                # -> dist/signed/master/
-    python -m patch_and_test.signoff patches/master --as "Ada Lovelace <ada@example.org>" --out DIR
-    python -m patch_and_test.signoff --check dist/signed/master     # ready to send?
+    zero3-sp signoff patches/master                # -> dist/signed/master/
+    zero3-sp signoff patches/master --as "Ada Lovelace <ada@example.org>" --out DIR
+    zero3-sp signoff --check dist/signed/master    # ready to send?
 
 It rewrites, in copies, each patch's ``From:`` and placeholder ``Signed-off-by:``, and the cover letter's
 ``From:`` and shortlog: ``git am`` of the copies gives the same trees. Exit codes: 0 written (or, with --check,
@@ -134,14 +134,14 @@ def sign_state(series_dir: Path) -> SignState:
         signers += [s.strip() for s in found if s.strip() not in signers]
         if placeholder() in found:
             problems.append(f"{path.name}: the placeholder sign-off ({placeholder()}): run "
-                            f"python -m patch_and_test.signoff {series_dir}")
+                            f"zero3-sp signoff {series_dir}")
         else:
             problems += [f"{path.name}: {why}" for why in check_signoff(path)]
     return SignState(tuple(signers), tuple(problems))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = errors.CommandParser(prog="python -m patch_and_test.signoff", description=__doc__,
+    parser = errors.CommandParser(prog="zero3-sp signoff", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("series", type=Path, help="a folder of git format-patch files, e.g. patches/master")
     parser.add_argument("--as", dest="identity", metavar="'NAME <EMAIL>'",
@@ -166,7 +166,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(written)} files in {out}: {state.describe()}")
     print(f"send with: git send-email {out}/*.patch   (or git am them onto a branch and open a pull request)")
     return 0 if state.ready else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,11 +24,11 @@ from patch_and_test.core.inputs import sha256_file
 from repro.harness.env import cache_root
 from repro.harness.files import load_toml
 from repro.harness.report import Record
-from patch_and_test import PACKAGE_ROOT
+from patch_and_test import DATA_ROOT
 from patch_and_test.core.series import (STAGE3, Series, ensure_clean, format_version, git, parse_version,
                                         series_for_version, work_tree_root)
 
-DEFAULT_LOCK = PACKAGE_ROOT / "deepspeed-sdists.lock"
+DEFAULT_LOCK = DATA_ROOT / "deepspeed-sdists.lock"
 
 # A fixed identity and date: the commits made here have the same id on every machine and every run.
 FIXED_IDENTITY = {

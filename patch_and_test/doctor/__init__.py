@@ -1,4 +1,4 @@
-"""``python -m patch_and_test.doctor``: does the ZeRO-3 sp gradient-scale bug touch my run (docs/doctor.md)?
+"""``zero3-sp doctor``: does the ZeRO-3 sp gradient-scale bug touch my run (docs/doctor.md)?
 
 ``rule`` is the pure logic, ``read`` what is read from the environment, ``check`` the two joined, ``cli`` the command.
 """

@@ -1,4 +1,4 @@
-"""python -m patch_and_test.doctor --ds-config ds_config.json --sp 4 [--model CONFIG | --param-sizes N,N,...]
+"""zero3-sp doctor --ds-config ds_config.json --sp 4 [--model CONFIG | --param-sizes N,N,...]
 
 Am I affected? Reads the DeepSpeed installed in this Python (its code, not its version number), the
 DeepSpeed config, optionally the model's parameter sizes, and the installed clients' sp loss recipes
@@ -31,7 +31,7 @@ RECIPE_CHOICES = ("none", "allgather", "own_share")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="python -m patch_and_test.doctor", description=__doc__,
+    parser = CommandParser(prog="zero3-sp doctor", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ds-config", type=Path, required=True, help="the DeepSpeed config JSON of the run")
     parser.add_argument("--sp", type=int, default=None,
@@ -202,8 +202,8 @@ def _series_remedy(version: str) -> list[str]:
         series = series_for_version(version)
     except BadInput as err:
         return [f"remedy: no series here for DeepSpeed {version}: {err}"]
-    folder = series.directory.relative_to(PACKAGE_ROOT) if series.directory.is_relative_to(PACKAGE_ROOT) \
-        else series.directory
+    folder = series.directory.relative_to(PACKAGE_ROOT) if series.directory.is_relative_to(PACKAGE_ROOT / "patches") \
+        else series.directory  # the checkout's patches/, else where they are (an installed wheel's copy)
     release = ".".join(map(str, parse_version(version)))
     checked = (f"DEEPSPEED_VERSION={release} tox -e patch-and-test"
                if release in load_lock() else "DEEPSPEED_SRC=/path/to/your/DeepSpeed tox -e patch-and-test")

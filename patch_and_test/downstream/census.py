@@ -2,35 +2,28 @@
 
 ``docs/downstream-results/census.json`` (``Census``) holds what was read in each library's release; the factors
 come from the kept ``tox -m downstream`` reports where measured, else from the rule on the recipe read from the
-code. ``python -m patch_and_test.downstream_census`` renders the table into docs/downstream-notice.md between its
-census marker lines (``--check``: exit 1 when the block differs, write nothing); bad input exits 2.
+code. ``zero3-sp docs`` renders the table into docs/downstream-notice.md between its census marker lines.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 from typing import ClassVar, Literal, Optional
 
 from pydantic import model_validator
 
 from patch_and_test.core import templating
-from patch_and_test import PACKAGE_ROOT
 from patch_and_test.downstream.table import KEPT_RESULTS, PHASES, REPORT
-from patch_and_test.core.templating import Model, replace_block
+from patch_and_test.core.templating import Model
 from repro.downstream.expect import ClientKind, expected_ratio
 from repro.downstream.report import DownstreamReport
 from repro.downstream.space import STAGES
-from repro.harness import exit_codes, scales
+from repro.harness import scales
 from repro.harness.report import JsonReport, Record
-from patch_and_test.core.errors import CommandParser
 
 SCHEMA = "zero3-sp-gradfix/downstream-census/v1"
 CENSUS = KEPT_RESULTS / "census.json"
-DOCUMENT = PACKAGE_ROOT / "docs" / "downstream-notice.md"
-BEGIN = "<!-- downstream-census:begin (rendered by python -m patch_and_test.downstream_census; do not edit) -->"
+BEGIN = "<!-- downstream-census:begin (rendered by zero3-sp docs; do not edit) -->"
 END = "<!-- downstream-census:end -->"
 GAINS, MUST_CHANGE, UNTOUCHED = "gains from the fix", "must change with it", "untouched"
 Verdict = Literal["gains from the fix", "must change with it", "untouched"]
@@ -197,33 +190,6 @@ def render(census: Census, results: Path = KEPT_RESULTS) -> str:
     return templating.render("downstream_census.md.j2", census=census, rows=rows(census, results)).rstrip("\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.downstream_census", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--census", type=Path, default=CENSUS, help=f"default: {CENSUS}")
-    parser.add_argument("--results", type=Path, default=KEPT_RESULTS,
-                        help=f"the kept reports; default: {KEPT_RESULTS}")
-    parser.add_argument("--check", action="store_true", help="exit 1 when the document's block differs")
-    parser.add_argument("document", nargs="?", type=Path, default=DOCUMENT,
-                        help=f"the document whose census block is written (default {DOCUMENT.name})")
-    args = parser.parse_args(argv)
-    try:
-        table = render(Census.load(args.census), args.results)
-        text = args.document.read_text()
-        new = replace_block(text, table, BEGIN, END)
-    except (OSError, ValueError) as err:  # pydantic's ValidationError is a ValueError
-        print(f"error: {' '.join(str(err).split())[:400]}", file=sys.stderr)
-        return exit_codes.ERROR
-    if new == text:
-        print(json.dumps({"document": str(args.document), "status": "current"}))
-        return exit_codes.HOLDS
-    if args.check:
-        print(f"stale: {args.document}")
-        return exit_codes.DOES_NOT_HOLD
-    args.document.write_text(new)
-    print(f"updated: {args.document}")
-    return exit_codes.HOLDS
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def kept_table() -> str:
+    """The notice's census: census.json with the kept runs."""
+    return render(Census.load(CENSUS), KEPT_RESULTS)

@@ -98,7 +98,7 @@ def found_clients() -> list[FoundClient]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.client_check", description=__doc__,
+    parser = CommandParser(prog="zero3-sp downstream check-installed", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, default=None, help="write {clients, warnings} here")
     args = parser.parse_args(argv)
@@ -121,10 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def run_check(out_dir: Path, timeout: float = 300.0) -> tuple[list[ClientWarning], str | None, Path]:
     """Run this check in a subprocess of this interpreter: (warnings, error line or None, log)."""
     from patch_and_test.core.checks import run_logged
@@ -132,8 +128,8 @@ def run_check(out_dir: Path, timeout: float = 300.0) -> tuple[list[ClientWarning
     out_dir.mkdir(parents=True, exist_ok=True)
     report, log = out_dir / "client_check.json", out_dir / "client_check.log"
     report.unlink(missing_ok=True)
-    code, _ = run_logged([sys.executable, "-m", "patch_and_test.downstream.clients", "--json",
-                          str(report)], log, timeout=timeout, cwd=PACKAGE_ROOT)
+    cmd = [sys.executable, "-m", "patch_and_test", "downstream", "check-installed", "--json", str(report)]
+    code, _ = run_logged(cmd, log, timeout=timeout, cwd=PACKAGE_ROOT)
     if code != 0 or not report.exists():
         return [], f"client check exited {code} (log: {log})", log
     return TypeAdapter(list[ClientWarning]).validate_python(json.loads(report.read_text())["warnings"]), None, log

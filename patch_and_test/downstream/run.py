@@ -1,4 +1,4 @@
-"""``python -m patch_and_test.downstream``: the real clients' sp loss on unpatched and patched DeepSpeed.
+"""``zero3-sp downstream run``: the real clients' sp loss on unpatched and patched DeepSpeed.
 
 One run = one client environment (one tox/nox env): its clients are installed here, then DeepSpeed from its
 verified sdist, unpatched (``repro/downstream_clients.py --expect buggy``) and with the series' fix and marker
@@ -181,7 +181,7 @@ CLIENT_ENVS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="python -m patch_and_test.downstream", description=__doc__,
+    parser = CommandParser(prog="zero3-sp downstream run", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-name", default=os.environ.get("TOX_ENV_NAME") or os.environ.get("NOX_SESSION_NAME")
                         or "downstream", help="names the results folder (default: the tox/nox env)")
@@ -220,7 +220,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{args.env_name}] {c.name} --expect {c.expect}: exit {c.exit_code}")
     print(f"run: {results / 'run.json'}")
     return record.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,14 +1,13 @@
 """The downstream clients table, rendered from the reports of ``tox -e downstream`` only.
 
-Documents hold it between two marker lines; ``python -m patch_and_test.downstream_table`` rewrites that block
-(``--check`` fails when a document's block differs from the results); ``verify-bundle`` re-renders a bundle's.
+Documents hold it between two marker lines: ``zero3-sp docs`` renders the docs' from the kept runs
+(``zero3-sp downstream keep`` copies a run's reports there), ``verify-bundle`` re-renders a bundle's.
 
 More: docs/code/patch-and-test-downstream-doctor.md
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -22,14 +21,13 @@ from patch_and_test.core import templating
 from patch_and_test.core.templating import Model, replace_block
 from patch_and_test.core.errors import CommandParser
 
-BEGIN = "<!-- downstream-table:begin (rendered by python -m patch_and_test.downstream_table; do not edit) -->"
+BEGIN = "<!-- downstream-table:begin (rendered by zero3-sp docs; do not edit) -->"
 END = "<!-- downstream-table:end -->"
 PHASES = ("unpatched", "patched")
 REPORT = "downstream_clients.json"
 KEPT_RESULTS = PACKAGE_ROOT / "docs" / "downstream-results"  # the runs the committed docs show
 # The cover letters' table (plain_table): HF Trainer, accelerate, ArcticTraining; the docs show every env.
 CORE_ENVS = ("downstream-arctic", "downstream-tf5.24", "downstream-tf5.25", "downstream-tf5.25-patched")
-DOCUMENTS = ("docs/downstream-notice.md", "docs/backport-clients.md")  # their tables show every env
 
 
 def reports(root: Path, envs: tuple[str, ...] | None = None) -> list[tuple[str, str, DownstreamReport]]:
@@ -125,6 +123,11 @@ def render(root: Path, shown_root: str = "results/downstream") -> str:
     return templating.render("downstream_table.md.j2", rows=table_rows(root, shown_root)).rstrip("\n")
 
 
+def kept_table() -> str:
+    """The docs' table: every env of the kept runs."""
+    return render(KEPT_RESULTS, "docs/downstream-results")
+
+
 def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:
     """The measured ratios, one line per client x DeepSpeed build, as plain text for a cover letter. Pure.
     ("+ proposed": a gate that reads the capability marker, i.e. the proposed transformers change.)"""
@@ -191,37 +194,16 @@ def render_into(document: str, bundle: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.downstream_table", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", type=Path, default=KEPT_RESULTS, help=f"default: {KEPT_RESULTS}")
-    parser.add_argument("--shown-as", default="docs/downstream-results", help="the results path the table names")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a document's block differs")
-    parser.add_argument("--keep", type=Path, default=None, metavar="RESULTS",
-                        help="first copy the reports under RESULTS (results/downstream) into --results")
-    parser.add_argument("documents", nargs="*", type=Path, default=[PACKAGE_ROOT / d for d in DOCUMENTS],
-                        help=f"the documents whose table block is written (default {' '.join(DOCUMENTS)})")
+    parser = CommandParser(
+        prog="zero3-sp downstream keep", description="Copy the downstream runs' JSON into the kept runs the docs "
+        "show (logs stay behind: they hold machine paths); then zero3-sp docs renders the docs' tables from them.")
+    parser.add_argument("results", nargs="?", type=Path, default=Path("results") / "downstream",
+                        help="the runs' folder (default: %(default)s)")
+    parser.add_argument("--to", type=Path, default=KEPT_RESULTS, help="default: docs/downstream-results")
     args = parser.parse_args(argv)
-    if args.keep is not None:
-        for path in keep(args.keep, args.results):
-            print(f"kept: {path}")
-    stale, table = [], render(args.results, args.shown_as)  # the same table goes into every document
-    for doc in args.documents:
-        text = doc.read_text()
-        try:
-            new = replace_block(text, table, BEGIN, END)
-        except ValueError as err:
-            print(f"error: {doc}: {err}", file=sys.stderr)
-            return 2
-        if new != text:
-            stale.append(doc)
-            if not args.check:
-                doc.write_text(new)
-    for doc in stale:
-        print(f"{'stale' if args.check else 'updated'}: {doc}")
-    if not stale:
-        print(json.dumps({"documents": [str(d) for d in args.documents], "status": "current"}))
-    return 1 if (args.check and stale) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if not args.results.is_dir():
+        print(f"error: {args.results}: not a folder", file=sys.stderr)
+        return 2
+    for path in keep(args.results, args.to):
+        print(f"kept: {path}")
+    return 0

@@ -43,7 +43,7 @@ MANIFEST = "MANIFEST.sha256"
 EVIDENCE_DIRS = ("alst", "audit", "benchmarks")  # written by other checks, copied when present
 COMMITTED_BENCHMARKS = PACKAGE_ROOT / "benchmarks" / "results"
 DOWNSTREAM = "downstream"  # results/downstream: tox -m downstream (the real clients' sp loss code)
-AFFECTED = "affected"  # results/affected/<tree>/ (python -m patch_and_test.affected_job), over the kept runs
+AFFECTED = "affected"  # results/affected/<tree>/ (zero3-sp affected run), over the kept runs
 GOOD_OUTCOMES = ("fixed", "skipped")
 
 
@@ -327,7 +327,7 @@ def newest_bundle(dist: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.bundle", description=__doc__,
+    parser = CommandParser(prog="zero3-sp bundle", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command")
     build_p = sub.add_parser("build", help="run or reuse the matrix and write the bundle (default)")
@@ -371,7 +371,3 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineError as err:
         print(f"error: {err}", file=sys.stderr)
         return int(err.exit_code)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

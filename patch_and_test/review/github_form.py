@@ -98,14 +98,14 @@ git diff --stat {base_short} {branch}      # the series' commits
 ```
 
 On DeepSpeed's master as it is today, `git am patches/master/000[1-9]-*.patch` (after
-`python -m patch_and_test.signoff patches/master`). Pull request: title `pr-title.txt`, body
+`zero3-sp signoff patches/master`). Pull request: title `pr-title.txt`, body
 `pr-body.md` (the bundle's PR.md without its title); the squash commit's message is
 `squash-message.txt`.
 """
 WHERE = {
     NEWEST_UPSTREAM:
     "\nThat base is not an upstream commit: it is DeepSpeed's newest release (its sdist)\n"
-    "committed on a commit of master, whose tests it keeps; `python -m patch_and_test --newest-upstream`\n"
+    "committed on a commit of master, whose tests it keeps; `zero3-sp run --newest-upstream`\n"
     "(zero3-sp-gradfix) builds it with this id in a clone of DeepSpeed: fetch the bundle there.\n",
 }
 

@@ -6,7 +6,6 @@ Deterministic (the same bundle renders the same bytes): that is how ``bundle ver
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 from patch_and_test import PACKAGE_ROOT
@@ -42,24 +41,11 @@ def local_links(markdown: str) -> list[str]:
 
 
 KEPT = PACKAGE_ROOT / "docs" / "affected-results"
-DOC = PACKAGE_ROOT / "docs" / "affected-tests.md"
-BEGIN, END = "<!-- affected-results: begin (rendered by python -m patch_and_test.affected_job --table) -->", \
-    "<!-- affected-results: end -->"
+BEGIN, END = "<!-- affected-results: begin (rendered by zero3-sp docs) -->", "<!-- affected-results: end -->"
 
 
-def render_doc(document: str, root: Path = KEPT) -> str:
-    """``document`` with the block between BEGIN and END replaced by the table of the runs under ``root``."""
+def affected_table(root: Path = KEPT) -> str:
+    """docs/affected-tests.md's table (between BEGIN and END): the runs kept under ``root``."""
     table = templating.render("affected_table.md.j2", table=affected_context(affected_results(root)),
                               link_root="affected-results")
-    return templating.replace_block(document, table.rstrip("\n"), BEGIN, END)
-
-
-def write_affected_doc() -> int:
-    """Re-render the kept runs' table into docs/affected-tests.md (after copying a run into docs/affected-results)."""
-    try:
-        DOC.write_text(render_doc(DOC.read_text()))
-    except ValueError as err:  # the markers are gone: say so, as downstream_table does
-        print(f"error: {DOC}: {err}", file=sys.stderr)
-        return 2
-    print(f"{DOC}: table of {len(list(KEPT.glob('*/affected.json')))} kept runs")
-    return 0
+    return table.rstrip("\n")

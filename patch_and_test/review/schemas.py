@@ -1,12 +1,11 @@
 """The JSON schema of every report the package writes, kept under ``docs/schemas/``.
 
-``python -m patch_and_test.schemas`` writes ``docs/schemas/<name>.schema.json`` for each model in ``MODELS``;
-``--check`` writes nothing and exits 1 listing every stale, missing or orphaned file.
+``zero3-sp docs`` writes ``docs/schemas/<name>.schema.json`` for each model in ``MODELS`` and removes the files of
+names no longer listed (``rendered``); ``--check`` names every stale, missing or orphaned file.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys
@@ -16,11 +15,10 @@ from typing import Any
 import pydantic
 
 from patch_and_test import PACKAGE_ROOT
-from patch_and_test.core.errors import CommandParser
 
 SCHEMAS_DIR = PACKAGE_ROOT / "docs" / "schemas"
 SUFFIX = ".schema.json"
-GENERATOR = f"written by python -m patch_and_test.schemas with pydantic {pydantic.VERSION}"  # each file's $comment
+GENERATOR = f"written by zero3-sp docs with pydantic {pydantic.VERSION}"  # each file's $comment
 # name (docs/schemas/<name>.schema.json) -> the model, by dotted name; bundle verify validates by it too.
 MODELS = {
     "verdict": "patch_and_test.job.verdict.Verdict",
@@ -93,68 +91,21 @@ def shape(schema: Any) -> Any:
     return out
 
 
-def _differs(path: Path, model: Any) -> bool:
-    text, want = path.read_text(), render(model)
-    if text == want:
-        return False
-    stored = json.loads(text)
-    # Same pydantic, other text: the model changed; another pydantic: compare the data contract only.
-    return stored.get("$comment") == GENERATOR or shape(stored) != shape(json.loads(want))
+def same(kept: str, rendered: str) -> bool:
+    """Whether a kept schema file is the rendered one: the same text, or under another pydantic (its $comment
+    says which wrote it) the same data contract, whatever that pydantic's wording."""
+    if kept == rendered:
+        return True
+    stored = json.loads(kept)
+    return stored.get("$comment") != GENERATOR and shape(stored) == shape(json.loads(rendered))
 
 
-def _orphans(directory: Path, models: dict[str, Any], skipped: dict[str, str] | None) -> list[Path]:
-    known = set(models) | set(skipped or {})
-    return [p for p in sorted(directory.glob(f"*{SUFFIX}")) if p.name[:-len(SUFFIX)] not in known]
-
-
-def stale(directory: Path, models: dict[str, Any], skipped: dict[str, str] | None = None) -> list[str]:
-    """Every file of ``directory`` that differs from what the models give, one line each."""
-    problems = []
-    for name, model in sorted(models.items()):
-        path = directory / f"{name}{SUFFIX}"
-        if not path.exists():
-            problems.append(f"{path}: missing")
-        elif _differs(path, model):
-            problems.append(f"{path}: differs from {model.__module__}.{model.__qualname__}")
-    return problems + [
-        f"{p}: no model in patch_and_test.review.schemas.MODELS" for p in _orphans(directory, models, skipped)
-    ]
-
-
-def write(directory: Path, models: dict[str, Any], skipped: dict[str, str] | None = None) -> list[Path]:
-    """Write every model's schema; remove the files of names no longer listed. The files written."""
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, model in sorted(models.items()):
-        path, text = directory / f"{name}{SUFFIX}", render(model)
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-            written.append(path)
-    for path in _orphans(directory, models, skipped):
-        path.unlink()
-    return written
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.schemas", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is stale")
-    parser.add_argument("--dir", type=Path, default=SCHEMAS_DIR, help=f"default: {SCHEMAS_DIR}")
-    args = parser.parse_args(argv)
-    models, skipped = load_models()
+def rendered(directory: Path, listed: dict[str, str] | None = None) -> dict[Path, str | None]:
+    """Every schema file as it should read (of ``MODELS``, or ``listed``); None for a file of a name no longer
+    listed. A model that does not import (a warning says why) leaves its file alone."""
+    models, skipped = load_models(listed)
     for why in skipped.values():
         print(f"warning: skipped {why}", file=sys.stderr)
-    if args.check:
-        problems = stale(args.dir, models, skipped)
-        for p in problems:
-            print(f"stale: {p}", file=sys.stderr)
-        print(f"{args.dir}: {len(models)} schema(s) checked, "
-              f"{'up to date' if not problems else f'{len(problems)} stale (python -m patch_and_test.schemas)'}")
-        return 1 if problems else 0
-    written = write(args.dir, models, skipped)
-    print(f"{args.dir}: {len(models)} schema(s), {len(written)} written")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    files: dict[Path, str | None] = {directory / f"{name}{SUFFIX}": render(model) for name, model in models.items()}
+    known = set(models) | set(skipped)
+    return files | {p: None for p in sorted(directory.glob(f"*{SUFFIX}")) if p.name[:-len(SUFFIX)] not in known}

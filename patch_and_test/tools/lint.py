@@ -1,7 +1,7 @@
 """Check the series against DeepSpeed's pre-commit rules, on trees with the series applied.
 
-    python -m patch_and_test.lint                 # every series, on the git mirror (else on sdists)
-    python -m patch_and_test.lint --tree ~/ds     # the series for that checkout, on a copy of it
+    zero3-sp lint                 # every series, on the git mirror (else on sdists)
+    zero3-sp lint --tree ~/ds     # the series for that checkout, on a copy of it
 
 Each series is applied (``git am``) to a working copy: of ``--tree``, else of the DeepSpeed mirror
 (``$DEEPSPEED_MIRROR``) at the series' base commit, else, on a machine without the mirror, of the
@@ -241,7 +241,7 @@ def trees_for(manifest: Manifest, tree: Path | None,
 
 def main(argv: list[str] | None = None) -> int:
     parser = errors.CommandParser(
-        prog="python -m patch_and_test.lint", description=__doc__.split("\n\n")[0],
+        prog="zero3-sp lint", description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1] + "\npinned: " + " ".join(f"{t}=={v}" for t, v in TOOLS.items()) + "\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, help="a DeepSpeed git checkout (only read: a copy is patched)")
@@ -279,7 +279,3 @@ def main(argv: list[str] | None = None) -> int:
               f"{'OK' if not report.findings else f'{len(report.findings)} finding(s)'}")
         failed = failed or bool(report.findings)
     return 1 if failed else 0  # 1: findings (the report above); 2: could not lint
-
-
-if __name__ == "__main__":
-    sys.exit(main())

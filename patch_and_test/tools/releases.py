@@ -1,4 +1,4 @@
-"""``python -m patch_and_test.releases``: every DeepSpeed release on PyPI takes its series' fix.
+"""``zero3-sp releases``: every DeepSpeed release on PyPI takes its series' fix.
 
 For each release that ``pip index versions deepspeed`` lists from ``--from`` to ``--to`` (default: the
 manifest's lowest version to the newest release it covers), or each ``--version``: its sdist is downloaded
@@ -6,13 +6,12 @@ manifest's lowest version to the newest release it covers), or each ``--version`
 patches that need neither ``tests/`` nor ``docs/`` with plain ``git am``, and read by ``tree_has_fix`` before
 (unfixed) and after (fixed); whether the mirror has its tag is recorded. Steps: docs/releases.md.
 
-Writes ``docs/releases/releases.json`` and ``docs/releases.md``, rendered from it. ``--check`` downloads
-nothing: it re-renders the Markdown from the JSON, compares the JSON's series with ``patches/``, and exits 1
-when a row fails or a file is stale.
+Writes ``docs/releases/releases.json`` and ``docs/releases.md``, rendered from it. ``zero3-sp docs`` downloads
+nothing: it renders the Markdown again from the JSON and fails when a row fails or the JSON's series are no
+longer those of ``patches/``.
 
 Exit codes: 0 every row holds; 1 a row fails (a series does not apply, tree_has_fix says the
-wrong thing, a listed release has no series) or, under --check, a file is stale; 2 bad input or
-a step could not run (a download, git).
+wrong thing, a listed release has no series); 2 bad input or a step could not run (a download, git).
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from repro.harness.report import JsonReport, Record
 SCHEMA = "zero3-sp-gradfix/releases/v1"
 DEFAULT_JSON = PACKAGE_ROOT / "docs" / "releases" / "releases.json"
 DEFAULT_MARKDOWN = PACKAGE_ROOT / "docs" / "releases.md"
-COMMAND = "python -m patch_and_test.releases"
+COMMAND = "zero3-sp releases"
 LISTED_BY_INDEX = "pip index versions deepspeed"
 SHORT_SHA = 16  # hex digits of an sdist's sha256 in the Markdown table (the JSON has all 64)
 
@@ -328,24 +327,21 @@ def build(versions: list[str], listed_by: str, version_from: str | None, version
                           wall_time_s=round(time.monotonic() - start, 1))
 
 
-def stale(json_path: Path, markdown_path: Path, manifest: Manifest) -> list[str]:
-    """Why the committed table is out of date or fails, one line each; [] when it holds as it is."""
-    try:
-        report = ReleasesReport.load(json_path)
-    except FileNotFoundError:
-        return [f"{json_path}: missing (run {COMMAND})"]
-    except ValueError as err:
-        return [f"{json_path}: not a valid {SCHEMA} report: {str(err).splitlines()[0]}"]
-    problems = []
-    want = render_markdown(report, json_link(json_path, markdown_path))
-    if not markdown_path.is_file() or markdown_path.read_text() != want:
-        problems.append(f"{markdown_path}: differs from what {json_path.name} renders")
+def kept_markdown(markdown_path: Path, json_path: Path = DEFAULT_JSON) -> str:
+    """The Markdown of the kept JSON, downloading nothing (``zero3-sp docs``)."""
+    return render_markdown(ReleasesReport.load(json_path), json_link(json_path, markdown_path))
+
+
+def problems(manifest: Manifest, json_path: Path = DEFAULT_JSON) -> list[str]:
+    """What rendering the kept table again cannot mend, one line each: series in ``patches/`` other than the ones
+    the table applied, rows that fail; [] when it holds as it is."""
+    report = ReleasesReport.load(json_path)
     now = {s.name: series_used(s) for s in manifest.series}
-    for used in report.series:
-        if now.get(used.name) != used:
-            problems.append(f"series {used.label}: patches/ differ from what the table applied (rerun {COMMAND})")
-    problems += [f"{version}: {why}" for version, why in report.failures.items()]
-    return problems
+    found = [
+        f"series {used.label}: patches/ differ from what the table applied (rerun {COMMAND})" for used in report.series
+        if now.get(used.name) != used
+    ]
+    return found + [f"{version}: {why}" for version, why in report.failures.items()]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -360,13 +356,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="default: docs/releases/releases.json")
     parser.add_argument("--markdown", type=Path, default=DEFAULT_MARKDOWN, help="default: docs/releases.md")
     parser.add_argument("--manifest", type=Path, default=None, help="default: patches/series.toml")
-    parser.add_argument("--check", action="store_true",
-                        help="download nothing: exit 1 when the JSON's rows fail or the files are stale")
     args = parser.parse_args(argv)
     if args.versions and (args.version_from or args.version_to):
         parser.error("--version names the releases itself: no --from/--to with it")
-    if args.check and (args.versions or args.version_from or args.version_to):
-        parser.error("--check reads the JSON as it is: no --version, --from or --to with it")
     for text in (t for t in [args.version_from, args.version_to, *(args.versions or [])] if t is not None):
         try:
             parse_version(text)
@@ -380,12 +372,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         manifest = load_manifest(args.manifest)
-        if args.check:
-            problems = stale(args.json, args.markdown, manifest)
-            for problem in problems:
-                print(f"stale or failing: {problem}", file=sys.stderr)
-            print(f"{args.json}: {'holds and up to date' if not problems else f'{len(problems)} problem(s)'}")
-            return 1 if problems else 0
         if args.versions:
             versions = sorted({format_version(parse_version(v)) for v in args.versions}, key=parse_version)
             listed_by, low, high = "--version", None, None
@@ -410,7 +396,3 @@ def main(argv: list[str] | None = None) -> int:
     args.markdown.write_text(render_markdown(report, json_link(args.json, args.markdown)))
     print(f"{report.summary()}; {report.wall_time_s:.0f} s; wrote {args.json} and {args.markdown}")
     return report.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -274,18 +274,18 @@ def _rebuild_previous(repo: Path, old_patches: list[Path], old_letter: str, tmpd
 
 def main(argv: list[str] | None = None) -> int:
     parser = errors.CommandParser(
-        prog="python -m patch_and_test.reroll", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="zero3-sp reroll", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Regenerate one patch series (format-patch --cover-letter --base -v N) from a DeepSpeed "
         "branch, write it under patches/<series>/ and update patches/series.toml; for N > 1 the cover letter "
         "carries the range-diff against the previous version.", epilog="""examples:
   # first version of the master series; the cover text is subject line, blank line, body
-  python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 1 --cover cover.txt
+  zero3-sp reroll --repo ~/ds --branch zero3-sp-fix --series master -v 1 --cover cover.txt
 
   # after amending the commits: v2, cover letter and change-id reused from v1, range-diff in the letter
-  python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 2
+  zero3-sp reroll --repo ~/ds --branch zero3-sp-fix --series master -v 2
 
   # the same series rebased onto a newer upstream master
-  python -m patch_and_test.reroll --repo ~/ds --branch zero3-sp-fix --series master -v 3 \\
+  zero3-sp reroll --repo ~/ds --branch zero3-sp-fix --series master -v 3 \\
       --upstream origin/master --base-ref master
 
 The branch may start with local commits that only delete files (a repo with missing blobs needs
@@ -323,7 +323,3 @@ must be signed off by its author (git commit -s). Exit codes: 0 done, 2 bad inpu
         print(f"  {path.name}")
     print(f"  change-id: {result.change_id}" + ("; range-diff in the cover letter" if result.range_diff else ""))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

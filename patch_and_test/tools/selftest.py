@@ -1,4 +1,4 @@
-"""``python -m patch_and_test.selftest --version V [--tier fast|slow|all]``: the package's tests on DeepSpeed V.
+"""``zero3-sp selftest --version V [--tier fast|slow|all]``: the package's tests on DeepSpeed V.
 
 Installs the unpatched release V from its verified sdist, then runs pytest on a tier (``--tier``, env
 ``ZERO3_SP_TEST_TIER``; CONTRIBUTING.md, "Tests"):
@@ -50,7 +50,7 @@ def pytest_command(extra: list[str], version: str, tier: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.selftest", description=__doc__,
+    parser = CommandParser(prog="zero3-sp selftest", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", default=os.environ.get("DEEPSPEED_VERSION") or None,
                         help="a supported DeepSpeed release (default: the newest; env DEEPSPEED_VERSION)")
@@ -68,7 +68,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"$ {' '.join(cmd)}", flush=True)
     # pytest's own exit code, 5 (nothing collected) included: the caller treats anything but 0 as failure.
     return subprocess.run(cmd, env={**os.environ, "DEEPSPEED_VERSION": version}).returncode
-
-
-if __name__ == "__main__":
-    sys.exit(main())

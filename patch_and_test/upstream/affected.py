@@ -241,7 +241,7 @@ def select_for_series(series_dir: Path, tree: Path) -> Selection:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.affected",
+    parser = CommandParser(prog="zero3-sp affected select",
                            description="The DeepSpeed test files a series can reach, with the reason for each.")
     parser.add_argument("series", type=Path, help="a series folder (patches/<name>)")
     parser.add_argument("tree", type=Path, help="a DeepSpeed tree as it is before the series")
@@ -258,7 +258,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_json(args.json, selection.model_dump(mode="json"))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``python -m patch_and_test.affected_job``: DeepSpeed's own tests that a series can reach, before and after it.
+"""``zero3-sp affected run``: DeepSpeed's own tests that a series can reach, before and after it.
 
 For a DeepSpeed checkout (only read) and any series folder, without installs or reproducers: the selected tests
 on the base, again after ``git am``, and ``affected.json`` (``AffectedVerdict``).
@@ -183,7 +183,7 @@ def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m patch_and_test.affected_job", description=__doc__,
+    parser = CommandParser(prog="zero3-sp affected run", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--src", type=Path, help="a clean DeepSpeed checkout (only read)")
@@ -209,7 +209,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {verdict.error}", file=sys.stderr)
     print(f"outcome: {verdict.outcome} (exit {verdict.exit_code}); {args.results.resolve() / 'affected.json'}")
     return verdict.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

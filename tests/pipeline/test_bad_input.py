@@ -30,11 +30,8 @@ def pipeline(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subpr
         k: v
         for k, v in os.environ.items() if k not in ("DEEPSPEED_SRC", "DEEPSPEED_VERSION", "ZERO3_SP_BACKEND")
     }
-    proc = subprocess.run([sys.executable, "-m", "patch_and_test", "--results",
-                           str(results), "--no-audit", *args], capture_output=True, text=True, cwd=ROOT, env={
-                               **clean,
-                               **(env or {})
-                           }, timeout=300)
+    cmd = [sys.executable, "-m", "patch_and_test", "run", "--results", str(results), "--no-audit", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=clean | (env or {}), timeout=300)
     verdict = json.loads((results / "verdict.json").read_text()) if (results / "verdict.json").exists() else {}
     return proc, verdict
 

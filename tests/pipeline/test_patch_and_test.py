@@ -1,4 +1,4 @@
-"""The whole job for real: ``python -m patch_and_test`` on the installed DeepSpeed's release.
+"""The whole job for real: ``python -m patch_and_test run`` on the installed DeepSpeed's release.
 
 Downloads (or reuses) the verified sdist, installs it unpatched, sees the bug with both
 reproducers (exit 1 under --expect fixed would be the bug: here --expect buggy holds), applies the
@@ -44,7 +44,7 @@ def release():
     version = installed.split("+")[0]
     yield version
     # Put the unpatched release back (its wheel is cached: seconds), whatever the test did.
-    subprocess.run([sys.executable, "-m", "patch_and_test.core.install", "--pypi", version], check=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "patch_and_test", "install", "--pypi", version], check=True, cwd=ROOT,
                    capture_output=True)
     assert not installed_stage3_has_fix()
 
@@ -58,7 +58,7 @@ def job(release, tmp_path_factory):
     results = root / "results" / env_name
     env = {k: v for k, v in os.environ.items() if k not in ("DEEPSPEED_SRC", "ZERO3_SP_BACKEND")}
     proc = subprocess.run([
-        sys.executable, "-m", "patch_and_test", "--version", release, "--no-audit", "--results",
+        sys.executable, "-m", "patch_and_test", "run", "--version", release, "--no-audit", "--results",
         str(results), "--env-name", env_name
     ], capture_output=True, text=True, cwd=ROOT, env={
         **env, "DEEPSPEED_VERSION": release
@@ -67,8 +67,8 @@ def job(release, tmp_path_factory):
 
 
 def bundle(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patch_and_test.review.bundle", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=600)
+    return subprocess.run([sys.executable, "-m", "patch_and_test", "bundle", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
 
 
 def test_patch_and_test_sees_the_bug_before_and_not_after(job):

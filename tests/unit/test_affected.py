@@ -5,8 +5,6 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from patch_and_test.upstream import affected
 
 STAGE = textwrap.dedent("""\
@@ -184,14 +182,13 @@ def test_newly_read_means_attributes_of_self_or_cls():
 
 def test_docs_table_is_the_kept_runs_as_rendered():
     # docs/affected-tests.md shows the kept affected-tests runs; every number comes from their files.
-    from patch_and_test.review.pr import DOC, KEPT, render_doc
+    from patch_and_test import PACKAGE_ROOT
+    from patch_and_test.core.templating import block_of
+    from patch_and_test.review.pr import BEGIN, END, KEPT, affected_table
 
     runs = sorted(KEPT.glob("*/affected.json"))
     assert runs and any(p.parent.name == "master" for p in runs)
-    text = DOC.read_text()
-    assert text == render_doc(text), "run python -m patch_and_test.affected_job --table"
+    text = block_of((PACKAGE_ROOT / "docs" / "affected-tests.md").read_text(), BEGIN, END)
+    assert text == affected_table(), "run zero3-sp docs"
     for path in runs:
         assert f"(affected-results/{path.parent.name}/affected.json)" in text
-    # A document without the block's marker lines is an error, not a second table appended to it.
-    with pytest.raises(ValueError, match="no affected-results block"):
-        render_doc("no markers here\n")

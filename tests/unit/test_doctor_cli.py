@@ -1,4 +1,4 @@
-"""``python -m patch_and_test.doctor``: its exit codes, on real DeepSpeed code.
+"""``zero3-sp doctor``: its exit codes, on real DeepSpeed code.
 
 The DeepSpeed trees are the installed DeepSpeed's own ``stage3.py``, ``runtime/zero/config.py`` and
 ``runtime/constants.py``, copied as they are (unpatched) and with the series' patch 0001 applied by
@@ -24,7 +24,7 @@ from tests.conftest import ROOT
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patch_and_test.doctor", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "patch_and_test", "doctor", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
 
 

@@ -40,10 +40,10 @@ def test_render_from_reports(tmp_path):
     assert "(no results)" in render(tmp_path / "none")
 
 
-def test_keep_copies_json_only_without_machine_paths(tmp_path):
+def test_keep_copies_json_only_without_machine_paths(tmp_path, capsys):
     import json
 
-    from patch_and_test.downstream.table import keep
+    from patch_and_test.downstream.table import keep, main
 
     env = tmp_path / "src" / "downstream-tf5.25"
     _report([_row()]).write(env / "patched" / "downstream_clients.json")
@@ -65,6 +65,10 @@ def test_keep_copies_json_only_without_machine_paths(tmp_path):
     kept = json.loads((tmp_path / "kept" / "downstream-tf5.25" / "run.json").read_text())
     assert kept["checks"][0]["report"] == "patched/downstream_clients.json"
     assert kept["steps"][0]["detail"] == "exit 0 (report patched/downstream_clients.json)"
+    # zero3-sp downstream keep: the same copy, a line per file; no runs folder: exit 2
+    assert main([str(tmp_path / "src"), "--to", str(tmp_path / "kept2")]) == 0
+    assert capsys.readouterr().out.count("kept: ") == 2
+    assert main([str(tmp_path / "none"), "--to", str(tmp_path / "kept2")]) == 2
 
 
 def test_verify_bundle_re_renders_the_notice_table(tmp_path):
@@ -106,7 +110,8 @@ def test_backport_cover_letters_show_the_kept_downstream_results():
 
 
 def test_the_cover_letters_show_the_core_envs_only(tmp_path):
-    from patch_and_test.downstream.table import DOCUMENTS, PACKAGE_ROOT, plain_table
+    from patch_and_test.downstream.table import PACKAGE_ROOT, plain_table
+    from patch_and_test.review.docs import ARTIFACTS
 
     for env, client in (("downstream-tf5.25", "transformers"), ("downstream-trl", "trl")):
         _report([_row(client=client, stage=2, ratio=1.0, expected=1.0),
@@ -116,7 +121,8 @@ def test_the_cover_letters_show_the_core_envs_only(tmp_path):
     # README links the clients' page and carries no table (its readers get five lines and the link)
     assert BEGIN not in (PACKAGE_ROOT / "README.md").read_text()
     # the docs' tables show every env, trl's and axolotl's too
-    assert all("| downstream-trl |" in (PACKAGE_ROOT / d).read_text() for d in DOCUMENTS)
+    documents = [a.path for a in ARTIFACTS if a.name == "downstream table"]
+    assert len(documents) == 2 and all("| downstream-trl |" in (PACKAGE_ROOT / d).read_text() for d in documents)
 
 
 @pytest.mark.parametrize("kind, want", [("uv", ["--python-version", "3.12"]), ("pip", ["--ignore-requires-python"])])

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import toxfile
-from patch_and_test.__main__ import EXIT_HELP
+from patch_and_test.job.cli import EXIT_HELP
 from patch_and_test.core.errors import Exit, exit_codes_help, exit_codes_markdown
 from repro.harness import cli
 from repro.harness import exit_codes
@@ -35,17 +35,12 @@ def test_no_code_writes_77_as_a_bare_number():
     assert not found, found
 
 
-README_BEGIN = "<!-- exit-codes:begin (rendered from patch_and_test.core.errors; tests/unit/test_exit_codes.py) -->"
-README_END = "<!-- exit-codes:end -->"
-
-
 def test_readme_table_is_the_rendered_one():
-    """README's table of patch-and-test's exit codes is errors.Exit's, rendered (exit_codes_markdown)."""
-    readme = (ROOT / "README.md").read_text()
-    assert README_BEGIN in readme, f"README.md: no line {README_BEGIN!r}"
-    block = readme.split(README_BEGIN + "\n", 1)[1]
-    assert README_END in block, f"README.md: {README_BEGIN!r} without {README_END!r}"
-    assert block.split(README_END, 1)[0] == exit_codes_markdown()
+    """README's table of patch-and-test's exit codes is errors.Exit's, rendered (exit_codes_markdown, by docs)."""
+    from patch_and_test.core.templating import block_of
+    from patch_and_test.review.docs import EXIT_CODES
+
+    assert block_of((ROOT / "README.md").read_text(), *EXIT_CODES) + "\n" == exit_codes_markdown()
 
 
 def test_the_table_has_one_row_per_code_and_the_help_renders_it():

@@ -111,3 +111,21 @@ def test_every_requirement_pin_is_written_in_one_file():
             where.setdefault(pin.lower(), set()).add(path.relative_to(ROOT).as_posix())
     twice = {pin: sorted(found) for pin, found in where.items() if len(found) > 1}
     assert twice == {}
+
+
+# DeepSpeed 0.19.8's own dependencies (its requirements/requirements.txt): what a training environment has.
+DEEPSPEED_DEPENDENCIES = {
+    "einops", "hjson", "msgpack", "ninja", "numpy", "packaging", "psutil", "py-cpuinfo", "pydantic", "torch", "tqdm"
+}
+
+
+def test_a_users_install_adds_pyyaml_and_nothing_else_to_deepspeeds_dependencies():
+    from packaging.requirements import Requirement
+
+    def names(path: Path) -> set[str]:
+        lines = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
+        return {Requirement(line).name.lower() for line in lines if line}
+
+    assert names(ROOT / "requirements" / "package.txt") - DEEPSPEED_DEPENDENCIES == {"pyyaml", "tomli"}
+    assert 'tomli>=2; python_version < "3.11"' in (ROOT / "requirements" / "package.txt").read_text()
+    assert "jinja2" in names(ROOT / "requirements" / "maint.txt")  # the job, the bundle and docs render with it

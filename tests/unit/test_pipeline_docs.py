@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import patch_and_test
-from patch_and_test import __main__ as cli
+from patch_and_test.job import cli
 from patch_and_test.job import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -55,9 +55,9 @@ def test_the_kept_doctor_run_is_what_the_doctor_says_now():
     stage3 = Path(deepspeed.__file__).parent / "runtime" / "zero" / "stage3.py"
     if deepspeed.__version__.split("+")[0] != "0.19.8" or source_has_fix(stage3.read_text()):
         pytest.skip(f"the sample is DeepSpeed 0.19.8 without the fix; installed: {deepspeed.__version__}")
-    done = subprocess.run(
-        [sys.executable, "-m", "patch_and_test.doctor", "--ds-config", "docs/sample-run/ds_config.json", "--sp", "2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([
+        sys.executable, "-m", "patch_and_test", "doctor", "--ds-config", "docs/sample-run/ds_config.json", "--sp", "2"
+    ], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr
     # a build from the sdist says 0.19.8+unknown where pip's install from PyPI says 0.19.8
     now = [line.replace(deepspeed.__version__, "0.19.8") for line in done.stdout.splitlines()]

@@ -1,4 +1,4 @@
-"""The releases table's pure parts: the row verdict, the report's derived fields, the Markdown, --check."""
+"""The releases table's pure parts: the row verdict, the report's derived fields, the Markdown, what docs checks."""
 
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ def _row(version="0.19.7", **changes) -> ReleaseRow:
 
 
 def _report(rows, listed=None, series=(SERIES, )) -> ReleasesReport:
-    return ReleasesReport(command="python -m patch_and_test.releases", listed_by="--version", version_from=None,
-                          version_to=None, listed=listed if listed is not None else [r.version for r in rows],
-                          mirror_newest_tag="v0.19.5", series=list(series), rows=rows, python_version="3.11.7",
-                          git_version="2.39.5", pip_version="23.2.1", started_at="2026-01-01T00:00:00+00:00",
-                          wall_time_s=3.0)
+    listed = listed if listed is not None else [r.version for r in rows]
+    return ReleasesReport(command="zero3-sp releases", listed_by="--version", version_from=None, version_to=None,
+                          listed=listed, mirror_newest_tag="v0.19.5", series=list(series), rows=rows,
+                          python_version="3.11.7", git_version="2.39.5", pip_version="23.2.1",
+                          started_at="2026-01-01T00:00:00+00:00", wall_time_s=3.0)
 
 
 def test_a_row_holds_when_the_sdist_patches_went_on_and_the_tree_turned_fixed():
@@ -91,7 +91,7 @@ def test_the_markdown_is_rendered_from_the_report():
         [_row("0.19.5", mirror_tag=True, locked=True),
          _row("0.19.7", fixed_after=False, error="a | b", applied=[])])
     text = render_markdown(report, "releases/releases.json")
-    assert "rendered by python -m patch_and_test.releases from releases/releases.json" in text
+    assert "rendered by zero3-sp docs from releases/releases.json, which zero3-sp releases writes" in text
     assert "**2 release(s), 1 hold, 1 FAIL.**" in text
     assert "source of **0.19.7** (bold below)" in text and "newest release tag is v0.19.5" in text
     assert (f"| 0.19.5 | v0.19.5 | `{'d' * 16}` | s v2 | 0001 fix, 0002 marker | unfixed | fixed | holds "
@@ -132,27 +132,24 @@ def _write(tmp_path, report):
     return path, md
 
 
-def test_check_finds_a_stale_markdown_changed_patches_and_failing_rows(tmp_path, manifest):
+def test_docs_renders_the_kept_markdown_and_finds_changed_patches_and_failing_rows(tmp_path, manifest):
     real = releases.series_used(manifest.by_name("v0.19.8"))
     row = _row("0.19.8", series="v0.19.8", applied=[p.file for p in real.patches if not p.needs])
     path, md = _write(tmp_path, _report([row], series=[real]))
-    assert releases.stale(path, md, manifest) == []
-    md.write_text(md.read_text().replace("holds", "held"))
-    assert releases.stale(path, md, manifest) == [f"{md}: differs from what releases.json renders"]
+    assert releases.problems(manifest, path) == [] and releases.kept_markdown(md, path) == md.read_text()
     changed = real.model_copy(
         update={"patches": [real.patches[0].model_copy(update={"sha256": "0" * 64}), *real.patches[1:]]})
     path, md = _write(tmp_path, _report([row.model_copy(update={"fixed_after": False})], series=[changed]))
-    assert releases.stale(path, md, manifest) == [
-        f"series v0.19.8 v{real.version}: patches/ differ from what the table applied (rerun python -m "
-        "patch_and_test.releases)", "0.19.8: tree_has_fix says unfixed after the series"
+    assert releases.problems(manifest, path) == [
+        f"series v0.19.8 v{real.version}: patches/ differ from what the table applied (rerun zero3-sp releases)",
+        "0.19.8: tree_has_fix says unfixed after the series"
     ]
     path.write_text(json.dumps({**json.loads(path.read_text()), "holds": True}))
-    assert "not a valid zero3-sp-gradfix/releases/v1 report" in releases.stale(path, md, manifest)[0]
-    assert releases.main(["--check", "--json", str(path), "--markdown", str(md)]) == 1
+    with pytest.raises(ValueError, match="stored holds=True"):  # zero3-sp docs: exit 2, the artifact named
+        releases.kept_markdown(md, path)
 
 
-@pytest.mark.parametrize("argv", [["--from", "0.19"], ["--version", "0.19.8", "--to", "0.19.8"],
-                                  ["--check", "--version", "0.19.8"], ["--version", "x"]])
+@pytest.mark.parametrize("argv", [["--from", "0.19"], ["--version", "0.19.8", "--to", "0.19.8"], ["--version", "x"]])
 def test_bad_input_exits_2_before_anything_is_downloaded(argv, capsys):
     with pytest.raises(SystemExit) as exited:
         releases.main(argv)
@@ -161,5 +158,6 @@ def test_bad_input_exits_2_before_anything_is_downloaded(argv, capsys):
 
 def test_the_committed_table_holds_and_is_for_the_series_in_patches(manifest):
     """docs/releases.md is docs/releases/releases.json rendered, every row holds, and the series it applied
-    are the ones in patches/ now: after a series changes, rerun `python -m patch_and_test.releases`."""
-    assert releases.stale(releases.DEFAULT_JSON, releases.DEFAULT_MARKDOWN, manifest) == []
+    are the ones in patches/ now: after a series changes, rerun `zero3-sp releases`."""
+    assert releases.problems(manifest) == []
+    assert releases.kept_markdown(releases.DEFAULT_MARKDOWN) == releases.DEFAULT_MARKDOWN.read_text()

@@ -25,8 +25,9 @@ def loaded():
 def test_docs_schemas_is_up_to_date(loaded):
     models, skipped = loaded
     assert skipped == {} and set(models) == set(schemas.MODELS)
-    assert schemas.stale(schemas.SCHEMAS_DIR, models, skipped) == [], \
-        "a report model changed: run `python -m patch_and_test.schemas` and commit docs/schemas/"
+    files = schemas.rendered(schemas.SCHEMAS_DIR)
+    assert [p for p, text in files.items() if text is None or not schemas.same(p.read_text(), text)] == [], \
+        "a report model changed: run `zero3-sp docs` and commit docs/schemas/"
 
 
 def test_every_listed_model_names_its_own_schema(loaded):
@@ -39,34 +40,20 @@ def test_every_listed_model_names_its_own_schema(loaded):
         assert data["$id"] == model.SCHEMA and data["type"] == "object"
 
 
-def test_write_then_check(tmp_path, loaded):
-    models, _ = loaded
-    verdict = {"verdict": models["verdict"]}
-    assert schemas.write(tmp_path, verdict) == [tmp_path / "verdict.schema.json"]
-    text = (tmp_path / "verdict.schema.json").read_text()
-    assert text.endswith("}\n") and text.startswith('{\n  "$comment": "written by')  # pretty, keys sorted
-    assert schemas.stale(tmp_path, verdict) == [] and schemas.write(tmp_path, verdict) == []
-    (tmp_path / "verdict.schema.json").write_text(text.replace('"env"', '"environ"'))
+def test_rendered_files_and_the_orphans_to_remove(tmp_path, capsys):
+    verdict = {"verdict": schemas.MODELS["verdict"]}
     (tmp_path / "gone.schema.json").write_text("{}\n")
-    assert schemas.stale(tmp_path, verdict) == [
-        f"{tmp_path / 'verdict.schema.json'}: differs from patch_and_test.job.verdict.Verdict",
-        f"{tmp_path / 'gone.schema.json'}: no model in patch_and_test.review.schemas.MODELS"
-    ]
-    # A model listed but not importable: its file is left alone, neither checked nor removed.
-    assert schemas.stale(tmp_path, verdict, {"gone": "x"}) == [
-        f"{tmp_path / 'verdict.schema.json'}: differs from patch_and_test.job.verdict.Verdict"
-    ]
-    schemas.write(tmp_path, verdict)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["verdict.schema.json"]
-    assert schemas.stale(tmp_path, {**verdict, "x": models["verdict"]}) == [f"{tmp_path / 'x.schema.json'}: missing"]
-
-
-def test_the_command_line_check_exits_1_listing_the_stale_files(tmp_path, capsys):
-    assert schemas.main(["--check", "--dir", str(tmp_path)]) == 1
-    assert f"stale: {tmp_path / 'verdict.schema.json'}: missing" in capsys.readouterr().err
-    assert schemas.main(["--dir", str(tmp_path)]) == 0
-    assert schemas.main(["--check", "--dir", str(tmp_path)]) == 0
-    assert "up to date" in capsys.readouterr().out
+    files = schemas.rendered(tmp_path, verdict)
+    assert files.keys() == {tmp_path / "verdict.schema.json", tmp_path / "gone.schema.json"}
+    assert files[tmp_path / "gone.schema.json"] is None  # a name no longer listed
+    text = files[tmp_path / "verdict.schema.json"]
+    assert text.endswith("}\n") and text.startswith('{\n  "$comment": "written by zero3-sp docs')  # pretty, sorted
+    assert not schemas.same(text.replace('"env"', '"environ"'), text)
+    # A model listed but not importable: its file is left alone, neither rendered nor removed.
+    assert schemas.rendered(tmp_path, {
+        **verdict, "gone": "repro.no_such_module.Report"
+    }).keys() == {tmp_path / "verdict.schema.json"}
+    assert "warning: skipped repro.no_such_module.Report" in capsys.readouterr().err
 
 
 def test_a_model_that_does_not_import_is_skipped_with_the_reason():
@@ -93,16 +80,14 @@ def test_the_committed_reports_are_valid(folder, loaded):
     assert problems == []
 
 
-def test_another_pydantic_wording_is_not_a_changed_model(tmp_path, loaded):
+def test_another_pydantic_wording_is_not_a_changed_model(loaded):
     models, _ = loaded
-    verdict = {"verdict": models["verdict"]}
-    schemas.write(tmp_path, verdict)
-    path = tmp_path / "verdict.schema.json"
-    data = json.loads(path.read_text())
-    data["$comment"] = "written by python -m patch_and_test.schemas with pydantic 2.99.0"
+    text = schemas.render(models["verdict"])
+    data = json.loads(text)
+    data["$comment"] = "written by zero3-sp docs with pydantic 2.99.0"
     data["title"] = "Verdict, as a newer pydantic words it"
-    path.write_text(json.dumps(data))
-    assert schemas.stale(tmp_path, verdict) == []
+    assert schemas.same(json.dumps(data), text)
     data["properties"]["environment"] = data["properties"].pop("env")
-    path.write_text(json.dumps(data))
-    assert schemas.stale(tmp_path, verdict) == [f"{path}: differs from patch_and_test.job.verdict.Verdict"]
+    assert not schemas.same(json.dumps(data), text)
+    # the same pydantic writes the same text: any other text is a changed model
+    assert not schemas.same(text.replace("Verdict", "Verdict ", 1), text)

@@ -1,0 +1,124 @@
+"""``zero3-sp docs``: every generated block and file of the repository, rendered again from what it shows.
+
+``ARTIFACTS`` is the one list of them: a name, the path, the function that renders it. ``zero3-sp docs`` rewrites
+each one that differs; ``--check`` writes nothing and exits 1 naming each stale one. Both exit 1 as well for what
+rendering cannot mend: a failing row of docs/releases.md, a kept result under docs/ that names a series, or a
+version of one, that patches/series.toml no longer has. Everything is rendered from kept data: nothing is run or
+downloaded (``zero3-sp releases`` downloads; ``zero3-sp downstream keep`` keeps new downstream runs). Exit 2: an
+artifact could not be rendered (a document without its marker lines, a kept file that does not validate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core.errors import CommandParser, PipelineError, exit_codes_markdown
+from patch_and_test.core.series import Manifest, load_manifest
+from patch_and_test.core.templating import replace_block
+from patch_and_test.downstream import census, table
+from patch_and_test.review import pr, schemas
+from patch_and_test.tools import releases
+
+Files = dict[Path, "str | None"]  # every file an artifact writes -> its text (None: the file should not exist)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    path: str  # relative to the checkout: a file, or the folder of the files it writes
+    render: Callable[[Path], Files]  # the path -> its files as they should read
+    same: Callable[[str, str], bool] = str.__eq__  # (kept, rendered): does the kept text count as rendered
+
+
+def block(begin: str, end: str, body: Callable[[], str]) -> Callable[[Path], Files]:
+    """The lines between a document's two marker lines, rendered by ``body``; the rest is the document's own."""
+    return lambda path: {path: replace_block(path.read_text(), body(), begin, end)}
+
+
+EXIT_CODES = ("<!-- exit-codes:begin (rendered by zero3-sp docs from patch_and_test.core.errors) -->",
+              "<!-- exit-codes:end -->")
+
+ARTIFACTS = (
+    Artifact("exit codes", "README.md", block(*EXIT_CODES, lambda: exit_codes_markdown().rstrip("\n"))),
+    Artifact("downstream table", "docs/downstream-notice.md", block(table.BEGIN, table.END, table.kept_table)),
+    Artifact("downstream table", "docs/backport-clients.md", block(table.BEGIN, table.END, table.kept_table)),
+    Artifact("downstream census", "docs/downstream-notice.md", block(census.BEGIN, census.END, census.kept_table)),
+    Artifact("affected tests", "docs/affected-tests.md", block(pr.BEGIN, pr.END, pr.affected_table)),
+    Artifact("releases", "docs/releases.md", lambda path: {path: releases.kept_markdown(path)}),
+    Artifact("schemas", "docs/schemas", schemas.rendered, same=schemas.same),
+)
+
+
+def refresh(artifacts: tuple[Artifact, ...], root: Path, write: bool = False) -> tuple[list[str], list[str]]:
+    """(the stale files, as 'name: path' lines; the artifacts that could not be rendered, and why). ``write``:
+    rewrite the stale files, one artifact after the other (two blocks of one document both land)."""
+    stale, errors = [], []
+    for artifact in artifacts:
+        try:
+            files = artifact.render(root / artifact.path)
+        except (OSError, ValueError, PipelineError) as err:  # pydantic's ValidationError is a ValueError
+            errors.append(f"{artifact.name}: {artifact.path}: {' '.join(str(err).split())[:300]}")
+            continue
+        for path, text in files.items():
+            kept = path.read_text() if path.is_file() else None
+            if kept == text or (not write and None not in (kept, text) and artifact.same(kept, text)):
+                continue
+            stale.append(f"{artifact.name}: {path.relative_to(root)}")
+            if write and text is None:
+                path.unlink()
+            elif write:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+    return stale, errors
+
+
+def kept_series(root: Path, manifest: Manifest) -> list[str]:
+    """Kept results under ``root`` whose top-level ``series`` names a series (or a version of one) that the manifest
+    no longer has. A result that records only the series' name (affected.json, a downstream run.json) is checked
+    by its name: which version made it is not recorded."""
+    now = {s.name: s.version for s in manifest.series}
+    found = []
+    for path in sorted(root.rglob("*.json")):
+        data = json.loads(path.read_text())
+        named = data.get("series") if isinstance(data, dict) else None
+        for entry in named if isinstance(named, list) else [named] if named else []:
+            name, version = (entry, None) if isinstance(entry, str) else (entry.get("name"), entry.get("version"))
+            where = path.relative_to(root.parent)
+            if name not in now:
+                found.append(f"{where}: series {name} is not in patches/series.toml")
+            elif version is not None and version != now[name]:
+                found.append(f"{where}: series {name} v{version}; patches/series.toml has v{now[name]}")
+    return found
+
+
+def problems(root: Path) -> list[str]:
+    """What rendering cannot mend: the releases table's failing rows and series, the kept results' series."""
+    manifest = load_manifest()
+    return releases.problems(manifest) + kept_series(root / "docs", manifest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = CommandParser(prog="zero3-sp docs", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="write nothing: exit 1 naming each stale artifact")
+    args = parser.parse_args(argv)
+    stale, errors = refresh(ARTIFACTS, PACKAGE_ROOT, write=not args.check)
+    try:
+        failing = problems(PACKAGE_ROOT)
+    except (OSError, ValueError, PipelineError) as err:
+        failing, errors = [], errors + [f"kept results: {' '.join(str(err).split())[:300]}"]
+    for line in stale:
+        print(f"{'stale' if args.check else 'updated'}: {line}")
+    for line in failing:
+        print(f"failing: {line}")
+    for line in errors:
+        print(f"error: {line}", file=sys.stderr)
+    print(f"{len(ARTIFACTS)} artifacts: {len(stale)} {'stale' if args.check else 'updated'}, {len(failing)} failing"
+          f"{f', {len(errors)} could not be rendered' if errors else ''}")
+    return 2 if errors else 1 if failing or (args.check and stale) else 0
