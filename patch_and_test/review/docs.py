@@ -79,21 +79,24 @@ def refresh(artifacts: tuple[Artifact, ...], root: Path, write: bool = False) ->
 
 
 def kept_series(root: Path, manifest: Manifest) -> list[str]:
-    """Kept results under ``root`` whose top-level ``series`` names a series (or a version of one) that the manifest
-    no longer has. A result that records only the series' name (affected.json, a downstream run.json) is checked
-    by its name: which version made it is not recorded."""
+    """Kept results under ``root`` whose top-level ``series`` names a series, or a version of one, that the manifest
+    no longer has. A kept affected run must also say which version it ran (``series_version``); a downstream
+    run.json records only the series' name and is checked by it."""
     now = {s.name: s.version for s in manifest.series}
     found = []
     for path in sorted(root.rglob("*.json")):
         data = json.loads(path.read_text())
         named = data.get("series") if isinstance(data, dict) else None
+        where = path.relative_to(root.parent)
         for entry in named if isinstance(named, list) else [named] if named else []:
-            name, version = (entry, None) if isinstance(entry, str) else (entry.get("name"), entry.get("version"))
-            where = path.relative_to(root.parent)
+            name, version = ((entry, data.get("series_version")) if isinstance(entry, str) else
+                             (entry.get("name"), entry.get("version")))
             if name not in now:
                 found.append(f"{where}: series {name} is not in patches/series.toml")
             elif version is not None and version != now[name]:
                 found.append(f"{where}: series {name} v{version}; patches/series.toml has v{now[name]}")
+            elif version is None and path.name == "affected.json":
+                found.append(f"{where}: series {name} with no series_version (which version ran is not recorded)")
     return found
 
 
