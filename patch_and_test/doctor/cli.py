@@ -11,9 +11,12 @@ sp is what the file states (--sp must then agree), else --sp. No GPU, no trainin
 exit codes:
   0  not affected: every gradient is the true gradient with this DeepSpeed, config and loss code
   1  affected: some gradient is not (the factor, the parameters and the remedy are printed)
-  2  bad input (a missing or malformed config, or one of none of the three kinds; sp < 1, missing, or
-     --sp disagreeing with the file; a DeepSpeed it cannot read, an "auto" it needs and cannot fill) or
-     the verdict depends on parameter sizes not given; one line on stderr
+  2  bad input, one line on stderr: a missing or malformed config (or one of none of the three kinds),
+     sp < 1, missing, or --sp disagreeing with the file, a DeepSpeed it cannot read, an "auto" it needs
+     and cannot fill
+  3  it depends on parameter sizes not given: parameters above reduce_bucket_size get another factor
+     than the others; the verdict line says which of a typical model's are above it (--model or
+     --param-sizes decide)
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import parse_version, series_for_version
 from patch_and_test.core.source import load_lock
 from repro.harness.report import text_table
+from repro.harness.scales import ReducePath
 
 RECIPE_CHOICES = ("none", "allgather", "own_share")
 
@@ -64,10 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print("\n".join(lines), flush=True)
-    if code == 2:
-        print(
-            "error: the verdict depends on which parameters are larger than reduce_bucket_size: pass --model or "
-            "--param-sizes", file=sys.stderr)
     return code
 
 
@@ -97,7 +97,7 @@ def diagnose(args: argparse.Namespace) -> tuple[list[str], int]:
         f"ZERO3_SP_GRADIENTS_SUMMED {'set' if ds.marker else 'absent'} (read from runtime/zero/stage3.py)"
     ]
     lines += (_config_lines(args.config, run, z, sp, sizes) + _client_lines(clients, args.recipe, sources, run) +
-              _table(list(verdict.cells)) + _verdict_lines(verdict) +
+              _table(list(verdict.cells)) + _verdict_lines(verdict, z) +
               _remedy_lines(verdict, z, sources, sp, ds, params))
     return lines, verdict.exit_code
 
@@ -166,14 +166,10 @@ def _table(cells: list[rule.Cell]) -> list[str]:
     return ["gradient / true gradient:"] + ["  " + line for line in text_table(header, rows)]
 
 
-def _verdict_lines(verdict: rule.Verdict) -> list[str]:
+def _verdict_lines(verdict: rule.Verdict, z: rule.ZeroSettings) -> list[str]:
     bad = [c for c in verdict.cells if not rule.is_one(c.now)]
     if verdict.affected is None:
-        factors = ", ".join(sorted({rule.words(c.now) for c in bad}))
-        return [
-            f"verdict: UNDECIDED: parameters larger than reduce_bucket_size get {factors} x the true gradient, "
-            "the others 1"
-        ]
+        return [_depends_line(verdict, z)]
     if not verdict.affected:
         return ["verdict: not affected: every gradient is the true gradient"]
     parts = []
@@ -187,6 +183,29 @@ def _verdict_lines(verdict: rule.Verdict) -> list[str]:
         parts.append(f"{rule.words(c.now)} x the true gradient for {c.param_class.label}{scope} with "
                      f"{c.source.label}: {'; '.join(why)}")
     return ["verdict: AFFECTED: " + "; ".join(parts)]
+
+
+def _depends_line(verdict: rule.Verdict, z: rule.ZeroSettings) -> str:
+    """The bucket's two sides and what each gets; which of a typical model's usual parameters lie above it."""
+
+    def side(path: ReducePath) -> str:
+        cells = [c for c in verdict.cells if c.param_class.path is path]
+        return f"takes {path}: " + ", ".join(f"{rule.words(c.now)} x the true gradient" +
+                                             (f" with {c.source.label}" if len(cells) > 1 else "") for c in cells)
+
+    def named(path: ReducePath) -> list[str]:
+        return [f"{name} ({k:,} elements)" for name, k in t.params() if rule.reduce_path(z, k) is path]
+
+    n, t = z.reduce_bucket_size, rule.TYPICAL
+    above, below = named(ReducePath.AVG_SCATTER), named(ReducePath.CONTIGUOUS)
+    typical = f"in {t.name} (hidden {t.hidden_size}, vocab {t.vocab_size}, intermediate {t.intermediate_size}) " + (
+        f"{' and '.join(above)} {'are' if len(above) > 1 else 'is'} above it"
+        if above else "none of these is above it")
+    if below:
+        typical += f"; {' and '.join(below)} and every smaller weight are not"
+    return (f"verdict: DEPENDS ON PARAMETER SIZES: a parameter of more than {n:,} elements (reduce_bucket_size) "
+            f"{side(ReducePath.AVG_SCATTER)}; one of at most {n:,} {side(ReducePath.CONTIGUOUS)}; {typical}; pass "
+            "--model or --param-sizes for yours")
 
 
 def _remedy_lines(verdict: rule.Verdict, z: rule.ZeroSettings, sources: list[rule.LossSource], sp: int,

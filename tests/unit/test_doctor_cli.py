@@ -130,7 +130,8 @@ def test_sizes_decide_a_split_bucket(tmp_path, trees):
                  }})
     common = ["--ds-config", str(path), "--sp", "2", "--recipe", "none", "--deepspeed", str(trees["unpatched"])]
     undecided = doctor(*common)
-    assert undecided.returncode == 2 and "pass --model or --param-sizes" in undecided.stderr
+    assert undecided.returncode == 3 and undecided.stderr == "", undecided
+    assert "verdict: DEPENDS ON PARAMETER SIZES" in undecided.stdout
     assert doctor(*common, "--param-sizes", "4,16").returncode == 0
     assert doctor(*common, "--param-sizes", "4,64").returncode == 1
 
@@ -182,6 +183,19 @@ def test_zero1_is_not_affected(tmp_path, trees):
     result = doctor("--config", str(path), "--recipe", "none", "--deepspeed", str(trees["unpatched"]))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verdict: not affected" in result.stdout and result.stderr == ""
+
+
+def test_reduce_scatter_false_without_sizes_depends_on_them(tmp_path, trees):
+    path = write(tmp_path / "ds_config.json", {"zero_optimization": {"stage": 3, "reduce_scatter": False}})
+    result = doctor("--config", str(path), "--sp", "2", "--recipe", "none", "--deepspeed", str(trees["unpatched"]))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stderr == "" and "error" not in result.stdout
+    [verdict] = [line for line in result.stdout.splitlines() if line.startswith("verdict:")]
+    assert "more than 500,000,000 elements (reduce_bucket_size) takes __avg_scatter_grads: 1/2 x" in verdict
+    assert "at most 500,000,000 takes __avg_scatter_contiguous_grads: 1 x" in verdict
+    assert "embed_tokens (525,336,576 elements) and lm_head (525,336,576 elements) are above it" in verdict
+    assert "mlp.gate_proj/up_proj/down_proj (58,720,256 elements) and every smaller weight are not" in verdict
+    assert "remedy: DeepSpeed" in result.stdout  # the series still fixes the parameters above it
 
 
 @pytest.mark.parametrize("config, text, message", [

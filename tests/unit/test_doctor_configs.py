@@ -126,6 +126,12 @@ def test_sp_is_the_files_and_a_disagreeing_flag_is_an_error(tmp_path):
         read.sequence_parallel_size(silent, 0, path)
 
 
+def test_the_typical_models_sizes_are_computed_from_its_shapes():
+    sizes = dict(rule.TYPICAL.params())
+    assert sizes["embed_tokens"] == sizes["lm_head"] == 525_336_576  # 128256 x 4096
+    assert sizes["mlp.gate_proj/up_proj/down_proj"] == 58_720_256  # 4096 x 14336
+
+
 # ----------------------------------------------------------------------------- accelerate's own code
 
 
