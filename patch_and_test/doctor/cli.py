@@ -1,16 +1,22 @@
-"""zero3-sp doctor --ds-config ds_config.json --sp 4 [--model CONFIG | --param-sizes N,N,...]
+"""zero3-sp doctor --config FILE [--sp N] [--model CONFIG | --param-sizes N,N,...]
 
 Am I affected? Reads the DeepSpeed installed in this Python (its code, not its version number), the
-DeepSpeed config, optionally the model's parameter sizes, and the installed clients' sp loss recipes
-(transformers, accelerate, trl, ArcticTraining, axolotl); prints per class of parameters the reduce
-path and the gradient factor now and after the fix (1 = the true gradient), a verdict and the remedy.
-No GPU, no training step.
+run's config (a DeepSpeed JSON, with HF's "auto" values; an accelerate config, `accelerate launch
+--config_file`; or an ArcticTraining YAML), optionally the model's parameter sizes, and the loss code
+(the installed clients' sp loss recipes: transformers, accelerate, trl, ArcticTraining, axolotl; the
+trainer an ArcticTraining config names; or --recipe); prints per class of parameters the reduce path
+and the gradient factor now and after the fix (1 = the true gradient), a verdict and the remedy.
+sp is what the file states (--sp must then agree), else --sp. No GPU, no training step.
 
 exit codes:
   0  not affected: every gradient is the true gradient with this DeepSpeed, config and loss code
   1  affected: some gradient is not (the factor, the parameters and the remedy are printed)
-  2  bad input (missing or malformed config, sp < 1, a DeepSpeed it cannot read, an "auto" it needs
-     and cannot fill) or the verdict depends on parameter sizes not given; one line on stderr
+  2  bad input, one line on stderr: a missing or malformed config (or one of none of the three kinds),
+     sp < 1, missing, or --sp disagreeing with the file, a DeepSpeed it cannot read, an "auto" it needs
+     and cannot fill
+  3  it depends on parameter sizes not given: parameters above reduce_bucket_size get another factor
+     than the others; the verdict line says which of a typical model's are above it (--model or
+     --param-sizes decide)
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import parse_version, series_for_version
 from patch_and_test.core.source import load_lock
 from repro.harness.report import text_table
+from repro.harness.scales import ReducePath
 
 RECIPE_CHOICES = ("none", "allgather", "own_share")
 
@@ -33,9 +40,12 @@ RECIPE_CHOICES = ("none", "allgather", "own_share")
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="zero3-sp doctor", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ds-config", type=Path, required=True, help="the DeepSpeed config JSON of the run")
+    parser.add_argument(
+        "--config", "--ds-config", dest="config", type=Path, required=True,
+        help="the run's config: a DeepSpeed config JSON, an accelerate config (YAML or JSON) or an ArcticTraining "
+        "YAML (YAML by its .yaml/.yml suffix)")
     parser.add_argument("--sp", type=int, default=None,
-                        help="sequence-parallel size (default: the config's sequence_parallel_size)")
+                        help="sequence-parallel size, where the config does not state it (else it must agree)")
     sizes = parser.add_mutually_exclusive_group()
     sizes.add_argument(
         "--model", default=None,
@@ -58,10 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print("\n".join(lines), flush=True)
-    if code == 2:
-        print(
-            "error: the verdict depends on which parameters are larger than reduce_bucket_size: pass --model or "
-            "--param-sizes", file=sys.stderr)
     return code
 
 
@@ -69,18 +75,20 @@ def diagnose(args: argparse.Namespace) -> tuple[list[str], int]:
     """The report's lines and the exit code; BadInput for anything it cannot decide with."""
     if args.sp is not None and args.sp < 1:
         raise BadInput(f"--sp must be >= 1, got {args.sp}")
-    config = read.load_config(args.ds_config)
-    sp = read.sequence_parallel_size(config, args.sp)
+    run = read.read_config(args.config)
+    sp = read.sequence_parallel_size(run, args.sp, args.config)
     sizes = read.parse_param_sizes(args.param_sizes) if args.param_sizes else None
     installed = read.find_deepspeed(args.deepspeed)
     if args.model:
         sizes = read.model_sizes(args.model)
     clients = [] if args.recipe else read.installed_clients()
     sources = [c.source for c in clients if c.source is not None]
+    if run.loss is not None and not args.recipe:  # the trainer the file names: its loss, as installed or read
+        sources = [s for s in sources if s.client == run.loss.client] or [run.loss]
     if args.recipe or not sources:
         sources = [rule.own_loss(args.recipe or "none")]
     params = list(sizes.params) if sizes else None
-    result = run_check(config, sp, installed.state, sources, params, sizes.hidden_size if sizes else None,
+    result = run_check(run.deepspeed, sp, installed.state, sources, params, sizes.hidden_size if sizes else None,
                        installed.defaults, installed.defaults_from)
     z, verdict, ds = result.zero, result.verdict, installed.state
     where = f"the tree {installed.package}" if args.deepspeed else "installed here"
@@ -88,8 +96,8 @@ def diagnose(args: argparse.Namespace) -> tuple[list[str], int]:
         f"DeepSpeed {ds.version} ({where}): fix {'present' if ds.fixed else 'absent'}, marker "
         f"ZERO3_SP_GRADIENTS_SUMMED {'set' if ds.marker else 'absent'} (read from runtime/zero/stage3.py)"
     ]
-    lines += (_config_lines(args.ds_config, z, sp, sizes) + _client_lines(clients, args.recipe, sources) +
-              _table(list(verdict.cells)) + _verdict_lines(verdict) +
+    lines += (_config_lines(args.config, run, z, sp, sizes) + _client_lines(clients, args.recipe, sources, run) +
+              _table(list(verdict.cells)) + _verdict_lines(verdict, z) +
               _remedy_lines(verdict, z, sources, sp, ds, params))
     return lines, verdict.exit_code
 
@@ -98,12 +106,13 @@ def _value(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def _config_lines(path: Path, z: rule.ZeroSettings, sp: int, sizes: read.ModelSizes | None) -> list[str]:
+def _config_lines(path: Path, run: read.RunConfig, z: rule.ZeroSettings, sp: int,
+                  sizes: read.ModelSizes | None) -> list[str]:
     keys = rule.PATH_KEYS if z.stage == 3 else ("stage", )
     shown = ", ".join(f"{k}={_value(getattr(z, k))}" + ("" if z.where(k) == "config" else f" ({z.where(k)})")
                       for k in keys)
-    lines = [f"config {path}: {shown}; sp={sp}"]
-    notes = []
+    lines = [f"config {path} ({run.kind}): {shown}; sp={sp} ({'--sp' if run.sp is None else run.sp_where})"]
+    notes = list(run.notes)
     if z.zero_quantized_gradients and z.stage == 3:
         notes.append("zero_quantized_gradients (qgZ) reduces inside __avg_scatter_grads (all_to_all_quant_reduce "
                      "across nodes): the same path and factor; not measured here (it needs several nodes)")
@@ -118,7 +127,8 @@ def _config_lines(path: Path, z: rule.ZeroSettings, sp: int, sizes: read.ModelSi
     return lines + [f"  note: {n}" for n in notes]
 
 
-def _client_lines(clients: list[read.ClientInfo], recipe: str | None, sources: list[rule.LossSource]) -> list[str]:
+def _client_lines(clients: list[read.ClientInfo], recipe: str | None, sources: list[rule.LossSource],
+                  run: read.RunConfig) -> list[str]:
     lines = []
     for c in clients:
         what = (f"judged: {rule.RECIPE_WORDS[c.source.kind.kind]}" +
@@ -126,6 +136,11 @@ def _client_lines(clients: list[read.ClientInfo], recipe: str | None, sources: l
         lines.append(f"client {c.name} {c.version}: {what}" + (f" ({c.note})" if c.note else ""))
     if recipe:
         lines.append(f"loss: --recipe {recipe}: {sources[0].label}")
+    elif run.loss is not None:
+        how = ("judged from its installed code" if sources != [run.loss] else
+               f"{run.loss.client} is not installed here, so its recipe in arctic-training 0.8.0 is assumed: the "
+               f"{rule.RECIPE_WORDS[run.loss.kind.kind]} (--recipe if your loss differs)")
+        lines.append(f"loss: {sources[0].label}, the {run.kind}'s trainer, {how}")
     elif len(sources) == 1 and sources[0].client is None:
         lines.append(f"loss: no installed client has sp loss code: {sources[0].label} assumed (--recipe allgather if "
                      "you gather the loss with the differentiable all_gather)")
@@ -151,14 +166,10 @@ def _table(cells: list[rule.Cell]) -> list[str]:
     return ["gradient / true gradient:"] + ["  " + line for line in text_table(header, rows)]
 
 
-def _verdict_lines(verdict: rule.Verdict) -> list[str]:
+def _verdict_lines(verdict: rule.Verdict, z: rule.ZeroSettings) -> list[str]:
     bad = [c for c in verdict.cells if not rule.is_one(c.now)]
     if verdict.affected is None:
-        factors = ", ".join(sorted({rule.words(c.now) for c in bad}))
-        return [
-            f"verdict: UNDECIDED: parameters larger than reduce_bucket_size get {factors} x the true gradient, "
-            "the others 1"
-        ]
+        return [_depends_line(verdict, z)]
     if not verdict.affected:
         return ["verdict: not affected: every gradient is the true gradient"]
     parts = []
@@ -172,6 +183,29 @@ def _verdict_lines(verdict: rule.Verdict) -> list[str]:
         parts.append(f"{rule.words(c.now)} x the true gradient for {c.param_class.label}{scope} with "
                      f"{c.source.label}: {'; '.join(why)}")
     return ["verdict: AFFECTED: " + "; ".join(parts)]
+
+
+def _depends_line(verdict: rule.Verdict, z: rule.ZeroSettings) -> str:
+    """The bucket's two sides and what each gets; which of a typical model's usual parameters lie above it."""
+
+    def side(path: ReducePath) -> str:
+        cells = [c for c in verdict.cells if c.param_class.path is path]
+        return f"takes {path}: " + ", ".join(f"{rule.words(c.now)} x the true gradient" +
+                                             (f" with {c.source.label}" if len(cells) > 1 else "") for c in cells)
+
+    def named(path: ReducePath) -> list[str]:
+        return [f"{name} ({k:,} elements)" for name, k in t.params() if rule.reduce_path(z, k) is path]
+
+    n, t = z.reduce_bucket_size, rule.TYPICAL
+    above, below = named(ReducePath.AVG_SCATTER), named(ReducePath.CONTIGUOUS)
+    typical = f"in {t.name} (hidden {t.hidden_size}, vocab {t.vocab_size}, intermediate {t.intermediate_size}) " + (
+        f"{' and '.join(above)} {'are' if len(above) > 1 else 'is'} above it"
+        if above else "none of these is above it")
+    if below:
+        typical += f"; {' and '.join(below)} and every smaller weight are not"
+    return (f"verdict: DEPENDS ON PARAMETER SIZES: a parameter of more than {n:,} elements (reduce_bucket_size) "
+            f"{side(ReducePath.AVG_SCATTER)}; one of at most {n:,} {side(ReducePath.CONTIGUOUS)}; {typical}; pass "
+            "--model or --param-sizes for yours")
 
 
 def _remedy_lines(verdict: rule.Verdict, z: rule.ZeroSettings, sources: list[rule.LossSource], sp: int,

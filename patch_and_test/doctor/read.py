@@ -5,9 +5,11 @@ the clients (docs/doctor.md, "What it reads"). Every failure is a ``BadInput`` w
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -145,14 +147,18 @@ def constants_defaults(source: str) -> dict[str, Any]:
     return {key: found[name] for key, name in TOP_LEVEL.items() if name in found}
 
 
-def load_config(path: Path) -> dict[str, Any]:
-    """The DeepSpeed config file: JSON (as HF's integration reads it), else hjson (as DeepSpeed reads it)."""
+def config_text(path: Path) -> str:
     try:
-        text = path.read_text()
+        return path.read_text()
     except FileNotFoundError:
-        raise BadInput(f"no such DeepSpeed config: {path}") from None
+        raise BadInput(f"no such config: {path}") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise BadInput(f"cannot read the DeepSpeed config {path}: {err}") from None
+        raise BadInput(f"cannot read the config {path}: {err}") from None
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """A JSON config file: JSON (as HF's integration and accelerate read it), else hjson (as DeepSpeed reads it)."""
+    text = config_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -160,7 +166,7 @@ def load_config(path: Path) -> dict[str, Any]:
         if data is None:
             raise BadInput(f"{path} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
-        raise BadInput(f"{path} is not a DeepSpeed config: a JSON object is expected, got {type(data).__name__}")
+        raise BadInput(f"{path} is not a config: a JSON object is expected, got {type(data).__name__}")
     return data
 
 
@@ -240,16 +246,180 @@ def zero_settings(config: dict[str, Any], defaults: dict[str, Any], defaults_fro
         prescale_gradients=_bool("prescale_gradients", top["prescale_gradients"]), origin=tuple(origin))
 
 
-def sequence_parallel_size(config: dict[str, Any], given: int | None) -> int:
-    """--sp, else the config's ``sequence_parallel_size``; sp >= 1."""
-    if given is None:
-        value = config.get("sequence_parallel_size")
-        if value is None or value == "auto":
-            raise BadInput("pass --sp N (the config has no sequence_parallel_size)")
-        given = _int("sequence_parallel_size", value, 1)
-    if given < 1:
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """What a config file says about the run: the DeepSpeed config it hands DeepSpeed and DeepSpeed's sp."""
+    kind: str  # what the file is, as the output names it
+    deepspeed: dict[str, Any]  # HF's "auto" values left for zero_settings to fill
+    sp: int | None  # None: the file does not say
+    sp_where: str  # the key that says it, or why none does
+    loss: LossSource | None = None  # the loss code the file implies (ArcticTraining's trainer), if any
+    notes: tuple[str, ...] = ()
+
+
+def read_config(path: Path) -> RunConfig:
+    """A DeepSpeed config, an accelerate config or an ArcticTraining config: YAML by the file's suffix (as accelerate
+    tells its two formats apart), JSON else; the kind by its keys."""
+    yaml_file = path.suffix.lower() in (".yaml", ".yml")
+    data = _yaml(path) if yaml_file else load_config(path)
+    if "distributed_type" in data:
+        return accelerate_config(path, data)
+    if "model" in data and "data" in data:
+        return arctic_config(data)
+    if yaml_file:
+        raise BadInput(f"{path} is neither an accelerate config (no distributed_type) nor an ArcticTraining config "
+                       "(no model and data); a DeepSpeed config is JSON")
+    return deepspeed_config(data)
+
+
+def deepspeed_config(data: dict[str, Any]) -> RunConfig:
+    """A DeepSpeed config as HF's integration or DeepSpeed reads it; its sequence_parallel_size, if any."""
+    value = data.get("sequence_parallel_size")
+    if value is None or value == "auto":
+        return RunConfig("DeepSpeed config", data, None, "the config has no sequence_parallel_size")
+    return RunConfig("DeepSpeed config", data, _int("sequence_parallel_size", value, 1), "sequence_parallel_size")
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    text = config_text(path)
+    try:
+        import yaml
+    except ImportError:
+        raise BadInput(f"reading {path} needs PyYAML (pip install pyyaml; accelerate and ArcticTraining depend on "
+                       "it)") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise BadInput(f"{path} is not valid YAML: {getattr(err, 'problem', None) or error_line(err)}{where}") \
+            from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path} is not a config: a YAML mapping is expected, got {type(data).__name__}")
+    return data
+
+
+def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise BadInput(f"{key} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+# accelerate 1.16.0 (docs/doctor.md, "accelerate"): the keys DeepSpeedPlugin takes from its DeepSpeed config file
+# instead, which accelerate refuses next to deepspeed_config_file (and a top-level mixed_precision).
+ACCELERATE_FILE_ONLY = ("gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
+                        "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
+                        "zero3_save_16bit_model")
+ACCELERATE_ZERO_STAGE = 2  # DeepSpeedPlugin's zero_stage when nothing sets it
+
+
+def accelerate_config(path: Path, data: dict[str, Any]) -> RunConfig:
+    """What ``accelerate launch --config_file`` hands DeepSpeedPlugin and ParallelismConfig."""
+    if data["distributed_type"] != "DEEPSPEED":
+        raise BadInput(f"{path} is an accelerate config for distributed_type {data['distributed_type']}, not "
+                       "DEEPSPEED: the run does not use DeepSpeed, whose bug this is")
+    inline = _section(data, "deepspeed_config")
+    notes = []
+    file = inline.get("deepspeed_config_file")
+    if file not in (None, "none"):
+        refused = [k for k in ACCELERATE_FILE_ONLY if k in inline
+                   ] + (["mixed_precision"] if "mixed_precision" in data else [])
+        if refused:
+            raise BadInput(f"accelerate refuses {', '.join(refused)} next to deepspeed_config_file (they belong in "
+                           "the DeepSpeed config file)")
+        ds = copy.deepcopy(load_config(Path(file)))  # HfDeepSpeedConfig opens the path as given
+        if not Path(file).is_absolute():
+            notes.append(f"deepspeed_config_file {file} read from the current directory, as accelerate opens it")
+        zero = ds.get("zero_optimization")
+        if not isinstance(zero, dict):
+            raise BadInput(f"{file}: accelerate needs a zero_optimization object in the DeepSpeed config file")
+        if zero.get("stage") == "auto":
+            zero["stage"] = ACCELERATE_ZERO_STAGE
+            notes.append(f'zero_optimization.stage "auto": accelerate fills it with {ACCELERATE_ZERO_STAGE}, its '
+                         "default zero_stage")
+        kind = f"accelerate config with deepspeed_config_file {file}"
+    else:
+        stage = inline.get("zero_stage")
+        if stage is None:
+            stage = ACCELERATE_ZERO_STAGE
+            notes.append(f"no zero_stage: accelerate's default, {ACCELERATE_ZERO_STAGE}")
+        ds = {"zero_optimization": {"stage": stage}}  # what DeepSpeedPlugin builds, less what the rule ignores
+        kind = "accelerate config, inline deepspeed_config"
+    parallelism = _section(data, "parallelism_config")
+    if not parallelism:
+        return RunConfig(kind, ds, None, "the accelerate config has no parallelism_config", notes=tuple(notes))
+    sp = _int("parallelism_config_sp_size", parallelism.get("parallelism_config_sp_size", 1), 1)
+    backend = parallelism.get("parallelism_config_sp_backend", "deepspeed")
+    if backend != "deepspeed":
+        notes.append(f"parallelism_config_sp_backend {backend}, not deepspeed: DeepSpeed gets no sp from accelerate "
+                     "(sp 1); accelerate 1.16.0 itself refuses any backend but deepspeed")
+        return RunConfig(kind, ds, 1, "parallelism_config_sp_backend (not deepspeed)", notes=tuple(notes))
+    return RunConfig(kind, ds, sp, "parallelism_config_sp_size", notes=tuple(notes))
+
+
+# ArcticTraining 0.8.0 (docs/doctor.md, "ArcticTraining"): its zero_optimization where the deepspeed: section has
+# none (reduce_bucket_size: hidden_size^2, HF's "auto" fill), and the trainer types whose loss is SFTTrainer.loss.
+ARCTIC_ZERO = {"stage": 2, "reduce_bucket_size": "auto"}
+ARCTIC_SFT_LOSS = ("sft", "causal")
+
+
+def arctic_config(data: dict[str, Any]) -> RunConfig:
+    """What ArcticTraining's TrainerConfig hands DeepSpeed, and its trainer's loss."""
+    ds = {key: _human(value) for key, value in _section(data, "deepspeed").items()}
+    notes = []
+    if "zero_optimization" not in ds:
+        ds["zero_optimization"] = dict(ARCTIC_ZERO)
+        notes.append("deepspeed: has no zero_optimization: ArcticTraining's default, stage 2")
+    stated = "sequence_parallel_size" in data
+    sp = _int("sequence_parallel_size", data.get("sequence_parallel_size", 1), 1)
+    trainer = data.get("type", "sft")
+    loss = None
+    if trainer in ARCTIC_SFT_LOSS:
+        loss = LossSource(f"ArcticTraining's SFTTrainer.loss ({trainer} trainer)", ClientKind("allgather", "none"),
+                          "arctic_training")
+    else:
+        notes.append(f"trainer type {trainer}: not a trainer whose loss the doctor knows (--recipe says yours)")
+    where = "sequence_parallel_size" if stated else "sequence_parallel_size (absent: ArcticTraining's default)"
+    return RunConfig("ArcticTraining config", ds, sp, where, loss, tuple(notes))
+
+
+_HUMAN = re.compile(r"^(-?\d+\.?\d?)(?:(e|\^)(-?\d+\.?\d?)|(ki|mi|gi|ti|k|m|b|t))$")
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def _human(value: Any) -> Any:
+    """A deepspeed: value as ArcticTraining reads it: strings such as 5e8, 2^20, 500M, 10% become numbers."""
+    if isinstance(value, dict):
+        return {key: _human(v) for key, v in value.items()}
+    if not isinstance(value, str):
+        return value
+    text = value.replace("_", "").lower().strip()
+    found = _HUMAN.match(text)
+    try:
+        if text.endswith("%"):
+            return float(text[:-1]) / 100
+        if found and found.group(4):
+            return float(found.group(1)) * _SUFFIX[found.group(4)]
+        if found:
+            base, exp = float(found.group(1)), float(found.group(3))
+            return base * 10**exp if found.group(2) == "e" else (-1 if base < 0 else 1) * abs(base)**exp
+        return float(text)
+    except ValueError:
+        return value
+
+
+def sequence_parallel_size(run: RunConfig, given: int | None, path: Path) -> int:
+    """The file's sp, else --sp; a --sp that disagrees with the file is an error; sp >= 1."""
+    if given is not None and given < 1:
         raise BadInput(f"--sp must be >= 1, got {given}")
-    return given
+    if run.sp is None:
+        if given is None:
+            raise BadInput(f"pass --sp N ({run.sp_where})")
+        return given
+    if given is not None and given != run.sp:
+        raise BadInput(f"--sp {given} disagrees with {path}: {run.sp_where} is {run.sp}, the sp DeepSpeed gets")
+    return run.sp
 
 
 @dataclasses.dataclass(frozen=True)

@@ -168,7 +168,8 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return {False: 0, True: 1, None: 2}[self.affected]
+        """0 not affected, 1 affected, 3 it depends on parameter sizes (2 is bad input, the command's)."""
+        return {False: 0, True: 1, None: 3}[self.affected]
 
 
 def verdict(rows: Sequence[Cell]) -> Verdict:
@@ -178,6 +179,24 @@ def verdict(rows: Sequence[Cell]) -> Verdict:
     unknown = {is_one(c.now) for c in rows if c.param_class.present is None}
     # one class is right, the other is not: sizes decide
     return Verdict(None if unknown == {True, False} else False in unknown, tuple(rows))
+
+
+@dataclasses.dataclass(frozen=True)
+class TypicalModel:
+    """A published decoder architecture's shapes: which of its usual parameters a bucket size splits off."""
+    name: str
+    hidden_size: int
+    vocab_size: int
+    intermediate_size: int
+
+    def params(self) -> list[tuple[str, int]]:
+        """Its embeddings, lm_head (untied) and largest other weight (each MLP projection): (name, elements)."""
+        embed = self.vocab_size * self.hidden_size
+        return [("embed_tokens", embed), ("lm_head", embed),
+                ("mlp.gate_proj/up_proj/down_proj", self.hidden_size * self.intermediate_size)]
+
+
+TYPICAL = TypicalModel("Llama-3-8B", hidden_size=4096, vocab_size=128256, intermediate_size=14336)
 
 
 def workaround(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> tuple[ZeroSettings, list[ParamClass]]:

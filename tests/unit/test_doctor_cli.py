@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,12 +21,13 @@ import pytest
 
 from patch_and_test.doctor import read
 from patch_and_test.core.series import series_for_version
-from tests.conftest import ROOT
+from tests.conftest import FIXTURES, ROOT
 
 
-def doctor(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patch_and_test", "doctor", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+def doctor(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "patch_and_test", "doctor", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env=env)
 
 
 def write(path: Path, config: dict | str) -> Path:
@@ -34,7 +36,7 @@ def write(path: Path, config: dict | str) -> Path:
 
 
 @pytest.mark.parametrize("make, args, message", [
-    (None, ["--sp", "2"], "no such DeepSpeed config"),
+    (None, ["--sp", "2"], "no such config"),
     ('{"zero_optimization": {"stage": 3,', ["--sp", "2"], "is not valid JSON"),
     ({
         "zero_optimization": {
@@ -128,6 +130,93 @@ def test_sizes_decide_a_split_bucket(tmp_path, trees):
                  }})
     common = ["--ds-config", str(path), "--sp", "2", "--recipe", "none", "--deepspeed", str(trees["unpatched"])]
     undecided = doctor(*common)
-    assert undecided.returncode == 2 and "pass --model or --param-sizes" in undecided.stderr
+    assert undecided.returncode == 3 and undecided.stderr == "", undecided
+    assert "verdict: DEPENDS ON PARAMETER SIZES" in undecided.stdout
     assert doctor(*common, "--param-sizes", "4,16").returncode == 0
     assert doctor(*common, "--param-sizes", "4,64").returncode == 1
+
+
+# ----------------------------------------------------------------------------- the configs users have
+
+CONFIGS = FIXTURES / "doctor"
+
+
+def one_line_error(result: subprocess.CompletedProcess, message: str) -> None:
+    assert result.returncode == 2, result
+    assert result.stdout == "" and result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "config, args",
+    [
+        ("ds_config_zero3.json", ["--sp", "2"]),  # HF's stock ZeRO-3 config, its "auto" values; reduce_scatter unset
+        ("accelerate_zero3_sp2.yaml", []),  # inline deepspeed_config keys, parallelism_config sp 2
+        ("accelerate_file_sp2.yaml", []),  # deepspeed_config_file: HF's config, opened from the current directory
+        ("accelerate_file_sp2.yaml", ["--sp", "2"]),  # a --sp that agrees
+        ("arctic_zero3_sp2.yaml", []),
+    ])
+def test_the_configs_users_have_on_zero3_sp2_are_affected(trees, config, args):
+    result = doctor("--config", config, *args, "--recipe", "own_share", "--deepspeed", str(trees["unpatched"]),
+                    cwd=CONFIGS)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr == ""
+    assert "all (ZeRO-3, reduce_scatter=true) __avg_scatter_grads your own loss (each rank's token-weighted share) " \
+        "1/2 1" in " ".join(result.stdout.split())
+    assert "sp=2 (" in result.stdout and "verdict: AFFECTED: 1/2 x the true gradient" in result.stdout
+
+
+def test_an_arctic_training_config_brings_its_trainers_loss(tmp_path, trees):
+    """No --recipe: the YAML's sft trainer's loss, the all_gather recipe (arctic_training installed or not)."""
+    zero3 = doctor("--config", str(CONFIGS / "arctic_zero3_sp2.yaml"), "--deepspeed", str(trees["unpatched"]))
+    assert zero3.returncode == 0, zero3.stdout + zero3.stderr
+    assert "before you take the fix:" in zero3.stdout and "with the fix its gradients become 2 x" in zero3.stdout
+    default = write(tmp_path / "arctic.yaml", "model:\n  name_or_path: m\ndata:\n  sources: [d]\n"
+                    "sequence_parallel_size: 2\n")  # no deepspeed: section: ArcticTraining's ZeRO-2
+    zero2 = doctor("--config", str(default), "--deepspeed", str(trees["unpatched"]))
+    assert zero2.returncode == 1, zero2.stdout + zero2.stderr
+    assert "stage_1_and_2" in zero2.stdout and "verdict: AFFECTED: 2 x the true gradient" in zero2.stdout
+
+
+def test_zero1_is_not_affected(tmp_path, trees):
+    path = write(tmp_path / "ds_config.json", {"zero_optimization": {"stage": 1}, "sequence_parallel_size": 2})
+    result = doctor("--config", str(path), "--recipe", "none", "--deepspeed", str(trees["unpatched"]))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verdict: not affected" in result.stdout and result.stderr == ""
+
+
+def test_reduce_scatter_false_without_sizes_depends_on_them(tmp_path, trees):
+    path = write(tmp_path / "ds_config.json", {"zero_optimization": {"stage": 3, "reduce_scatter": False}})
+    result = doctor("--config", str(path), "--sp", "2", "--recipe", "none", "--deepspeed", str(trees["unpatched"]))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stderr == "" and "error" not in result.stdout
+    [verdict] = [line for line in result.stdout.splitlines() if line.startswith("verdict:")]
+    assert "more than 500,000,000 elements (reduce_bucket_size) takes __avg_scatter_grads: 1/2 x" in verdict
+    assert "at most 500,000,000 takes __avg_scatter_contiguous_grads: 1 x" in verdict
+    assert "embed_tokens (525,336,576 elements) and lm_head (525,336,576 elements) are above it" in verdict
+    assert "mlp.gate_proj/up_proj/down_proj (58,720,256 elements) and every smaller weight are not" in verdict
+    assert "remedy: DeepSpeed" in result.stdout  # the series still fixes the parameters above it
+
+
+@pytest.mark.parametrize("config, text, message", [
+    ("ds.json", '{"zero_optimization": {"stage": 3}, "sequence_parallel_size": 4}',
+     "--sp 2 disagrees with ds.json: sequence_parallel_size is 4"),
+    ("acc.yaml", "distributed_type: DEEPSPEED\nparallelism_config:\n  parallelism_config_sp_size: 4\n",
+     "--sp 2 disagrees with acc.yaml: parallelism_config_sp_size is 4"),
+    ("arctic.yaml", "model:\n  name_or_path: m\ndata:\n  sources: [d]\n", "--sp 2 disagrees with arctic.yaml: "
+     "sequence_parallel_size (absent: ArcticTraining's default) is 1"),
+])
+def test_an_sp_that_disagrees_with_the_file_is_one_line_exit_2(tmp_path, trees, config, text, message):
+    write(tmp_path / config, text)
+    result = doctor("--config", config, "--sp", "2", "--recipe", "none", "--deepspeed", str(trees["unpatched"]),
+                    cwd=tmp_path)
+    one_line_error(result, message)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("distributed_type: DEEPSPEED\n  zero_stage: [3\n", "is not valid YAML"),
+    ("zero_optimization:\n  stage: 3\n", "is neither an accelerate config"),
+])
+def test_bad_yaml_and_yaml_of_neither_kind_are_one_line_exit_2(tmp_path, text, message):
+    result = doctor("--config", str(write(tmp_path / "c.yaml", text)), "--sp", "2", "--recipe", "none")
+    one_line_error(result, message)
