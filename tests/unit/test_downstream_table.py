@@ -118,7 +118,7 @@ def test_the_cover_letters_show_the_core_envs_only(tmp_path):
                  _row(client=client, stage=3)]).write(tmp_path / env / "patched" / "downstream_clients.json")
     assert "trl 5.25.0" in render(tmp_path, "R")  # the docs' table, as downstream_table renders it: every env
     assert "trl" not in plain_table(tmp_path) and "transformers 5.25.0" in plain_table(tmp_path)
-    # README links the clients' page and carries no table (its readers get five lines and the link)
+    # README carries the per-stack summary (downstream.stacks), not this table; it links the clients' page
     assert BEGIN not in (PACKAGE_ROOT / "README.md").read_text()
     # the docs' tables show every env, trl's and axolotl's too
     documents = [a.path for a in ARTIFACTS if a.name == "downstream table"]
