@@ -370,3 +370,34 @@ def test_refusals(user_checkout, tmp_path):
     run(user, "commit", "-q", "-a", "-m", "fixed upstream one day")
     with pytest.raises(errors.AlreadyFixed, match="already accounts"):
         apply_series(user, _series(tmp_path, [], []))
+
+
+def test_an_sdist_repo_keeps_build_txt_and_a_repo_made_without_it_is_made_again(tmp_path):
+    """The sdist's empty build.txt tells DeepSpeed's setup.py it builds a release: kept, a build says 9.9.9, not
+    9.9.9+unknown (setup.py's git hash of an export without .git)."""
+    import hashlib
+    import tarfile
+
+    tree = tmp_path / "deepspeed-9.9.9"
+    write(tree, "version.txt", "9.9.9\n")
+    write(tree, "build.txt", "")
+    write(tree, "deepspeed/runtime/zero/stage3.py", STAGE3)
+    cache = tmp_path / "cache"
+    (cache / "sdists").mkdir(parents=True)
+    archive = cache / "sdists" / "deepspeed-9.9.9.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tree, arcname=tree.name)
+    lock = {"9.9.9": source.LockEntry("9.9.9", archive.name, hashlib.sha256(archive.read_bytes()).hexdigest())}
+
+    copy = source.from_pypi("9.9.9", cache=cache, lock=lock)
+    assert run(copy.path, "ls-files", "build.txt").strip() == "build.txt"
+    copy.release()
+    # A repo an older package made (build.txt excluded) is made again, not reused.
+    repo = cache / "pypi" / "deepspeed-9.9.9"
+    write(repo, ".git/info/exclude", "build.txt\n")
+    run(repo, "rm", "-q", "--cached", "build.txt")
+    run(repo, "commit", "-q", "-m", "old layout")
+    run(repo, "tag", "-f", "sdist")
+    copy = source.from_pypi("9.9.9", cache=cache, lock=lock)
+    assert run(copy.path, "ls-files", "build.txt").strip() == "build.txt"
+    copy.release()

@@ -39,9 +39,11 @@ FIXED_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "zero3-sp-gradfix@localhost",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
-# Build outputs an install writes into the tree (the sdist ships some): committed, the tree would turn dirty.
-SDIST_EXCLUDES = ("deepspeed.egg-info/", "deepspeed/git_version_info_installed.py", "build.txt", "build/", "dist/",
-                  "*.so", "__pycache__/", "*.pyc")
+# Build outputs an install writes into the tree (the sdist ships some): committed, the tree would turn dirty. The
+# sdist's (empty) build.txt is not one: it is how DeepSpeed's setup.py knows it builds a release, which it then
+# calls by its number alone; without it a build from an export (no .git) says <release>+unknown.
+SDIST_EXCLUDES = ("deepspeed.egg-info/", "deepspeed/git_version_info_installed.py", "build/", "dist/", "*.so",
+                  "__pycache__/", "*.pyc")
 # What a newest-upstream tree takes from the sdist, as whole folders; the rest stays the mirror master's.
 GRAFTED_PATHS = ("accelerator", "bin", "csrc", "deepspeed", "op_builder", "requirements", "setup.py", "version.txt")
 
@@ -228,8 +230,11 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
     cache = cache or cache_dir()
     version = format_version(parse_version(version))
     repo = cache / "pypi" / f"deepspeed-{version}"
-    if not (repo / ".git").is_dir() or git(repo, "rev-parse", "-q", "--verify", "refs/tags/sdist",
-                                           check=False).returncode != 0:
+    excludes = "\n".join(SDIST_EXCLUDES) + "\n"
+    exclude_file = repo / ".git" / "info" / "exclude"
+    # A repo made under other excludes (older versions of the package left build.txt out) is made again.
+    if not exclude_file.is_file() or exclude_file.read_text() != excludes or git(
+            repo, "rev-parse", "-q", "--verify", "refs/tags/sdist", check=False).returncode != 0:
         archive = fetch_sdist(version, lock, cache, require_lock=require_lock)
         if repo.exists():
             shutil.rmtree(repo)
@@ -238,7 +243,7 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
         try:
             _unpack(archive, staging)
             git_out(staging, "init", "-q", "-b", "main")
-            (staging / ".git" / "info" / "exclude").write_text("\n".join(SDIST_EXCLUDES) + "\n")
+            (staging / ".git" / "info" / "exclude").write_text(excludes)
             git_out(staging, "-c", "core.autocrlf=false", "add", "-A")
             message = f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_file(archive)}"
             _commit_fixed(staging, message)
