@@ -278,9 +278,9 @@ def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
     return tuple(path for (_, path), line in zip(entries, check.splitlines()) if line.endswith(" missing"))
 
 
-def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tuple[str, ...]]:
-    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch``: (the commit to apply onto, the
-    paths left out). Paths whose blobs are missing are left out of the checkout and dropped in one local commit."""
+def checkout_sparse(clone: Path, commit: str, branch: str | None = None) -> tuple[str, ...]:
+    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch`` (None: a detached HEAD), leaving
+    out the paths whose blobs are missing (sparse checkout); those paths. Nothing is committed."""
     missing = missing_blob_paths(clone, commit)
     if missing:
         patterns = ["/*"] + ["!/" + _sparse_escape(p) for p in missing]
@@ -288,7 +288,14 @@ def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tu
     elif git(clone, "config", "--bool", "core.sparseCheckout", check=False).stdout.strip() == "true":
         # A reused copy excluded paths for another commit: this one has every blob.
         git_out(clone, "sparse-checkout", "disable")
-    git_out(clone, "checkout", "-q", "-f", "-B", branch, commit)
+    git_out(clone, "checkout", "-q", "-f", *(("-B", branch) if branch else ("--detach", )), commit)
+    return missing
+
+
+def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tuple[str, ...]]:
+    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch``: (the commit to apply onto, the
+    paths left out). Paths whose blobs are missing are left out of the checkout and dropped in one local commit."""
+    missing = checkout_sparse(clone, commit, branch)
     if missing:
         git_out(clone, "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-", "--pathspec-file-nul",
                 input="\0".join(missing))
