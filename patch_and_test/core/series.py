@@ -44,6 +44,15 @@ def parse_version(text: str) -> Version:
     return parsed.release
 
 
+def public_version(text: str) -> str:
+    """A version as a reader can install it: without its local part (``0.19.8+unknown``, ``0.19.6+fe7b53c`` ->
+    the release's number), or as given when it is no version."""
+    try:
+        return packaging.version.Version(text).public
+    except packaging.version.InvalidVersion:
+        return text
+
+
 def version_sort_key(text: str) -> Version | tuple[()]:
     """The version inside ``text`` ("0.19.6+fe7b53c", "patch-and-test-ds0.19.8-gloo"), to sort by; () for none."""
     found = re.search(r"v?\d+\.\d+\.\d+\S*?(?=-[a-z]|$)", str(text))

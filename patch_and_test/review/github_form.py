@@ -40,8 +40,11 @@ def pr_body(pr_markdown: str) -> str:
 
 def _texts(bundle: Path, series: Series) -> dict[str, str]:
     """The title, the squash commit's message (title, then PR.md's body, ending with the sign-offs), the body."""
-    title = patch_subject(series.patches[0].path)  # the series' first patch's subject, as PR.md's (review.context)
-    body = pr_body((bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else "")
+    pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
+    first = pr.partition("\n")[0]
+    # PR.md's title (review.context.TITLE); a PR.md without one: the series' first patch's subject
+    title = first[2:] if first.startswith("# ") else patch_subject(series.patches[0].path)
+    body = pr_body(pr)
     return {"pr-title.txt": title + "\n", "squash-message.txt": f"{title}\n\n{body.rstrip()}\n", "pr-body.md": body}
 
 
@@ -76,10 +79,10 @@ git fetch /path/to/{bundle} {branch}:{branch}
 git diff --stat {base_short} {branch}      # the series' commits
 ```
 
-On DeepSpeed's master as it is today, `git am patches/master/000[1-9]-*.patch` (after
-`python -m patch_and_test.signoff patches/master`). Pull request: title `pr-title.txt`, body
-`pr-body.md` (the bundle's PR.md without its title); the squash commit's message is
-`squash-message.txt`.
+To send it, make the branch on your own up-to-date DeepSpeed checkout instead, signed by you and tested
+there: `zero3-sp send --deepspeed-src /path/to/DeepSpeed` (SENDING.md). Pull request: title
+`pr-title.txt`, body `pr-body.md` (the bundle's PR.md without its title); the squash commit's message
+is `squash-message.txt`.
 """
 WHERE = {
     NEWEST_UPSTREAM:

@@ -11,16 +11,21 @@ from pathlib import Path
 
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
-from patch_and_test.review.context import PrContext, affected_context, affected_results, load_context
+from patch_and_test.review.context import Body, PrContext, affected_context, affected_results, load_context
 
 ISSUE = 8692
 MAX_LINES = 25  # non-blank lines of PR.md: a squash commit's message, not a report
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def render_body(body: Body) -> str:
+    """PR.md: the pull request's title and body, squash-ready (the bundle's and ``send``'s, one template)."""
+    return templating.render("PR.md.j2", body=body, issue=ISSUE)
+
+
 def render_pr(bundle: Path, ctx: PrContext | None = None) -> str:
-    """The pull request's body, squash-ready (from ``ctx``, the bundle's context when the caller has it)."""
-    return templating.render("PR.md.j2", ctx=ctx or load_context(bundle), issue=ISSUE)
+    """The bundle's PR.md (from ``ctx``, the bundle's context when the caller has it)."""
+    return render_body((ctx or load_context(bundle)).body)
 
 
 def render_evidence(bundle: Path, ctx: PrContext | None = None) -> str:
