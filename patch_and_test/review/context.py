@@ -190,6 +190,7 @@ class Testing(Model):
     alst_with_series: Optional[Counts]
     affected: Optional[SuiteComparison]
     affected_files: list[str]  # as pytest names them from tests/
+    selected: int  # test files the series can reach (more than affected_files where a run was narrowed)
     pre_existing_by_file: dict[str, int]  # tests failing before and after the series, per test file
     not_run: list[str]  # what a CPU machine cannot run: the open items
 
@@ -337,17 +338,20 @@ def _testing(record: AffectedVerdict) -> Testing:
     graft = record.graft
     tree = (f"the DeepSpeed {public_version(graft.release)} PyPI sdist's code on the tests of master "
             f"{graft.history[:12]} of {graft.history_date}, not an upstream commit"
-            if graft else f"DeepSpeed, version.txt {public_version(record.version or '?')}")
+            if graft else f"version.txt {public_version(record.version or '?')}")
     return Testing(
         commit=graft.commit if graft else record.base or "?", tree=tree, environment=record.environment,
         regression=f"{node(regression)}::{regression.test_class}",
         regression_without_fix=outcome_counts(alone(regression)) if alone(regression) else None,
-        regression_with_fix=_after_counts(results, f"::{regression.test_class}::"),
-        alst=f"{node(alst)}::{alst.test_class}", alst_fix_alone=outcome_counts(alone(alst)) if alone(alst) else None,
-        alst_failed_fix_alone=sorted(t.split("::")[-1] for t, o in alone(alst).items() if o in ("failed", "error")),
-        alst_with_series=_after_counts(results, f"::{alst.test_class}::"), affected=record.suite,
-        affected_files=[f.removeprefix("tests/") for f in record.suite.files] if record.suite else [],
-        pre_existing_by_file=dict(pre_existing), not_run=list(NOT_RUN))
+        regression_with_fix=_after_counts(results,
+                                          f"::{regression.test_class}::"), alst=f"{node(alst)}::{alst.test_class}",
+        alst_fix_alone=outcome_counts(alone(alst)) if alone(alst) else None, alst_failed_fix_alone=sorted(
+            t.split("::")[-1] for t, o in alone(alst).items()
+            if o in ("failed", "error")), alst_with_series=_after_counts(results, f"::{alst.test_class}::"),
+        affected=record.suite, affected_files=[f.removeprefix("tests/")
+                                               for f in record.suite.files] if record.suite else [],
+        selected=len(record.selection.files) if record.selection else 0, pre_existing_by_file=dict(pre_existing),
+        not_run=list(NOT_RUN))
 
 
 def _fix(series: list[Series]) -> Fix | None:
