@@ -57,15 +57,13 @@ def write(repo: Path, rel: str, text: str) -> None:
     (repo / rel).write_text(text)
 
 
-@pytest.fixture
-def upstream(tmp_path) -> tuple[Path, str]:
-    """A DeepSpeed-shaped repo whose blogs/ blob is missing, like the mirror's. (path, commit)"""
-    repo = tmp_path / "upstream"
+def make_upstream(repo: Path, test_file: str = "tests/unit/test_zero.py") -> tuple[Path, str]:
+    """A DeepSpeed-shaped repo whose blogs/ blob is missing, like the mirror's, with one test file. (path, commit)"""
     repo.mkdir()
     run(repo, "init", "-q", "-b", "master")
     write(repo, "version.txt", "0.19.6\n")
     write(repo, "deepspeed/runtime/zero/stage3.py", STAGE3)
-    write(repo, "tests/unit/test_zero.py", "def test():\n    pass\n")
+    write(repo, test_file, "def test():\n    pass\n")
     write(repo, "blogs/big.jpg", "a large image\n")
     run(repo, "add", "-A")
     run(repo, "commit", "-q", "-m", "upstream")
@@ -73,6 +71,12 @@ def upstream(tmp_path) -> tuple[Path, str]:
     commit = run(repo, "rev-parse", "HEAD").strip()
     (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # the snapshot lacks it
     return repo, commit
+
+
+@pytest.fixture
+def upstream(tmp_path) -> tuple[Path, str]:
+    """make_upstream's repo. (path, commit)"""
+    return make_upstream(tmp_path / "upstream")
 
 
 def commit_files(repo: Path, message: str, files: dict[str, str], signoff: bool = True) -> None:

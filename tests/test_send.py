@@ -20,7 +20,7 @@ from patch_and_test.core.series import load_manifest, tree_has_fix
 from patch_and_test.review import send as send_mod
 from patch_and_test.upstream import suite as upstream_suite
 from tests.conftest import repo_state
-from tests.test_git_synthetic import FIXED, STAGE3, run, write
+from tests.test_git_synthetic import FIXED, STAGE3, make_upstream, run, write
 
 pytestmark = pytest.mark.git_tools
 
@@ -35,7 +35,7 @@ PLACEHOLDER = {
 REGRESSION_TEST = '''from pathlib import Path
 
 
-def test_other():
+def test():
     pass
 
 
@@ -45,33 +45,27 @@ class TestZero3SequenceParallelGradientScale:
         stage3 = Path(__file__).parents[4] / "deepspeed/runtime/zero/stage3.py"
         assert "sequence_parallel_size" in stage3.read_text()
 '''
-MANIFEST = """schema = 1
-
+SERIES = """
 [[series]]
-name = "master"
-version = 3
-min_version = "0.19.9"
-below_version = "0.21.0"
+name = "{name}"
+version = {version}
+min_version = "{low}"
+below_version = "{below}"
 base_commit = "{commit}"
-base_ref = "newest-upstream"
-patches = [
-    {{ file = "0001-fix.patch", role = "fix" }},
-    {{ file = "0002-test.patch", role = "test" }},
-]
-
-[[series]]
-name = "v0.19.3-v0.19.7"
-version = 5
-min_version = "0.19.3"
-below_version = "0.19.8"
-base_commit = "{commit}"
-base_ref = "master"
-patches = [
-    {{ file = "0001-fix.patch", role = "fix" }},
-    {{ file = "0002-test.patch", role = "test" }},
-    {{ file = "0003-marker.patch", role = "marker" }},
-]
+base_ref = "{ref}"
+patches = [{patches}]
 """
+
+
+def manifest_text(commit: str) -> str:
+    """``master`` (fix, test) and one backport (fix, test, marker), both on ``commit``."""
+    roles = [("0001-fix.patch", "fix"), ("0002-test.patch", "test"), ("0003-marker.patch", "marker")]
+    listed = [", ".join(f'{{ file = "{f}", role = "{r}" }}' for f, r in roles[:n]) for n in (2, 3)]
+    master = SERIES.format(name="master", version=3, low="0.19.9", below="0.21.0", commit=commit,
+                           ref="newest-upstream", patches=listed[0])
+    backport = SERIES.format(name="v0.19.3-v0.19.7", version=5, low="0.19.3", below="0.19.8", commit=commit,
+                             ref="master", patches=listed[1])
+    return "schema = 1\n" + master + backport
 
 
 def _git_env(extra: dict) -> dict:
@@ -83,18 +77,7 @@ def world(tmp_path, monkeypatch):
     """(the sender's checkout, the manifest): upstream with a missing blob, the series made on it."""
     monkeypatch.setenv("ZERO3_SP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(upstream_suite, "hub_env", lambda: {})  # no ALST test here: no hub model to lay out
-    upstream = tmp_path / "upstream"
-    upstream.mkdir()
-    run(upstream, "init", "-q", "-b", "master")
-    write(upstream, "version.txt", "0.19.6\n")
-    write(upstream, "deepspeed/runtime/zero/stage3.py", STAGE3)
-    write(upstream, "tests/unit/v1/zero/test_zero.py", "def test_other():\n    pass\n")
-    write(upstream, "blogs/big.jpg", "a large image\n")
-    run(upstream, "add", "-A")
-    run(upstream, "commit", "-q", "-m", "upstream")
-    commit = run(upstream, "rev-parse", "HEAD").strip()
-    blob = run(upstream, "rev-parse", "HEAD:blogs/big.jpg").strip()
-    (upstream / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # the mirror lacks it
+    upstream, commit = make_upstream(tmp_path / "upstream", "tests/unit/v1/zero/test_zero.py")
 
     # The series, as the package keeps it: the placeholder authors and signs it.
     dev = tmp_path / "dev"
@@ -117,7 +100,7 @@ def world(tmp_path, monkeypatch):
     for name in ("0001-fix.patch", "0002-test.patch"):  # made on other code: its fix's context is not there
         text = (backport / name).read_text()
         (master / name).write_text(text.replace("    def __avg_scatter_grads", "    def __avg_scatter_gradients"))
-    (tmp_path / "patches" / "series.toml").write_text(MANIFEST.format(commit=commit))
+    (tmp_path / "patches" / "series.toml").write_text(manifest_text(commit))
     manifest = load_manifest(tmp_path / "patches" / "series.toml")
     monkeypatch.setattr(send_mod, "load_manifest", lambda: manifest)
 
