@@ -37,6 +37,22 @@ def render_evidence(bundle: Path, ctx: PrContext | None = None) -> str:
     return templating.render("EVIDENCE.md.j2", ctx=ctx or load_context(bundle), issue=ISSUE, linked=linked)
 
 
+def render_sending(bundle: Path, ctx: PrContext | None = None) -> str:
+    """SENDING.md: what the sender settles before opening the pull request (#8854, the release), and the commands.
+    Takes the bundle and its context as the other pages do; it shows none of their numbers."""
+    return templating.render("SENDING.md.j2", issue=ISSUE)
+
+
+# The bundle's pages, each rendered from the bundle alone: bundle build writes them, bundle verify renders them again.
+PAGES = {"PR.md": render_pr, "EVIDENCE.md": render_evidence, "SENDING.md": render_sending}
+
+
+def write_pages(bundle: Path, ctx: PrContext | None = None) -> None:
+    ctx = ctx or load_context(bundle)  # one read of the results for every page
+    for name, render in PAGES.items():
+        (bundle / name).write_text(render(bundle, ctx))
+
+
 def nonblank_lines(markdown: str) -> int:
     return sum(1 for line in markdown.splitlines() if line.strip())
 
