@@ -242,3 +242,23 @@ def test_on_the_mirror_s_master_send_picks_the_loco_backport_without_its_marker(
     assert chosen.name == "v0.19.3-v0.19.7" and [p.role for p in chosen.patches] == ["fix", "test", "companion"]
     with pytest.raises(errors.SeriesDoesNotApply, match=r"^patches/master: 0001-.* does not apply to edaa72212672"):
         send_mod.choose(repo, master, send_mod.candidates(load_manifest())[:2], tmp_path / "scratch2")
+
+
+def test_a_commit_that_is_not_its_patch_or_not_git_am_s_is_caught(world, tmp_path):
+    from patch_and_test.core.series import commit_patches, differences_from_git_am, differences_from_patches
+
+    user, commit = world
+    backport = send_mod.load_manifest().by_name("v0.19.3-v0.19.7")
+    patches = [p.path for p in backport.patches[:2]]
+    good = commit_patches(user, commit, patches, tmp_path / "good")
+    assert differences_from_patches(user, good, patches) == []
+    other = tmp_path / "0002-test.patch"
+    other.write_text(patches[1].read_text().replace("+        assert ", "+        assert not "))
+    bad = commit_patches(user, commit, [patches[0], other], tmp_path / "bad")
+    assert differences_from_patches(user, bad, patches) == ["commit 2: its diff is not 0002-test.patch's"]
+    problems = differences_from_git_am(user, commit, bad, commit, good)
+    assert problems == [
+        "commit 2: its tree differs from git am's in ['tests/unit/v1/zero/test_zero.py']",
+        "commit 2: its diff from its parent differs from git am's"
+    ]
+    assert differences_from_git_am(user, commit, bad[:1], commit, good)[0].startswith("differs from git am: 1 commits")

@@ -454,3 +454,18 @@ def differences_from_git_am(repo: Path, ours_base: str, ours: Sequence[str], am_
         if git(repo, *show, our).stdout != git(repo, *show, theirs).stdout:
             problems.append(f"commit {i}: its author, date or message differs from git am's")
     return problems
+
+
+def differences_from_patches(repo: Path, commits: Sequence[str], patches: Sequence[Path]) -> list[str]:
+    """Each commit whose diff is not its patch's (``git patch-id --stable``: the same changes, whatever the
+    context lines' offsets and the index lines), one line each; empty when every diff is its patch's."""
+
+    def patch_id(text: str) -> str:
+        return git(repo, "patch-id", "--stable", input=text).stdout.split(" ")[0]
+
+    if len(commits) != len(patches):
+        return [f"{len(commits)} commits for {len(patches)} patches"]
+    return [
+        f"commit {i}: its diff is not {patch.name}'s" for i, (commit, patch) in enumerate(zip(commits, patches), 1)
+        if not patch_id(patch.read_text()) or patch_id(git(repo, "show", commit).stdout) != patch_id(patch.read_text())
+    ]

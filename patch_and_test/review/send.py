@@ -36,7 +36,8 @@ from patch_and_test.core import errors
 from patch_and_test.core.errors import Exit, SeriesDoesNotApply
 from patch_and_test.core.gitrun import git, git_out
 from patch_and_test.core.series import (Manifest, Series, apply_series, commit_patches, differences_from_git_am,
-                                        ensure_clean, load_manifest, tree_has_fix, work_tree_root)
+                                        differences_from_patches, ensure_clean, load_manifest, tree_has_fix,
+                                        work_tree_root)
 from patch_and_test.core.signoff import git_identity, parse_identity, resign
 from patch_and_test.core.source import SourceTree, checkout_sparse, clone_shared, from_checkout
 from patch_and_test.review.context import TITLE, body_context
@@ -131,7 +132,7 @@ def decide(verdict: AffectedVerdict) -> tuple[Exit, str]:
 
 def prepare_out(out: Path) -> None:
     """``out`` empty, or made by an earlier send (then replaced); anything else is refused."""
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not (out / OWNED).is_file():
             raise errors.BadInput(f"--out {out} is not empty and was not made by send: pass another folder")
         shutil.rmtree(out)
@@ -171,13 +172,14 @@ def send(src: Path, who: tuple[str, str], out: Path, depth: str = "quick",
     env = {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": f"{int(time.time())} +0000"}
     commits = commit_patches(clone, head, [p.path for p in series.patches], scratch / "branch", env)
     git_out(clone, "update-ref", f"refs/heads/{BRANCH}", commits[-1])
-    problems = identity_problems(clone, head, BRANCH, f"{name} <{email}>") + same_as_git_am(
-        root, series, clone, head, commits)
+    problems = (identity_problems(clone, head, BRANCH, f"{name} <{email}>") +
+                differences_from_patches(clone, commits, [p.path for p in series.patches]) +
+                same_as_git_am(root, series, clone, head, commits))
     if problems:
         raise errors.BadInput(f"the branch is not what it must be: {'; '.join(problems[:3])}")
     print(
-        f"{BRANCH}: {len(commits)} commits, each the same as git am of the series makes, authored, committed and "
-        f"signed off by {name} <{email}>", flush=True)
+        f"{BRANCH}: {len(commits)} commits, each with its patch's diff and the same as git am makes, authored, "
+        f"committed and signed off by {name} <{email}>", flush=True)
 
     def apply(part: Series) -> str:
         made = commit_patches(clone, head, [p.path for p in part.patches], scratch / "apply", env)[-1]
