@@ -376,9 +376,10 @@ def test_refusals(user_checkout, tmp_path):
         apply_series(user, _series(tmp_path, [], []))
 
 
-def test_an_sdist_repo_keeps_build_txt_and_a_repo_made_without_it_is_made_again(tmp_path):
+def test_an_sdist_repo_keeps_build_txt_in_a_folder_of_its_layout(tmp_path):
     """The sdist's empty build.txt tells DeepSpeed's setup.py it builds a release: kept, a build says 9.9.9, not
-    9.9.9+unknown (setup.py's git hash of an export without .git)."""
+    9.9.9+unknown (setup.py's git hash of an export without .git). The repo is made in its layout's folder, beside
+    (not over) a repo an older package made, whose working copies read its objects."""
     import hashlib
     import tarfile
 
@@ -392,16 +393,11 @@ def test_an_sdist_repo_keeps_build_txt_and_a_repo_made_without_it_is_made_again(
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(tree, arcname=tree.name)
     lock = {"9.9.9": source.LockEntry("9.9.9", archive.name, hashlib.sha256(archive.read_bytes()).hexdigest())}
+    old = cache / "pypi" / "deepspeed-9.9.9"  # where the package made it before build.txt was kept
+    write(old, "untouched", "")
 
     copy = source.from_pypi("9.9.9", cache=cache, lock=lock)
     assert run(copy.path, "ls-files", "build.txt").strip() == "build.txt"
-    copy.release()
-    # A repo an older package made (build.txt excluded) is made again, not reused.
-    repo = cache / "pypi" / "deepspeed-9.9.9"
-    write(repo, ".git/info/exclude", "build.txt\n")
-    run(repo, "rm", "-q", "--cached", "build.txt")
-    run(repo, "commit", "-q", "-m", "old layout")
-    run(repo, "tag", "-f", "sdist")
-    copy = source.from_pypi("9.9.9", cache=cache, lock=lock)
-    assert run(copy.path, "ls-files", "build.txt").strip() == "build.txt"
+    assert (cache / "pypi" / f"v{source.SDIST_LAYOUT}" / "deepspeed-9.9.9" / ".git").is_dir()
+    assert (old / "untouched").exists()
     copy.release()

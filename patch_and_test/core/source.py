@@ -44,6 +44,9 @@ FIXED_IDENTITY = {
 # calls by its number alone; without it a build from an export (no .git) says <release>+unknown.
 SDIST_EXCLUDES = ("deepspeed.egg-info/", "deepspeed/git_version_info_installed.py", "build/", "dist/", "*.so",
                   "__pycache__/", "*.pyc")
+# What an sdist repo holds, by number (2: build.txt kept). A change gets a new number, hence a new folder beside the
+# old one: the working copies of an old repo (clones --shared of it) keep the objects they read.
+SDIST_LAYOUT = 2
 # What a newest-upstream tree takes from the sdist, as whole folders; the rest stays the mirror master's.
 GRAFTED_PATHS = ("accelerator", "bin", "csrc", "deepspeed", "op_builder", "requirements", "setup.py", "version.txt")
 
@@ -229,12 +232,9 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
     archive's sha256: ``sdist_digest``), on branch ``main``; ``require_lock`` as for ``fetch_sdist``."""
     cache = cache or cache_dir()
     version = format_version(parse_version(version))
-    repo = cache / "pypi" / f"deepspeed-{version}"
-    excludes = "\n".join(SDIST_EXCLUDES) + "\n"
-    exclude_file = repo / ".git" / "info" / "exclude"
-    # A repo made under other excludes (older versions of the package left build.txt out) is made again.
-    if not exclude_file.is_file() or exclude_file.read_text() != excludes or git(
-            repo, "rev-parse", "-q", "--verify", "refs/tags/sdist", check=False).returncode != 0:
+    repo = cache / "pypi" / f"v{SDIST_LAYOUT}" / f"deepspeed-{version}"
+    if not (repo / ".git").is_dir() or git(repo, "rev-parse", "-q", "--verify", "refs/tags/sdist",
+                                           check=False).returncode != 0:
         archive = fetch_sdist(version, lock, cache, require_lock=require_lock)
         if repo.exists():
             shutil.rmtree(repo)
@@ -243,7 +243,7 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
         try:
             _unpack(archive, staging)
             git_out(staging, "init", "-q", "-b", "main")
-            (staging / ".git" / "info" / "exclude").write_text(excludes)
+            (staging / ".git" / "info" / "exclude").write_text("\n".join(SDIST_EXCLUDES) + "\n")
             git_out(staging, "-c", "core.autocrlf=false", "add", "-A")
             message = f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_file(archive)}"
             _commit_fixed(staging, message)
