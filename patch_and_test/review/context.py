@@ -185,13 +185,14 @@ class Testing(Model):
     regression_without_fix: Optional[Counts]  # the test patch alone
     regression_with_fix: Optional[Counts]  # the whole series (the after run)
     alst: str
+    alst_before: Optional[Counts]  # the tree's own ALST test, before the series
     alst_fix_alone: Optional[Counts]
     alst_failed_fix_alone: list[str]
     alst_with_series: Optional[Counts]
     affected: Optional[SuiteComparison]
     affected_files: list[str]  # as pytest names them from tests/
     selected: int  # test files the series can reach (more than affected_files where a run was narrowed)
-    pre_existing_by_file: dict[str, int]  # tests failing before and after the series, per test file
+    pre_existing_by_file: dict[str, tuple[int, str]]  # tests failing before and after: per file, how many, and why
     not_run: list[str]  # what a CPU machine cannot run: the open items
 
 
@@ -313,6 +314,17 @@ def _after_counts(results: list, needle: str) -> Counts | None:
     return outcome_counts(found) if found else None
 
 
+def _before_counts(results: list, needle: str) -> Counts | None:
+    found = {r.test: r.before for r in results if needle in r.test and r.before}
+    return outcome_counts(found) if found else None
+
+
+def _why(reasons: Counter) -> str:
+    """One file's reasons for failing before and after, in a few words: the one reason, or the most frequent."""
+    (first, n), = reasons.most_common(1)
+    return first if len(reasons) == 1 else f"{len(reasons)} reasons, most often ({n}): {first}"
+
+
 def body_context(record: AffectedVerdict | None, signers: list[str]) -> Body:
     """PR.md's context from one affected-tests record (None: a body without a Testing section)."""
     return Body(title=TITLE, testing=_testing(record) if record is not None and record.suite else None,
@@ -334,7 +346,10 @@ def _testing(record: AffectedVerdict) -> Testing:
         return {t: o for t, o in (run.outcomes if run else {}).items() if f"::{part.test_class}::" in t}
 
     # one result per test id, sorted (suite.compare): the files in the order the affected table lists them
-    pre_existing = Counter(r.test.split("::")[0] for r in results if r.category == "pre-existing")
+    pre_existing: dict[str, Counter] = {}
+    for r in results:
+        if r.category == "pre-existing":
+            pre_existing.setdefault(r.test.split("::")[0], Counter())[r.reason or "no reason recorded"] += 1
     graft = record.graft
     tree = (f"the DeepSpeed {public_version(graft.release)} PyPI sdist's code on the tests of master "
             f"{graft.history[:12]} of {graft.history_date}, not an upstream commit"
@@ -343,15 +358,17 @@ def _testing(record: AffectedVerdict) -> Testing:
         commit=graft.commit if graft else record.base or "?", tree=tree, environment=record.environment,
         regression=f"{node(regression)}::{regression.test_class}",
         regression_without_fix=outcome_counts(alone(regression)) if alone(regression) else None,
-        regression_with_fix=_after_counts(results,
-                                          f"::{regression.test_class}::"), alst=f"{node(alst)}::{alst.test_class}",
+        regression_with_fix=_after_counts(results, f"::{regression.test_class}::"),
+        alst=f"{node(alst)}::{alst.test_class}", alst_before=_before_counts(results, f"::{alst.test_class}::"),
         alst_fix_alone=outcome_counts(alone(alst)) if alone(alst) else None, alst_failed_fix_alone=sorted(
             t.split("::")[-1] for t, o in alone(alst).items()
             if o in ("failed", "error")), alst_with_series=_after_counts(results, f"::{alst.test_class}::"),
         affected=record.suite, affected_files=[f.removeprefix("tests/")
                                                for f in record.suite.files] if record.suite else [],
-        selected=len(record.selection.files) if record.selection else 0, pre_existing_by_file=dict(pre_existing),
-        not_run=list(NOT_RUN))
+        selected=len(record.selection.files) if record.selection else 0, pre_existing_by_file={
+            f: (sum(why.values()), _why(why))
+            for f, why in pre_existing.items()
+        }, not_run=list(NOT_RUN))
 
 
 def _fix(series: list[Series]) -> Fix | None:
