@@ -309,13 +309,9 @@ def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
     ]
 
 
-def _after_counts(results: list, needle: str) -> Counts | None:
-    found = {r.test: r.after for r in results if needle in r.test and r.after}
-    return outcome_counts(found) if found else None
-
-
-def _before_counts(results: list, needle: str) -> Counts | None:
-    found = {r.test: r.before for r in results if needle in r.test and r.before}
+def _counts(results: list, test_class: str, phase: str) -> Counts | None:
+    """The counts of one test class's results in one phase of the comparison ("before", "after")."""
+    found = {r.test: getattr(r, phase) for r in results if f"::{test_class}::" in r.test and getattr(r, phase)}
     return outcome_counts(found) if found else None
 
 
@@ -358,13 +354,12 @@ def _testing(record: AffectedVerdict) -> Testing:
         commit=graft.commit if graft else record.base or "?", tree=tree, environment=record.environment,
         regression=f"{node(regression)}::{regression.test_class}",
         regression_without_fix=outcome_counts(alone(regression)) if alone(regression) else None,
-        regression_with_fix=_after_counts(results, f"::{regression.test_class}::"),
-        alst=f"{node(alst)}::{alst.test_class}", alst_before=_before_counts(results, f"::{alst.test_class}::"),
-        alst_fix_alone=outcome_counts(alone(alst)) if alone(alst) else None, alst_failed_fix_alone=sorted(
-            t.split("::")[-1] for t, o in alone(alst).items()
-            if o in ("failed", "error")), alst_with_series=_after_counts(results, f"::{alst.test_class}::"),
-        affected=record.suite, affected_files=[f.removeprefix("tests/")
-                                               for f in record.suite.files] if record.suite else [],
+        regression_with_fix=_counts(results, regression.test_class, "after"), alst=f"{node(alst)}::{alst.test_class}",
+        alst_before=_counts(results, alst.test_class,
+                            "before"), alst_fix_alone=outcome_counts(alone(alst)) if alone(alst) else None,
+        alst_failed_fix_alone=sorted(t.split("::")[-1] for t, o in alone(alst).items() if o in ("failed", "error")),
+        alst_with_series=_counts(results, alst.test_class, "after"), affected=record.suite,
+        affected_files=[f.removeprefix("tests/") for f in record.suite.files] if record.suite else [],
         selected=len(record.selection.files) if record.selection else 0, pre_existing_by_file={
             f: (sum(why.values()), _why(why))
             for f, why in pre_existing.items()
