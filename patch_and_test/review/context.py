@@ -22,7 +22,7 @@ from repro.gradscale.report import Report
 from repro.gradscale.space import REFERENCE_CONFIGS, SCRIPTS, ZERO3_CONFIGS
 from patch_and_test.job.verdict import Verdict
 from patch_and_test.upstream.job import PARTIALS, AffectedVerdict, Partial
-from patch_and_test.upstream.suite import SuiteComparison
+from patch_and_test.upstream.suite import BAD, SuiteComparison
 
 if TYPE_CHECKING:
     from benchmarks.models import ReducePath
@@ -350,20 +350,20 @@ def _testing(record: AffectedVerdict) -> Testing:
     tree = (f"the DeepSpeed {public_version(graft.release)} PyPI sdist's code on the tests of master "
             f"{graft.history[:12]} of {graft.history_date}, not an upstream commit"
             if graft else f"version.txt {public_version(record.version or '?')}")
-    return Testing(
-        commit=graft.commit if graft else record.base or "?", tree=tree, environment=record.environment,
-        regression=f"{node(regression)}::{regression.test_class}",
-        regression_without_fix=outcome_counts(alone(regression)) if alone(regression) else None,
-        regression_with_fix=_counts(results, regression.test_class, "after"), alst=f"{node(alst)}::{alst.test_class}",
-        alst_before=_counts(results, alst.test_class,
-                            "before"), alst_fix_alone=outcome_counts(alone(alst)) if alone(alst) else None,
-        alst_failed_fix_alone=sorted(t.split("::")[-1] for t, o in alone(alst).items() if o in ("failed", "error")),
-        alst_with_series=_counts(results, alst.test_class, "after"), affected=record.suite,
-        affected_files=[f.removeprefix("tests/") for f in record.suite.files] if record.suite else [],
-        selected=len(record.selection.files) if record.selection else 0, pre_existing_by_file={
-            f: (sum(why.values()), _why(why))
-            for f, why in pre_existing.items()
-        }, not_run=list(NOT_RUN))
+    without, fix_alone = alone(regression), alone(alst)
+    failed_alone = sorted(t.split("::")[-1] for t, o in fix_alone.items() if o in BAD)
+    fixed, alst_before, alst_after = (_counts(results, part.test_class, phase)
+                                      for part, phase in ((regression, "after"), (alst, "before"), (alst, "after")))
+    files = [f.removeprefix("tests/") for f in record.suite.files] if record.suite else []
+    by_file = {f: (sum(why.values()), _why(why)) for f, why in pre_existing.items()}
+    return Testing(commit=graft.commit if graft else record.base or "?", tree=tree, environment=record.environment,
+                   regression=f"{node(regression)}::{regression.test_class}",
+                   regression_without_fix=outcome_counts(without) if without else None, regression_with_fix=fixed,
+                   alst=f"{node(alst)}::{alst.test_class}", alst_before=alst_before,
+                   alst_fix_alone=outcome_counts(fix_alone) if fix_alone else None, alst_failed_fix_alone=failed_alone,
+                   alst_with_series=alst_after, affected=record.suite, affected_files=files,
+                   selected=len(record.selection.files) if record.selection else 0, pre_existing_by_file=by_file,
+                   not_run=list(NOT_RUN))
 
 
 def _fix(series: list[Series]) -> Fix | None:
