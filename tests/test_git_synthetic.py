@@ -57,15 +57,13 @@ def write(repo: Path, rel: str, text: str) -> None:
     (repo / rel).write_text(text)
 
 
-@pytest.fixture
-def upstream(tmp_path) -> tuple[Path, str]:
-    """A DeepSpeed-shaped repo whose blogs/ blob is missing, like the mirror's. (path, commit)"""
-    repo = tmp_path / "upstream"
+def make_upstream(repo: Path, test_file: str = "tests/unit/test_zero.py") -> tuple[Path, str]:
+    """A DeepSpeed-shaped repo whose blogs/ blob is missing, like the mirror's, with one test file. (path, commit)"""
     repo.mkdir()
     run(repo, "init", "-q", "-b", "master")
     write(repo, "version.txt", "0.19.6\n")
     write(repo, "deepspeed/runtime/zero/stage3.py", STAGE3)
-    write(repo, "tests/unit/test_zero.py", "def test():\n    pass\n")
+    write(repo, test_file, "def test():\n    pass\n")
     write(repo, "blogs/big.jpg", "a large image\n")
     run(repo, "add", "-A")
     run(repo, "commit", "-q", "-m", "upstream")
@@ -73,6 +71,12 @@ def upstream(tmp_path) -> tuple[Path, str]:
     commit = run(repo, "rev-parse", "HEAD").strip()
     (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # the snapshot lacks it
     return repo, commit
+
+
+@pytest.fixture
+def upstream(tmp_path) -> tuple[Path, str]:
+    """make_upstream's repo. (path, commit)"""
+    return make_upstream(tmp_path / "upstream")
 
 
 def commit_files(repo: Path, message: str, files: dict[str, str], signoff: bool = True) -> None:
@@ -370,3 +374,30 @@ def test_refusals(user_checkout, tmp_path):
     run(user, "commit", "-q", "-a", "-m", "fixed upstream one day")
     with pytest.raises(errors.AlreadyFixed, match="already accounts"):
         apply_series(user, _series(tmp_path, [], []))
+
+
+def test_an_sdist_repo_keeps_build_txt_in_a_folder_of_its_layout(tmp_path):
+    """The sdist's empty build.txt tells DeepSpeed's setup.py it builds a release: kept, a build says 9.9.9, not
+    9.9.9+unknown (setup.py's git hash of an export without .git). The repo is made in its layout's folder, beside
+    (not over) a repo an older package made, whose working copies read its objects."""
+    import hashlib
+    import tarfile
+
+    tree = tmp_path / "deepspeed-9.9.9"
+    write(tree, "version.txt", "9.9.9\n")
+    write(tree, "build.txt", "")
+    write(tree, "deepspeed/runtime/zero/stage3.py", STAGE3)
+    cache = tmp_path / "cache"
+    (cache / "sdists").mkdir(parents=True)
+    archive = cache / "sdists" / "deepspeed-9.9.9.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tree, arcname=tree.name)
+    lock = {"9.9.9": source.LockEntry("9.9.9", archive.name, hashlib.sha256(archive.read_bytes()).hexdigest())}
+    old = cache / "pypi" / "deepspeed-9.9.9"  # where the package made it before build.txt was kept
+    write(old, "untouched", "")
+
+    copy = source.from_pypi("9.9.9", cache=cache, lock=lock)
+    assert run(copy.path, "ls-files", "build.txt").strip() == "build.txt"
+    assert (cache / "pypi" / f"v{source.SDIST_LAYOUT}" / "deepspeed-9.9.9" / ".git").is_dir()
+    assert (old / "untouched").exists()
+    copy.release()

@@ -21,11 +21,11 @@ def test_branch_bundle_is_git_am_of_the_series(mirror, manifest, tmp_path):
     (bundle / "PR.md").write_text(PR)
     assert github_form.write(bundle, master, mirror) == []
     out = bundle / "github"
-    assert (out / "pr-title.txt").read_text() == "Scale ZeRO-3 __avg_scatter_grads by sequence_parallel_size\n"
+    assert (out / "pr-title.txt").read_text() == "Scale it\n"  # PR.md's title
     # The squash commit is the title and the body (PR.md without its title line), sign-offs last.
     assert (out / "pr-body.md").read_text() == PR.split("\n\n", 1)[1]
     squash = (out / "squash-message.txt").read_text()
-    assert squash == "Scale ZeRO-3 __avg_scatter_grads by sequence_parallel_size\n\n" + PR.split("\n\n", 1)[1]
+    assert squash == "Scale it\n\n" + PR.split("\n\n", 1)[1]
     assert squash.rstrip().splitlines()[-1].startswith("Signed-off-by: ")
     heads = subprocess.run(
         ["git", "bundle", "list-heads", str(out / github_form.BUNDLE_FILE)], capture_output=True, text=True,

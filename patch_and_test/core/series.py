@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import packaging.version
 
@@ -42,6 +42,15 @@ def parse_version(text: str) -> Version:
     if parsed is None or parsed.epoch or len(parsed.release) != 3:
         raise errors.UnknownVersion(f"cannot read a DeepSpeed version from {text.strip()!r}")
     return parsed.release
+
+
+def public_version(text: str) -> str:
+    """A version as a reader can install it: without its local part (``0.19.8+unknown``, ``0.19.6+fe7b53c`` ->
+    the release's number), or as given when it is no version."""
+    try:
+        return packaging.version.Version(text).public
+    except packaging.version.InvalidVersion:
+        return text
 
 
 def version_sort_key(text: str) -> Version | tuple[()]:
@@ -388,3 +397,75 @@ def _first_error_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return next((line for line in lines if line.startswith(("error:", "fatal:"))),
                 lines[0] if lines else "git am failed")
+
+
+def mailinfo(patch: Path, scratch: Path) -> tuple[dict[str, str], str, Path]:
+    """(headers, message, diff file) of one format-patch file, as ``git am`` reads it."""
+    msg, diff = scratch / "msg", scratch / "diff"
+    out = git(None, "mailinfo", str(msg), str(diff), input=patch.read_bytes(), text=False).stdout.decode()
+    info = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    return info, msg.read_text(), diff
+
+
+def commit_patches(repo: Path, base: str, patches: Sequence[Path], scratch: Path,
+                   env: dict | None = None) -> list[str]:
+    """The commits ``git am`` makes of ``patches`` on ``base`` (author, date and message from each patch), made with
+    plumbing on an index of ``base``'s tree in ``scratch``: no work tree, and blobs of paths the patches do not
+    touch may be missing (the mirror's). The committer: ``env``'s, else git's. Nothing is checked out and no ref
+    moves. SeriesDoesNotApply names the patch and says git apply's error."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **(env or {}), "GIT_INDEX_FILE": str(scratch / "index")}
+    git(repo, "read-tree", base, env=env)
+    made: list[str] = []
+    for patch in patches:
+        info, message, diff = mailinfo(patch, scratch)
+        applied = git(repo, "apply", "--cached", "--whitespace=nowarn", str(diff), check=False, env=env)
+        if applied.returncode != 0:
+            why = "; ".join(line.strip() for line in applied.stderr.splitlines() if line.strip()) or "git apply failed"
+            raise errors.SeriesDoesNotApply(f"{patch.name} does not apply to {base[:12]}: {why}")
+        tree = git(repo, "write-tree", "--missing-ok", env=env).stdout.strip()
+        author = dict(GIT_AUTHOR_NAME=info["Author"], GIT_AUTHOR_EMAIL=info["Email"], GIT_AUTHOR_DATE=info["Date"])
+        text = f"{info['Subject']}\n\n{message}" if message.strip() else f"{info['Subject']}\n"
+        made.append(
+            git(repo, "commit-tree", tree, "-p", made[-1] if made else base, input=text,
+                env=env | author).stdout.strip())
+    return made
+
+
+def differences_from_git_am(repo: Path, ours_base: str, ours: Sequence[str], am_base: str, am: Sequence[str],
+                            dropped: Iterable[str] = ()) -> list[str]:
+    """How commits made otherwise (``ours`` on ``ours_base``) differ from ``git am``'s (``am`` on ``am_base``), one
+    line each: a tree with other content (``dropped`` paths aside: a local commit left them out of git am's base),
+    a diff from the parent that is not the same bytes, another author, date or message. Empty when they are the
+    same commits but for ids and committers."""
+    if len(ours) != len(am):
+        return [f"differs from git am: {len(ours)} commits where it made {len(am)}"]
+    dropped = tuple(d.rstrip("/") for d in dropped)
+    problems = []
+    for i, (our_parent, our, am_parent, theirs) in enumerate(zip([ours_base, *ours], ours, [am_base, *am], am), 1):
+        differ = git(repo, "diff", "--name-only", "-z", theirs, our).stdout.split("\0")
+        stray = [p for p in differ if p and not any(p == d or p.startswith(d + "/") for d in dropped)]
+        if stray:
+            problems.append(f"commit {i}: its tree differs from git am's in {stray[:3]}")
+        if git(repo, "diff", "--binary", our_parent, our).stdout != git(repo, "diff", "--binary", am_parent,
+                                                                        theirs).stdout:
+            problems.append(f"commit {i}: its diff from its parent differs from git am's")
+        show = ("show", "-s", "--format=%an <%ae> %ad%n%B")
+        if git(repo, *show, our).stdout != git(repo, *show, theirs).stdout:
+            problems.append(f"commit {i}: its author, date or message differs from git am's")
+    return problems
+
+
+def differences_from_patches(repo: Path, commits: Sequence[str], patches: Sequence[Path]) -> list[str]:
+    """Each commit whose diff is not its patch's (``git patch-id --stable``: the same changes, whatever the
+    context lines' offsets and the index lines), one line each; empty when every diff is its patch's."""
+
+    def patch_id(text: str) -> str:
+        return git(repo, "patch-id", "--stable", input=text).stdout.split(" ")[0]
+
+    if len(commits) != len(patches):
+        return [f"{len(commits)} commits for {len(patches)} patches"]
+    return [
+        f"commit {i}: its diff is not {patch.name}'s" for i, (commit, patch) in enumerate(zip(commits, patches), 1)
+        if not patch_id(patch.read_text()) or patch_id(git(repo, "show", commit).stdout) != patch_id(patch.read_text())
+    ]

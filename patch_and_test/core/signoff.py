@@ -10,7 +10,7 @@ author and ``Signed-off-by``, so whoever sends a series signs it, with the git i
 It rewrites, in copies, each patch's ``From:`` and placeholder ``Signed-off-by:``, and the cover letter's
 ``From:`` and shortlog: ``git am`` of the copies gives the same trees. Exit codes: 0 written (or, with --check,
 ready to send); 1 --check found the placeholder or a sign-off that is not its patch's author; 2 bad input
-(no identity, the placeholder given as one, a folder without patches).
+(no identity, the placeholder or any .invalid address given as one, a folder without patches).
 """
 
 from __future__ import annotations
@@ -54,13 +54,22 @@ def placeholder() -> str:
     return f"{PLACEHOLDER[0]} <{PLACEHOLDER[1]}>"
 
 
+def unusable_address(address: str) -> bool:
+    """An address no DCO sign-off can carry: ``.invalid`` is reserved never to exist (RFC 2606), the
+    placeholder's ``example.invalid`` included."""
+    return address.rstrip(">").lower().rsplit("@", 1)[-1].rstrip(".").endswith(".invalid")
+
+
 def parse_identity(text: str) -> tuple[str, str]:
-    """``"Name <email>"`` -> (name, email); a one-line error for anything else, and for the placeholder."""
+    """``"Name <email>"`` -> (name, email); a one-line error for anything else, for the placeholder and for any
+    ``.invalid`` address."""
     name, address = email.utils.parseaddr(text)
     if not name or "@" not in address or text.strip() != f"{name} <{address}>":
         raise errors.BadInput(f"{text!r} is not an identity of the form 'Full Name <email@address>'")
     if (name, address) == PLACEHOLDER:
         raise errors.BadInput(f"{text!r} is the package's placeholder: sign with your own identity")
+    if unusable_address(address):
+        raise errors.BadInput(f"{text!r}: {address} is an .invalid address, which cannot exist: sign with your own")
     return name, address
 
 
@@ -135,6 +144,8 @@ def sign_state(series_dir: Path) -> SignState:
         if placeholder() in found:
             problems.append(f"{path.name}: the placeholder sign-off ({placeholder()}): run "
                             f"zero3-sp signoff {series_dir}")
+        elif any(unusable_address(s.strip()) for s in found):
+            problems.append(f"{path.name}: signed off with an .invalid address")
         else:
             problems += [f"{path.name}: {why}" for why in check_signoff(path)]
     return SignState(tuple(signers), tuple(problems))

@@ -39,9 +39,14 @@ FIXED_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "zero3-sp-gradfix@localhost",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
-# Build outputs an install writes into the tree (the sdist ships some): committed, the tree would turn dirty.
-SDIST_EXCLUDES = ("deepspeed.egg-info/", "deepspeed/git_version_info_installed.py", "build.txt", "build/", "dist/",
-                  "*.so", "__pycache__/", "*.pyc")
+# Build outputs an install writes into the tree (the sdist ships some): committed, the tree would turn dirty. The
+# sdist's (empty) build.txt is not one: it is how DeepSpeed's setup.py knows it builds a release, which it then
+# calls by its number alone; without it a build from an export (no .git) says <release>+unknown.
+SDIST_EXCLUDES = ("deepspeed.egg-info/", "deepspeed/git_version_info_installed.py", "build/", "dist/", "*.so",
+                  "__pycache__/", "*.pyc")
+# What an sdist repo holds, by number (2: build.txt kept). A change gets a new number, hence a new folder beside the
+# old one: the working copies of an old repo (clones --shared of it) keep the objects they read.
+SDIST_LAYOUT = 2
 # What a newest-upstream tree takes from the sdist, as whole folders; the rest stays the mirror master's.
 GRAFTED_PATHS = ("accelerator", "bin", "csrc", "deepspeed", "op_builder", "requirements", "setup.py", "version.txt")
 
@@ -227,7 +232,7 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
     archive's sha256: ``sdist_digest``), on branch ``main``; ``require_lock`` as for ``fetch_sdist``."""
     cache = cache or cache_dir()
     version = format_version(parse_version(version))
-    repo = cache / "pypi" / f"deepspeed-{version}"
+    repo = cache / "pypi" / f"v{SDIST_LAYOUT}" / f"deepspeed-{version}"
     if not (repo / ".git").is_dir() or git(repo, "rev-parse", "-q", "--verify", "refs/tags/sdist",
                                            check=False).returncode != 0:
         archive = fetch_sdist(version, lock, cache, require_lock=require_lock)
@@ -273,9 +278,9 @@ def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
     return tuple(path for (_, path), line in zip(entries, check.splitlines()) if line.endswith(" missing"))
 
 
-def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tuple[str, ...]]:
-    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch``: (the commit to apply onto, the
-    paths left out). Paths whose blobs are missing are left out of the checkout and dropped in one local commit."""
+def checkout_sparse(clone: Path, commit: str, branch: str | None = None) -> tuple[str, ...]:
+    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch`` (None: a detached HEAD), leaving
+    out the paths whose blobs are missing (sparse checkout); those paths. Nothing is committed."""
     missing = missing_blob_paths(clone, commit)
     if missing:
         patterns = ["/*"] + ["!/" + _sparse_escape(p) for p in missing]
@@ -283,7 +288,14 @@ def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tu
     elif git(clone, "config", "--bool", "core.sparseCheckout", check=False).stdout.strip() == "true":
         # A reused copy excluded paths for another commit: this one has every blob.
         git_out(clone, "sparse-checkout", "disable")
-    git_out(clone, "checkout", "-q", "-f", "-B", branch, commit)
+    git_out(clone, "checkout", "-q", "-f", *(("-B", branch) if branch else ("--detach", )), commit)
+    return missing
+
+
+def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tuple[str, ...]]:
+    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch``: (the commit to apply onto, the
+    paths left out). Paths whose blobs are missing are left out of the checkout and dropped in one local commit."""
+    missing = checkout_sparse(clone, commit, branch)
     if missing:
         git_out(clone, "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-", "--pathspec-file-nul",
                 input="\0".join(missing))

@@ -10,6 +10,7 @@ from typing import Any
 
 import jinja2
 
+from patch_and_test.core.series import public_version
 from repro.harness.report import Record as Model  # a context's record: typed, read-only, no unknown field
 
 __all__ = [
@@ -57,7 +58,7 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(ratio=ratio, span=span, ulp=ulp, counts=counts, link=link, short_test=short_test,
-                       rstrip=lambda text: str(text).rstrip())
+                       rstrip=lambda text: str(text).rstrip(), release=public_version)
     return env
 
 

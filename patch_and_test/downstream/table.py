@@ -20,6 +20,7 @@ from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
 from patch_and_test.core.templating import Model, replace_block
 from patch_and_test.core.errors import CommandParser
+from patch_and_test.core.series import public_version
 
 BEGIN = "<!-- downstream-table:begin (rendered by zero3-sp docs; do not edit) -->"
 END = "<!-- downstream-table:end -->"
@@ -106,7 +107,7 @@ def table_rows(root: Path, shown_root: str = "results/downstream") -> list[Table
     """One row per env x DeepSpeed x client; a not-applicable client once per verdict."""
     out, shown_na = [], set()
     for env, phase, rep in reports(root):
-        ds = f"{rep.deepspeed_version} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
+        ds = f"{public_version(rep.deepspeed_version)} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
         for key, rows in _by_client(rep.rows).items():
             row = dict(env=env, client=" ".join(key), deepspeed=ds, report=f"`{shown_root}/{env}/{phase}/{REPORT}`")
             if rows[0].status == "measured":
@@ -139,7 +140,7 @@ def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:
                 continue
             ratio = {x.stage: x.ratio for x in rows if x.ratio is not None}
             client = " ".join(key) + (" + proposed" if measured[0].gate == "marker-or-version" else "")
-            ds = f"{rep.deepspeed_version.split('+')[0]} {'patched' if rep.deepspeed_fixed else 'unpatched'}"
+            ds = f"{public_version(rep.deepspeed_version)} {'patched' if rep.deepspeed_fixed else 'unpatched'}"
             lines.append(f"  {client:<36}{ds:<18}" + "".join(f"{ratio[s]:>8.2f}" if s in ratio else f"{'-':>8}"
                                                              for s in (2, 3)))
     return "\n".join(lines)

@@ -1,9 +1,9 @@
-"""The maintainer review bundle: the series, PR.md and EVIDENCE.md, and the runs behind every number.
+"""The maintainer review bundle: the series, PR.md, EVIDENCE.md and SENDING.md, and the runs behind every number.
 
 ``build`` (the default; ``tox -e bundle``) runs or reuses every matrix cell this machine can run and writes
 ``dist/<name>-v<series version>/`` and its tarball. ``verify [PATH]`` (``tox -e verify-bundle``) re-checks every
-hash and report, and re-renders PR.md and EVIDENCE.md from the bundle's own results: any edited number, byte or
-file fails.
+hash and report, and re-renders PR.md, EVIDENCE.md and SENDING.md from the bundle's own files: any edited number,
+byte or file fails.
 
 More: docs/code/patch-and-test-review-upstream.md
 """
@@ -33,8 +33,8 @@ from patch_and_test.core import source
 from patch_and_test.core.errors import CommandParser, Exit, PipelineError, positive_seconds
 from patch_and_test.core.series import load_manifest, parse_version, series_for_version
 from patch_and_test.review.context import load_context
-from patch_and_test.review.pr import (ISSUE, KEPT as KEPT_AFFECTED, MAX_LINES, local_links, nonblank_lines,
-                                      render_evidence, render_pr)
+from patch_and_test.review.pr import (ISSUE, KEPT as KEPT_AFFECTED, MAX_LINES, PAGES, local_links, nonblank_lines,
+                                      write_pages)
 from patch_and_test.job.verdict import Verdict
 
 NAME = "zero3-sp-gradfix"
@@ -125,9 +125,7 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
         if (notice.parent / "figures").is_dir():
             shutil.copytree(notice.parent / "figures", bundle / "figures")
     shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
-    ctx = load_context(bundle)  # one read of the results for both pages
-    (bundle / "PR.md").write_text(render_pr(bundle, ctx))
-    (bundle / "EVIDENCE.md").write_text(render_evidence(bundle, ctx))
+    write_pages(bundle)
     state = signoff.sign_state(bundle / "patches" / "master")
     print(f"[bundle] patches/master {state.describe()}")
     for note in github_form.write(bundle, load_manifest().by_name("master"), source.mirror_path()):
@@ -215,7 +213,7 @@ def verify(bundle: Path, repo_patches: Path | None = None) -> list[str]:
         ctx = load_context(bundle)  # one read of the results for both pages
     except ValueError:  # a report that does not validate: each page's render reads it again and says why
         ctx = None
-    for name, render in (("PR.md", render_pr), ("EVIDENCE.md", render_evidence)):
+    for name, render in PAGES.items():
         path = bundle / name
         if path.exists():
             problems += _rerendered(name, path.read_text(), lambda: render(bundle, ctx))

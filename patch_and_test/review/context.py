@@ -11,25 +11,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
 from patch_and_test.review.schemas import MODELS, import_model
-from patch_and_test.core.series import patch_subject, version_sort_key
+from patch_and_test.core.series import patch_subject, public_version, version_sort_key
 from patch_and_test.core.checks import PytestCheck, outcome_counts
 from patch_and_test.core.templating import Model
 
-from patch_and_test.core.source import Graft
 from repro.harness.env import HostEnvironment
 from repro.alst.report import AlstReport
 from repro.audit.report import AuditReport
 from repro.gradscale.report import Report
 from repro.gradscale.space import REFERENCE_CONFIGS, SCRIPTS, ZERO3_CONFIGS
 from patch_and_test.job.verdict import Verdict
-from patch_and_test.upstream.job import PARTIALS, AffectedVerdict
-from patch_and_test.upstream.suite import SuiteComparison
+from patch_and_test.upstream.job import PARTIALS, AffectedVerdict, Partial
+from patch_and_test.upstream.suite import BAD, SuiteComparison
 
 if TYPE_CHECKING:
     from benchmarks.models import ReducePath
     from patch_and_test.core.checks import ReproCheck
 
 Scalar = Optional[Union[str, int, float, bool]]
+# The pull request's title: what users see, in the words they would search issues with.
+TITLE = "Fix ZeRO-3 gradients being 1/sp too small with sequence parallelism (sequence_parallel_size > 1)"
+NOT_RUN = ("GPU (the ALST test on CUDA)", "NCCL", "multi-node qgZ")  # CPU runs cannot: the Testing section says so
 Counts = dict[str, int]
 
 
@@ -173,26 +175,32 @@ class Numerics(Model):
     conclusion: Optional[str]
 
 
-class Cost(Model):
-    ratio: float  # after/before, the worst dtype of the target case
-    case: str
-    calls: int  # paired calls per dtype
-    deepspeed: str  # the release the fix was timed on (its series' fix patch: the pull request's, from 0.19.8)
-
-
 class Testing(Model):
-    """PR.md's Testing section: DeepSpeed's own tests on the newest tree, and the reduce path's cost."""
-    tree: Optional[Graft]  # the newest-upstream tree's
-    regression_without_fix: Optional[Counts]
-    regression_with_fix: Optional[Counts]
+    """PR.md's Testing section: one affected-tests record (``send``'s own run, or the bundle's kept run of the
+    newest-upstream tree), as commands and counts; only what ran."""
+    commit: str  # the tree's commit
+    tree: str  # what that tree is, in words
+    environment: Optional[HostEnvironment]
+    regression: str  # the regression test class, as pytest names it from the tree's tests/
+    regression_without_fix: Optional[Counts]  # the test patch alone
+    regression_with_fix: Optional[Counts]  # the whole series (the after run)
+    alst: str
+    alst_before: Optional[Counts]  # the tree's own ALST test, before the series
     alst_fix_alone: Optional[Counts]
     alst_failed_fix_alone: list[str]
     alst_with_series: Optional[Counts]
     affected: Optional[SuiteComparison]
-    pre_existing_by_file: dict[str, int]  # tests failing before and after the series, per test file
-    cost: Optional[Cost]
-    environment: Optional[HostEnvironment]
-    cells: list[Cell]  # the package's reproducers on released DeepSpeed, unpatched -> patched
+    affected_files: list[str]  # as pytest names them from tests/
+    selected: int  # test files the series can reach (more than affected_files where a run was narrowed)
+    pre_existing_by_file: dict[str, tuple[int, str]]  # tests failing before and after: per file, how many, and why
+    not_run: list[str]  # what a CPU machine cannot run: the open items
+
+
+class Body(Model):
+    """PR.md, the pull request's body: its title, its Testing section and the squash commit's sign-offs."""
+    title: str
+    testing: Optional[Testing]
+    signers: list[str]  # "Name <email>"; none while the series carries the package's placeholder
 
 
 class SignOff(Model):
@@ -203,8 +211,7 @@ class SignOff(Model):
 
 
 class PrContext(Model):
-    title: str
-    testing: Testing
+    body: Body
     signoff: list[SignOff]
     fix: Optional[Fix]
     series: list[Series]
@@ -231,8 +238,11 @@ def load_context(bundle: Path) -> PrContext:
     reduce_path = bundle / "results" / "benchmarks" / "reduce_path.json"
     # Its model lives beside the benchmarks: found through the schema registry, as bundle verify finds it.
     cost_run = import_model(MODELS["benchmark-reduce-path"]).load(reduce_path) if reduce_path.exists() else None
-    return PrContext(title=_title(bundle), testing=_testing(affected, matrix, cost_run),
-                     signoff=_signoff(bundle, series), fix=_fix(series), series=series,
+    signoff = _signoff(bundle, series)
+    # The bundle's PR.md shows the kept run of the newest-upstream tree (``send`` renders its own run).
+    newest = next((data for _, data in affected if data.graft), None)
+    ready = next((s.signers for s in signoff if s.series == "master" and s.ready), [])
+    return PrContext(body=body_context(newest, ready), signoff=signoff, fix=_fix(series), series=series,
                      notice=(bundle / "downstream-notice.md").exists(), matrix=matrix, tests=_tests(bundle, verdicts),
                      affected=affected_context(affected) if affected else None, alst=_alst(bundle, verdicts),
                      audit=_audit(bundle, verdicts), numerics=_numerics(bundle, reduce_path,
@@ -289,12 +299,6 @@ def patch_files(path: Path) -> list[str]:
     return re.findall(r"^diff --git a/(\S+) b/", path.read_text(errors="replace"), re.M) if path.exists() else []
 
 
-def _title(bundle: Path) -> str:
-    """The pull request's title: the subject of the master series' fix patch."""
-    first = sorted((bundle / "patches" / "master").glob("0001-*.patch"))
-    return patch_subject(first[0]) if first else "Scale ZeRO-3 __avg_scatter_grads by sequence_parallel_size"
-
-
 def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
     """Who signed each series off, and whether it can be sent (not while the placeholder signs it)."""
     from patch_and_test.core.signoff import sign_state
@@ -305,36 +309,61 @@ def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
     ]
 
 
-def _after_counts(results: list, needle: str) -> Counts | None:
-    found = {r.test: r.after for r in results if needle in r.test and r.after}
+def _counts(results: list, test_class: str, phase: str) -> Counts | None:
+    """The counts of one test class's results in one phase of the comparison ("before", "after")."""
+    found = {r.test: getattr(r, phase) for r in results if f"::{test_class}::" in r.test and getattr(r, phase)}
     return outcome_counts(found) if found else None
 
 
-def _testing(affected: list[tuple[str, AffectedVerdict]], matrix: Matrix | None,
-             cost_run: ReducePath | None) -> Testing:
-    """From the newest-upstream tree's affected-tests run (its partial runs too) and the reduce-path benchmark."""
-    newest = next((data for _, data in affected if data.graft), None)
-    partial = {run.name: run for run in newest.partial} if newest is not None else {}
-    results = newest.suite.results if newest is not None and newest.suite else []
+def _why(reasons: Counter) -> str:
+    """One file's reasons for failing before and after, in a few words: the one reason, or the most frequent."""
+    (first, n), = reasons.most_common(1)
+    return first if len(reasons) == 1 else f"{len(reasons)} reasons, most often ({n}): {first}"
+
+
+def body_context(record: AffectedVerdict | None, signers: list[str]) -> Body:
+    """PR.md's context from one affected-tests record (None: a body without a Testing section)."""
+    return Body(title=TITLE, testing=_testing(record) if record is not None and record.suite else None,
+                signers=signers)
+
+
+def _testing(record: AffectedVerdict) -> Testing:
+    partial = {run.name: run for run in record.partial}
+    results = record.suite.results if record.suite else []
     regression, alst = PARTIALS[0], PARTIALS[1]
-    without, alone = partial.get(regression.name), partial.get(alst.name)
+
+    def node(part: Partial) -> str:  # the class in its file on this tree, where a result or a partial run found it
+        found = [r.test.split("::")[0] for r in results if f"::{part.test_class}::" in r.test]
+        run = partial.get(part.name)
+        return found[0] if found else part.node_ids(run.files if run else list(part.files[:1]))[0].split("::")[0]
+
+    def alone(part: Partial) -> dict[str, str]:  # the class's outcomes with part of the series
+        run = partial.get(part.name)
+        return {t: o for t, o in (run.outcomes if run else {}).items() if f"::{part.test_class}::" in t}
+
     # one result per test id, sorted (suite.compare): the files in the order the affected table lists them
-    pre_existing = Counter(r.test.split("::")[0] for r in results if r.category == "pre-existing")
-    return Testing(
-        tree=newest.graft if newest is not None else None, regression_without_fix=without.counts if without else None,
-        regression_with_fix=_after_counts(results, f"::{regression.test_class}::"),
-        alst_fix_alone=alone.counts if alone else None, alst_failed_fix_alone=sorted(
-            t.split("::")[-1] for t, o in (alone.outcomes if alone else {}).items()
-            if o in ("failed", "error")), alst_with_series=_after_counts(results, f"::{alst.test_class}::"),
-        affected=newest.suite if newest else None, pre_existing_by_file=dict(pre_existing), cost=_cost(cost_run),
-        environment=newest.environment if newest else None, cells=matrix.cells if matrix else [])
-
-
-def _cost(run: ReducePath | None) -> Cost | None:
-    if run is None or run.after_over_before is None:
-        return None
-    return Cost(ratio=run.after_over_before, case=run.target.case, calls=run.paired_calls or 0,
-                deepspeed=run.environment.deepspeed)
+    pre_existing: dict[str, Counter] = {}
+    for r in results:
+        if r.category == "pre-existing":
+            pre_existing.setdefault(r.test.split("::")[0], Counter())[r.reason or "no reason recorded"] += 1
+    graft = record.graft
+    tree = (f"the DeepSpeed {public_version(graft.release)} PyPI sdist's code on the tests of master "
+            f"{graft.history[:12]} of {graft.history_date}, not an upstream commit"
+            if graft else f"version.txt {public_version(record.version or '?')}")
+    without, fix_alone = alone(regression), alone(alst)
+    failed_alone = sorted(t.split("::")[-1] for t, o in fix_alone.items() if o in BAD)
+    fixed, alst_before, alst_after = (_counts(results, part.test_class, phase)
+                                      for part, phase in ((regression, "after"), (alst, "before"), (alst, "after")))
+    files = [f.removeprefix("tests/") for f in record.suite.files] if record.suite else []
+    by_file = {f: (sum(why.values()), _why(why)) for f, why in pre_existing.items()}
+    return Testing(commit=graft.commit if graft else record.base or "?", tree=tree, environment=record.environment,
+                   regression=f"{node(regression)}::{regression.test_class}",
+                   regression_without_fix=outcome_counts(without) if without else None, regression_with_fix=fixed,
+                   alst=f"{node(alst)}::{alst.test_class}", alst_before=alst_before,
+                   alst_fix_alone=outcome_counts(fix_alone) if fix_alone else None, alst_failed_fix_alone=failed_alone,
+                   alst_with_series=alst_after, affected=record.suite, affected_files=files,
+                   selected=len(record.selection.files) if record.selection else 0, pre_existing_by_file=by_file,
+                   not_run=list(NOT_RUN))
 
 
 def _fix(series: list[Series]) -> Fix | None:

@@ -6,14 +6,13 @@ with a real ``git am`` of the series.
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from pathlib import Path
 
 from patch_and_test.core import errors
 from patch_and_test.core.gitrun import git, git_out
-from patch_and_test.core.series import Series, apply_series, patch_subject
+from patch_and_test.core.series import Series, apply_series, commit_patches, differences_from_git_am, patch_subject
 from patch_and_test.core.source import (FIXED_IDENTITY, NEWEST_UPSTREAM, build_graft, from_series_base,
                                         load_newest_upstream)
 
@@ -22,14 +21,6 @@ BUNDLE_FILE = f"{BRANCH}.bundle"
 TRAILER = re.compile(r"^(Fixes|Link|Reported-by|Signed-off-by|Co-developed-by|Suggested-by): ")
 # Fixed, so that the branch's commit ids do not depend on who builds it.
 COMMITTER = {k: v for k, v in FIXED_IDENTITY.items() if k.startswith("GIT_COMMITTER_")}
-
-
-def _mailinfo(patch: Path, scratch: Path) -> tuple[dict[str, str], str, Path]:
-    """(headers, message, diff file) of one format-patch file, as ``git am`` reads it."""
-    msg, diff = scratch / "msg", scratch / "diff"
-    out = git(None, "mailinfo", str(msg), str(diff), input=patch.read_bytes(), text=False).stdout.decode()
-    info = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
-    return info, msg.read_text(), diff
 
 
 def split_message(message: str) -> tuple[list[str], list[str]]:
@@ -49,8 +40,11 @@ def pr_body(pr_markdown: str) -> str:
 
 def _texts(bundle: Path, series: Series) -> dict[str, str]:
     """The title, the squash commit's message (title, then PR.md's body, ending with the sign-offs), the body."""
-    title = patch_subject(series.patches[0].path)  # the series' first patch's subject, as PR.md's (review.context)
-    body = pr_body((bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else "")
+    pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
+    first = pr.partition("\n")[0]
+    # PR.md's title (review.context.TITLE); a PR.md without one: the series' first patch's subject
+    title = first[2:] if first.startswith("# ") else patch_subject(series.patches[0].path)
+    body = pr_body(pr)
     return {"pr-title.txt": title + "\n", "squash-message.txt": f"{title}\n\n{body.rstrip()}\n", "pr-body.md": body}
 
 
@@ -69,19 +63,7 @@ def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
     git_out(None, "clone", "-q", "--bare", "--shared", str(base_repo(series, mirror)), str(repo))
     if git(repo, "cat-file", "-e", f"{series.base_commit}^{{commit}}", check=False).returncode != 0:
         raise errors.BadInput(f"{series.base_commit[:12]} (the {series.name} series' base) is not in {mirror}")
-    env = {**os.environ, "GIT_INDEX_FILE": str(work / "index"), **COMMITTER}
-    git(repo, "read-tree", series.base_commit, env=env)
-    head = series.base_commit
-    for patch in series.patches:
-        info, message, diff = _mailinfo(patch.path, work)
-        applied = git(repo, "apply", "--cached", "--whitespace=nowarn", str(diff), check=False, env=env)
-        if applied.returncode != 0:
-            raise errors.SeriesDoesNotApply(f"{patch.file} does not apply to {series.base_commit[:12]}: "
-                                            f"{applied.stderr.strip().splitlines()[0]}")
-        tree = git(repo, "write-tree", "--missing-ok", env=env).stdout.strip()
-        author = dict(GIT_AUTHOR_NAME=info["Author"], GIT_AUTHOR_EMAIL=info["Email"], GIT_AUTHOR_DATE=info["Date"])
-        head = git_out(repo, "commit-tree", tree, "-p", head, input=f"{info['Subject']}\n\n{message}",
-                       env=env | author).strip()
+    head = commit_patches(repo, series.base_commit, [p.path for p in series.patches], work, env=COMMITTER)[-1]
     git(repo, "update-ref", f"refs/heads/{BRANCH}", head)
     return repo, head
 
@@ -97,10 +79,10 @@ git fetch /path/to/{bundle} {branch}:{branch}
 git diff --stat {base_short} {branch}      # the series' commits
 ```
 
-On DeepSpeed's master as it is today, `git am patches/master/000[1-9]-*.patch` (after
-`zero3-sp signoff patches/master`). Pull request: title `pr-title.txt`, body
-`pr-body.md` (the bundle's PR.md without its title); the squash commit's message is
-`squash-message.txt`.
+To send it, make the branch on your own up-to-date DeepSpeed checkout instead, signed by you and tested
+there: `zero3-sp send --deepspeed-src /path/to/DeepSpeed` (SENDING.md). Pull request: title
+`pr-title.txt`, body `pr-body.md` (the bundle's PR.md without its title); the squash commit's message
+is `squash-message.txt`.
 """
 WHERE = {
     NEWEST_UPSTREAM:
@@ -157,21 +139,13 @@ def check_branch(branch_file: Path, series: Series, mirror: Path) -> list[str]:
                 return [f"github/{BUNDLE_FILE}: git bundle verify failed: {checked.stderr.strip()[-200:]}"]
             git(repo, "fetch", "-q", str(branch_file), f"{BRANCH}:refs/heads/{BRANCH}")
             am = apply_series(repo, series)
-            problems = []
-            # The clone's base drops the blobs the mirror lacks (never touched by the series): the
-            # trees may differ only there, and the series' diffs must be the same bytes.
-            dropped = set(tree.dropped_paths)
-            differ = git(repo, "diff", "--name-only", am.head, BRANCH).stdout.split()
-            stray = [p for p in differ if not any(p == d or p.startswith(d.rstrip("/") + "/") for d in dropped)]
-            if stray:
-                problems.append(f"github/{BUNDLE_FILE}: its tree differs from git am of the series in {stray[:3]}")
-            ours = git(repo, "diff", "--binary", series.base_commit, BRANCH).stdout
-            theirs = git(repo, "diff", "--binary", am.base, am.head).stdout
-            if ours != theirs:
-                problems.append(f"github/{BUNDLE_FILE}: its diff from the base differs from git am of the series")
-            subjects = git(repo, "log", "--format=%s", f"{series.base_commit}..{BRANCH}").stdout.splitlines()
-            if subjects[::-1] != [patch_subject(p.path) for p in series.patches]:
-                problems.append(f"github/{BUNDLE_FILE}: its commits are not the series' ({subjects})")
-            return problems
+            ours = git_out(repo, "rev-list", "--reverse", f"{series.base_commit}..{BRANCH}").split()
+            theirs = git_out(repo, "rev-list", "--reverse", f"{am.base}..{am.head}").split()
+            # The clone's base drops the blobs the mirror lacks (never touched by the series): the trees may
+            # differ only there.
+            return [
+                f"github/{BUNDLE_FILE}: {p}"
+                for p in differences_from_git_am(repo, series.base_commit, ours, am.base, theirs, tree.dropped_paths)
+            ]
         finally:
             tree.release()

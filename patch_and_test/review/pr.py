@@ -10,16 +10,21 @@ from pathlib import Path
 
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
-from patch_and_test.review.context import PrContext, affected_context, affected_results, load_context
+from patch_and_test.review.context import Body, PrContext, affected_context, affected_results, load_context
 
 ISSUE = 8692
 MAX_LINES = 25  # non-blank lines of PR.md: a squash commit's message, not a report
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def render_body(body: Body) -> str:
+    """PR.md: the pull request's title and body, squash-ready (the bundle's and ``send``'s, one template)."""
+    return templating.render("PR.md.j2", body=body, issue=ISSUE)
+
+
 def render_pr(bundle: Path, ctx: PrContext | None = None) -> str:
-    """The pull request's body, squash-ready (from ``ctx``, the bundle's context when the caller has it)."""
-    return templating.render("PR.md.j2", ctx=ctx or load_context(bundle), issue=ISSUE)
+    """The bundle's PR.md (from ``ctx``, the bundle's context when the caller has it)."""
+    return render_body((ctx or load_context(bundle)).body)
 
 
 def render_evidence(bundle: Path, ctx: PrContext | None = None) -> str:
@@ -29,6 +34,22 @@ def render_evidence(bundle: Path, ctx: PrContext | None = None) -> str:
         return f"[{text}]({templating.link(target)})" if (bundle / target).exists() else f"{text} (`{target}`)"
 
     return templating.render("EVIDENCE.md.j2", ctx=ctx or load_context(bundle), issue=ISSUE, linked=linked)
+
+
+def render_sending(bundle: Path, ctx: PrContext | None = None) -> str:
+    """SENDING.md: what the sender settles before opening the pull request (#8854, the release), and the commands.
+    Takes the bundle and its context as the other pages do; it shows none of their numbers."""
+    return templating.render("SENDING.md.j2", issue=ISSUE)
+
+
+# The bundle's pages, each rendered from the bundle alone: bundle build writes them, bundle verify renders them again.
+PAGES = {"PR.md": render_pr, "EVIDENCE.md": render_evidence, "SENDING.md": render_sending}
+
+
+def write_pages(bundle: Path, ctx: PrContext | None = None) -> None:
+    ctx = ctx or load_context(bundle)  # one read of the results for every page
+    for name, render in PAGES.items():
+        (bundle / name).write_text(render(bundle, ctx))
 
 
 def nonblank_lines(markdown: str) -> int:

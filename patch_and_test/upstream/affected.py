@@ -12,6 +12,7 @@ import keyword
 import re
 import sys
 from pathlib import Path
+from typing import Iterable
 
 from patch_and_test.core.errors import CommandParser
 from repro.harness.files import write_json
@@ -107,9 +108,14 @@ def numbered_patches(series_dir: Path) -> list[Path]:
     return [p for p in sorted(series_dir.glob("[0-9][0-9][0-9][0-9]-*.patch")) if not p.name.startswith("0000-")]
 
 
+def patch_changes(patches: Iterable[Path]) -> list[FileChange]:
+    """The changes of these patch files, in order."""
+    return [c for p in patches for c in parse_patch(p.read_text(errors="replace"), p.name)]
+
+
 def series_changes(series_dir: Path) -> list[FileChange]:
     """The changes of every numbered patch of a series folder."""
-    return [c for p in numbered_patches(series_dir) for c in parse_patch(p.read_text(errors="replace"), p.name)]
+    return patch_changes(numbered_patches(series_dir))
 
 
 def is_test_file(path: str) -> bool:

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field, computed_field
 
@@ -98,6 +98,10 @@ class Partial:
     test_class: str
     needs: str | None = None  # a role the series must have for this run to show anything
 
+    def node_ids(self, files: list[str]) -> list[str]:
+        """The class in each file, as pytest names it from the tree's tests/ (where DeepSpeed's tests run)."""
+        return [f"{f.removeprefix('tests/')}::{self.test_class}" for f in files]
+
 
 PARTIALS = (
     Partial("regression test without the fix", ("test", ),
@@ -118,7 +122,10 @@ def manifest_series(series_dir: Path) -> series_mod.Series | None:
     return found if found.directory.resolve() == series_dir.resolve() else None
 
 
-def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results: Path,
+Apply = Callable[[series_mod.Series], str]  # puts the tree at its base plus these patches; returns the head
+
+
+def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results: Path, apply: Apply,
                  **kwargs) -> list[upstream_suite.SuiteRun]:
     """Each ``PARTIALS`` entry whose patches and test exist: applied alone on the base, its test class run."""
     runs = []
@@ -127,16 +134,42 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
         files = [f for f in part.files if (tree.path / f).is_file()]
         if not patches or not files or (part.needs and not any(p.role == part.needs for p in series.patches)):
             continue  # nothing to show here
-        series_mod.apply_series(tree.path, dataclasses.replace(series, patches=patches))
+        apply(dataclasses.replace(series, patches=patches))
         try:
+            # The class alone (pytest FILE::CLASS from tests/): the command the pull request's body quotes.
             run = upstream_suite.run_at_depth(part.name, tree.path, files, results / "partial",
-                                              keep=(part.test_class, ), **kwargs)
+                                              keep=(part.test_class, ), node_ids=part.node_ids(files), **kwargs)
             # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
             runs.append(run.model_copy(update={k: relative_to(getattr(run, k), results) for k in ("log", "record")}))
             print(f"{part.name}: {runs[-1].counts}", flush=True)
         finally:
             series_mod.git(tree.path, "reset", "-q", "--hard", tree.base)
     return runs
+
+
+def run_on_tree(verdict: AffectedVerdict, tree: source_mod.SourceTree, series: series_mod.Series, results: Path, *,
+                roles: series_mod.Series | None = None, apply: Apply | None = None, depth: str = "quick",
+                only: list[str] | None = None, workers: int = 0) -> None:
+    """Fills ``verdict``: the selection of ``series`` on ``tree`` (at its base), run before, the ``PARTIALS`` of
+    ``roles`` (the series with its patches' roles), the series applied with ``apply`` (default ``git am``), run
+    after, reruns, comparison. Raises PipelineError."""
+    apply = apply or (lambda part: series_mod.apply_series(tree.path, part).head)
+    verdict.base = series_mod.git(tree.path, "rev-parse", "HEAD").stdout.strip()
+    verdict.version = tree.version
+    verdict.selection = affected.select(affected.patch_changes(p.path for p in series.patches), tree.path)
+    print(verdict.selection.describe(), flush=True)
+    files = [f for f in verdict.selection.paths if not only or f in only]
+    kwargs = dict(depth=depth, workers=workers)
+    before = upstream_suite.run_at_depth("before", tree.path, files, results / "before", **kwargs)
+    print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
+    if roles is not None and not only:
+        verdict.partial = run_partials(tree, roles, results, apply, **kwargs)
+    verdict.head = apply(series)
+    after = upstream_suite.run_at_depth("after", tree.path, files, results / "after", **kwargs)
+    print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
+    verdict.suite = upstream_suite.compare_after_reruns("upstream affected tests", tree.path, before, after,
+                                                        results / "after", workers=workers)
+    print("\n".join(verdict.suite.describe()), flush=True)
 
 
 def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quick", only: list[str] | None = None,
@@ -157,22 +190,8 @@ def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quic
             verdict.graft = tree.graft
         else:
             tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
-        verdict.base = series_mod.git(tree.path, "rev-parse", "HEAD").stdout.strip()
-        verdict.version = tree.version
-        verdict.selection = affected.select(affected.series_changes(series_dir), tree.path)
-        print(verdict.selection.describe(), flush=True)
-        files = [f for f in verdict.selection.paths if not only or f in only]
-        kwargs = dict(depth=depth, workers=workers)
-        before = upstream_suite.run_at_depth("before", tree.path, files, results / "before", **kwargs)
-        print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
-        if with_roles is not None and not only:
-            verdict.partial = run_partials(tree, with_roles, results, **kwargs)
-        verdict.head = series_mod.apply_series(tree.path, chosen).head
-        after = upstream_suite.run_at_depth("after", tree.path, files, results / "after", **kwargs)
-        print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
-        verdict.suite = upstream_suite.compare_after_reruns("upstream affected tests", tree.path, before, after,
-                                                            results / "after", workers=workers)
-        print("\n".join(verdict.suite.describe()), flush=True)
+        run_on_tree(verdict, tree, chosen, results, roles=with_roles, depth=depth, only=only,
+                    workers=workers)
     except PipelineError as err:
         verdict.error, verdict.error_exit = str(err), int(err.exit_code)
     finally:

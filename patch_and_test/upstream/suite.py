@@ -260,9 +260,10 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: 
 
 
 def run_at_depth(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: str, workers: int,
-                 keep: tuple[str, ...] = QUICK_DEPTH_CLASSES) -> SuiteRun:
-    """``files`` of the selection in ``depth``, with the depth's deadline (the jobs' before and after runs)."""
-    return run_suite(name, tree, files, out_dir, depth=depth, keep=keep, timeout=TIMEOUT[depth], workers=workers)
+                 keep: tuple[str, ...] = QUICK_DEPTH_CLASSES, node_ids: list[str] | None = None) -> SuiteRun:
+    """``files`` of the selection (or just ``node_ids``) in ``depth``, with the depth's deadline (the jobs' runs)."""
+    return run_suite(name, tree, files, out_dir, depth=depth, keep=keep, timeout=TIMEOUT[depth], workers=workers,
+                     node_ids=node_ids)
 
 
 def compare_after_reruns(name: str, tree: Path, before: SuiteRun, after: SuiteRun, out_dir: Path, *,

@@ -25,12 +25,11 @@ def bundle(tmp_path) -> Path:
     from patch_and_test.review import github_form
     from patch_and_test.core.series import load_manifest
 
-    from patch_and_test.review.pr import render_evidence, render_pr
+    from patch_and_test.review.pr import write_pages
 
     b = tmp_path / "bundle"
     shutil.copytree(FIXTURE, b)
-    (b / "PR.md").write_text(render_pr(b))
-    (b / "EVIDENCE.md").write_text(render_evidence(b))
+    write_pages(b)
     github_form.write(b, load_manifest().by_name("master"), None)  # no mirror: a note, no branch
     bundle_mod.write_manifest(b)
     return b
@@ -174,3 +173,17 @@ def test_a_bundle_signed_by_its_sender_matches_the_repositorys_series_but_for_th
     fix.write_text(fix.read_text().replace("divisor", "divider", 1))
     bundle_mod.write_manifest(bundle)  # the hashes match: only the comparison with the repository can tell
     assert patch_problems() == [f"patches/master/{fix.name}: differs from the repository's patches/"]
+
+
+def test_sending_md_is_listed_and_verified_like_the_other_pages(bundle):
+    """SENDING.md (open #8854 first, agree the release, the two commands) is the bundle's, re-rendered by verify."""
+    text = (bundle / "SENDING.md").read_text()
+    assert "#8854" in text and "`deepspeed < 0.20.2`" in text and "zero3-sp send --deepspeed-src" in text
+    assert "DEEPSPEED_SRC=" in text and "tox -e patch-and-test" in text and "run --src" in text
+    assert "SENDING.md" in (bundle / bundle_mod.MANIFEST).read_text()
+    (bundle / "SENDING.md").write_text(text.replace("Open #8854 first", "Skip #8854"))
+    bundle_mod.write_manifest(bundle)
+    assert [p.split(":")[0] for p in bundle_mod.verify(bundle)] == ["SENDING.md"]
+    (bundle / "SENDING.md").unlink()
+    bundle_mod.write_manifest(bundle)
+    assert bundle_mod.verify(bundle) == ["SENDING.md: missing"]

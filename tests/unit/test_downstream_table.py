@@ -82,10 +82,9 @@ def test_verify_bundle_re_renders_the_notice_table(tmp_path):
     notice.write_text(render_into(f"# notice\n{BEGIN}\n{END}\n", b))
     assert "2.000 (rule 2.0)" in notice.read_text()
     from patch_and_test.review import github_form
-    from patch_and_test.review.pr import render_evidence, render_pr
+    from patch_and_test.review.pr import write_pages
     from patch_and_test.core.series import load_manifest
-    (b / "PR.md").write_text(render_pr(b))
-    (b / "EVIDENCE.md").write_text(render_evidence(b))
+    write_pages(b)
     assert github_form.write(b, load_manifest().by_name("master"), None)  # no mirror: a note, no branch
     bundle_mod.write_manifest(b)
     assert bundle_mod.verify(b) == []

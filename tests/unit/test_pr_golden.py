@@ -70,3 +70,11 @@ def test_rendered_as_the_golden_file(golden):
                                  tofile="rendered now", n=2))
         pytest.fail(f"{golden}: the rendering differs from the golden file "
                     f"(UPDATE_GOLDEN=1 rewrites it):\n{diff or '(only line endings or a final newline differ)'}")
+
+
+@pytest.mark.parametrize("golden", sorted(CASES))
+def test_no_golden_guesses_about_other_pull_requests_or_shows_a_build_s_local_version(golden):
+    """The review's blockers: no speculation about #8854, no ``0.19.8+unknown`` (a version nobody can install)."""
+    text = (FIXTURES / golden).read_text()
+    for banned in ("not available to us", "supersedes", "+unknown"):
+        assert banned not in text, f"{golden} says {banned!r}"

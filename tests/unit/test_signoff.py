@@ -54,7 +54,7 @@ def test_resign_text_unfolds_a_folded_from_header():
 
 @pytest.mark.parametrize("text", [
     "Ada", "ada@example.org", "Ada <nomail>", "Your Name <you@example.invalid>",
-    "Ada Lovelace <ada@example.org> trailing"
+    "Ada Lovelace <ada@example.org> trailing", "Ada Lovelace <ada@example.invalid>", "Ada Lovelace <ada@lab.INVALID>"
 ])
 def test_bad_identities_are_one_line_errors(text):
     with pytest.raises(errors.BadInput) as caught:
@@ -81,3 +81,12 @@ def test_main_exit_codes(tmp_path, capsys):
     shutil.copytree(series, copy)
     assert signoff.main([str(copy), "--as", "Ada Lovelace <ada@example.org>", "--out", str(copy)]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_a_copy_signed_with_an_invalid_address_is_not_ready(tmp_path):
+    out = tmp_path / "out"
+    signoff.resign(load_manifest().by_name("master").directory, out, *SENDER)
+    for path in out.glob("000[1-9]-*.patch"):
+        path.write_text(path.read_text().replace("ada@example.org", "ada@example.invalid"))
+    state = signoff.sign_state(out)
+    assert not state.ready and ".invalid" in state.describe()
