@@ -29,7 +29,7 @@ releases: tools.releases: every DeepSpeed release on PyPI takes its series' fix 
 lint: tools.lint: DeepSpeed's pre-commit rules on every file the series touch
 reroll: tools.reroll: regenerate a series as its next version
 signoff: core.signoff: copies of a series signed off by its sender; --check: ready to send?
-# send: review.send: (to come)
+send: review.send: the pull request's branch on your own DeepSpeed checkout, signed by you and tested there
 selftest: tools.selftest: the package's own tests against one DeepSpeed release
 install: core.install: install DeepSpeed here: a release from its verified sdist, or a tree
 """

@@ -27,7 +27,7 @@ from repro.training.report import TrainingReport, TrainingRun
 DOCUMENT = PACKAGE_ROOT / "README.md"
 FIGURES = PACKAGE_ROOT / "docs" / "figures"  # training_effect-{unpatched,patched}.json
 TRAINING = "training_effect-{phase}.json"
-BEGIN = "<!-- stack-table:begin (rendered by patch_and_test.downstream.stacks; do not edit) -->"
+BEGIN = "<!-- stack-table:begin (rendered by zero3-sp docs from the kept runs; do not edit) -->"
 END = "<!-- stack-table:end -->"
 MAX_LINE = 40  # the block ends within README's first 40 lines
 BACKPORT = "[more](docs/backport-clients.md)"

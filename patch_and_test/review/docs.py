@@ -21,7 +21,7 @@ from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.errors import CommandParser, PipelineError, exit_codes_markdown
 from patch_and_test.core.series import Manifest, load_manifest
 from patch_and_test.core.templating import replace_block
-from patch_and_test.downstream import census, table
+from patch_and_test.downstream import census, stacks, table
 from patch_and_test.review import pr, schemas
 from patch_and_test.tools import releases
 
@@ -45,6 +45,7 @@ EXIT_CODES = ("<!-- exit-codes:begin (rendered by zero3-sp docs from patch_and_t
               "<!-- exit-codes:end -->")
 
 ARTIFACTS = (
+    Artifact("stack table", "README.md", lambda path: {path: stacks.splice(path.read_text())}),
     Artifact("exit codes", "README.md", block(*EXIT_CODES, lambda: exit_codes_markdown().rstrip("\n"))),
     Artifact("downstream table", "docs/downstream-notice.md", block(table.BEGIN, table.END, table.kept_table)),
     Artifact("downstream table", "docs/backport-clients.md", block(table.BEGIN, table.END, table.kept_table)),

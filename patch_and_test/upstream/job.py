@@ -190,8 +190,7 @@ def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quic
             verdict.graft = tree.graft
         else:
             tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
-        run_on_tree(verdict, tree, chosen, results, roles=with_roles, depth=depth, only=only,
-                    workers=workers)
+        run_on_tree(verdict, tree, chosen, results, roles=with_roles, depth=depth, only=only, workers=workers)
     except PipelineError as err:
         verdict.error, verdict.error_exit = str(err), int(err.exit_code)
     finally:

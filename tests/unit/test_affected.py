@@ -187,7 +187,7 @@ def test_docs_table_is_the_kept_runs_as_rendered():
     from patch_and_test.review.pr import BEGIN, END, KEPT, affected_table
 
     runs = sorted(KEPT.glob("*/affected.json"))
-    assert runs and any(p.parent.name == "master" for p in runs)
+    assert runs and any(p.parent.name == "newest-upstream" for p in runs)
     text = block_of((PACKAGE_ROOT / "docs" / "affected-tests.md").read_text(), BEGIN, END)
     assert text == affected_table(), "run zero3-sp docs"
     for path in runs:

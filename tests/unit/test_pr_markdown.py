@@ -41,7 +41,7 @@ def test_pr_is_a_squash_message_of_at_most_25_lines_that_links_nothing_in_the_bu
     # Testing: the kept newest-upstream run, by its commit and pytest commands; what could not run here
     assert "`8cfb7779842a3deb300514716ada0e1b5d5b789e`" in text
     assert "`python -m pytest unit/v1/zero/test_zero.py::TestZero3SequenceParallelGradientScale`: without the " \
-        "fix (this PR's test commit alone) 2 passed, 6 failed; with this PR 8 passed." in text
+        "fix (this PR's test commit alone) 2 passed, 10 failed; with this PR 12 passed." in text
     assert "- Open, not run here (no GPU): GPU (the ALST test on CUDA), NCCL, multi-node qgZ." in text
     # the package's placeholder signs nothing: the squash message has no sign-off until a sender signs
     assert "Signed-off-by" not in text
@@ -55,7 +55,7 @@ def test_evidence_links_only_files_of_the_bundle_and_says_the_series_is_not_read
     assert local_links(text)
     for target in local_links(text):
         assert (b / target.replace("%20", " ")).exists(), target
-    assert "| `master` v5 |" in text and "**not ready to send**" in text and "zero3-sp signoff" in text
+    assert "| `master` v6 |" in text and "**not ready to send**" in text and "zero3-sp signoff" in text
     assert "DeepSpeed's own tests on real checkouts" not in text  # hand-placed logs are gone with their section
 
 
@@ -77,7 +77,7 @@ def test_the_context_is_typed_and_read_only():
     ctx = load_context(FIXTURES / "bundle")
     assert isinstance(ctx, PrContext)
     testing = ctx.body.testing
-    assert testing.regression_with_fix["passed"] == 8 and testing.alst_failed_fix_alone == ["test_ulysses_sp_hf[3]"]
+    assert testing.regression_with_fix["passed"] == 12 and testing.alst_failed_fix_alone == ["test_ulysses_sp_hf[3]"]
     assert ctx.body.signers == []  # the placeholder's
     assert ctx.fix is not None and ctx.fix.master.name == "master"
     assert ctx.matrix is not None and ctx.matrix.rows[0].values[0].before is not None
