@@ -175,7 +175,7 @@ def test_no_series_applies_names_the_patch_and_hunk_and_how_to_reroll(world, tmp
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("error: patches/master: 0001-fix.patch does not apply to ")
     assert "deepspeed/runtime/zero/stage3.py" in err[0] and "v0.19.3-v0.19.7: 0001-fix.patch" in err[0]
-    assert err[1].startswith("reroll: ") and "patch_and_test.reroll" in err[1] and "-v 4" in err[1]
+    assert err[1].startswith("reroll: ") and "zero3-sp reroll" in err[1] and "-v 4" in err[1]
     assert repo_state(user) == before
 
 

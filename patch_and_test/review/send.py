@@ -60,7 +60,7 @@ EXITS = {
 }
 OWNED = ".zero3-sp-send"  # in an --out folder send made: a later send may replace it
 REROLL = ("on a branch of this checkout, git am -3 {patches}/000[1-9]-*.patch, resolve and git am --continue; then "
-          "python -m patch_and_test.reroll --repo {src} --branch <that branch> --series master -v {version} "
+          "zero3-sp reroll --repo {src} --branch <that branch> --series master -v {version} "
           "(CONTRIBUTING.md, \"The series\")")
 
 
