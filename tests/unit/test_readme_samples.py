@@ -44,6 +44,12 @@ def test_the_jobs_summary_is_the_kept_runs():
     assert table[start:start + len(shown)] == shown
 
 
+def test_the_jobs_time_is_the_kept_runs():
+    seconds = f"{Verdict.load(SAMPLES / 'verdict.json').wall_time_s:.0f} s with warm"
+    for doc in (ROOT / "README.md", SAMPLES / "README.md"):
+        assert seconds in " ".join(doc.read_text().split()), doc
+
+
 def test_the_doctors_lines_are_the_kept_runs():
     shown = _block_starting("DeepSpeed ")
     kept = (SAMPLES / "doctor.txt").read_text().splitlines()
