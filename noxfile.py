@@ -94,6 +94,7 @@ def matrix(session: nox.Session, version: str, backend: str) -> None:
 @nox.parametrize("version", TEST_VERSIONS)
 def tests(session: nox.Session, version: str) -> None:
     _install_runtime(session, alst=version == VERSIONS[-1])  # the ALST tests need DeepSpeed >= 0.17.2
+    session.install("-r", "requirements/accelerate.txt")  # the doctor's accelerate-config tests, as in tox.ini
     session.run("python", "-m", "patch_and_test", "selftest", *session.posargs, env=_env(DEEPSPEED_VERSION=version))
 
 
