@@ -16,7 +16,7 @@ RESULTS = ROOT / "results" / "benchmarks"
 if str(ROOT) not in sys.path:  # a script's own folder is on the path, not the checkout
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.models import Environment, ResultFile, Targeted, Timed  # noqa: E402
+from patch_and_test.review.benchmark_reports import Environment, ResultFile, Targeted, Timed  # noqa: E402
 
 
 def timed_run(python: str, script: Path, *argv: str, timeout: float = 900) -> Timed:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, environment, finish  # noqa: E402
-from benchmarks.models import BundleReuse  # noqa: E402
+from patch_and_test.review.benchmark_reports import BundleReuse  # noqa: E402
 
 TARGET = 0.10
 

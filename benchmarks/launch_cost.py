@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, default_python, environment, finish, timed_run  # noqa: E402
-from benchmarks.models import LaunchCost  # noqa: E402
+from patch_and_test.review.benchmark_reports import LaunchCost  # noqa: E402
 
 SCRIPT = ROOT / "repro" / "zero3_sp_grad_scale.py"
 TARGET = 1.5

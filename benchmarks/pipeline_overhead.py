@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import RESULTS, ROOT, environment, finish  # noqa: E402
-from benchmarks.models import PipelineOverhead  # noqa: E402
+from patch_and_test.review.benchmark_reports import PipelineOverhead  # noqa: E402
 from patch_and_test.core.checks import REPRODUCERS  # noqa: E402
 from patch_and_test.job.verdict import Verdict  # noqa: E402
 

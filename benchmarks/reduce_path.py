@@ -32,7 +32,8 @@ for _p in (str(ROOT), str(HERE)):
         sys.path.insert(0, _p)
 
 from _common import RESULTS, default_python, environment, write_result  # noqa: E402
-from benchmarks.models import Bucket, LaunchInfo, NumericsLaunch, ReducePath, Spread, TimingLaunch  # noqa: E402
+from patch_and_test.review.benchmark_reports import (  # noqa: E402
+    Bucket, LaunchInfo, NumericsLaunch, ReducePath, Spread, TimingLaunch)
 from patch_and_test.core.series import series_for_version  # noqa: E402
 from repro.harness.cli import gpu_count, main_guard, resolve_backend  # noqa: E402
 from repro.harness.launch import remove_shm_buffers  # noqa: E402

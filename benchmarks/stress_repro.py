@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from _common import ROOT, default_python, environment, write_result  # noqa: E402
-from benchmarks.models import Counts, Fault, KindCounts, Launch, StressRepro  # noqa: E402
+from patch_and_test.review.benchmark_reports import Counts, Fault, KindCounts, Launch, StressRepro  # noqa: E402
 from repro.gradscale.space import SCRIPTS  # noqa: E402
 
 TAG_VAR = "ZERO3_SP_STRESS_TAG"

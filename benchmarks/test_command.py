@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, write_result  # noqa: E402
-from benchmarks.models import CommandRun, TestCommand, ToxEnv  # noqa: E402
+from patch_and_test.review.benchmark_reports import CommandRun, TestCommand, ToxEnv  # noqa: E402
 
 COMMAND = [sys.executable, "-m", "tox", "-m", "tests"]
 # tox's summary: "  tests-ds0.19.8: OK (781.2=setup[58.1]+cmd[723.1] seconds)"

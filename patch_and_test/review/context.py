@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
-from patch_and_test.review.schemas import MODELS, import_model
+from patch_and_test.review.benchmark_reports import ReducePath
 from patch_and_test.core.series import patch_subject, public_version, version_sort_key
 from patch_and_test.core.checks import PytestCheck, outcome_counts
 from patch_and_test.core.templating import Model
@@ -25,7 +25,6 @@ from patch_and_test.upstream.job import PARTIALS, AffectedVerdict, Partial
 from patch_and_test.upstream.suite import BAD, SuiteComparison
 
 if TYPE_CHECKING:
-    from benchmarks.models import ReducePath
     from patch_and_test.core.checks import ReproCheck
 
 Scalar = Optional[Union[str, int, float, bool]]
@@ -236,8 +235,7 @@ def load_context(bundle: Path) -> PrContext:
     affected = affected_results(bundle / "results" / "affected")
     matrix = _matrix(bundle, verdicts)
     reduce_path = bundle / "results" / "benchmarks" / "reduce_path.json"
-    # Its model lives beside the benchmarks: found through the schema registry, as bundle verify finds it.
-    cost_run = import_model(MODELS["benchmark-reduce-path"]).load(reduce_path) if reduce_path.exists() else None
+    cost_run = ReducePath.load(reduce_path) if reduce_path.exists() else None
     signoff = _signoff(bundle, series)
     # The bundle's PR.md shows the kept run of the newest-upstream tree (``send`` renders its own run).
     newest = next((data for _, data in affected if data.graft), None)

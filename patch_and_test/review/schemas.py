@@ -31,14 +31,14 @@ MODELS = {
     "downstream-census": "patch_and_test.downstream.census.Census",
     "releases": "patch_and_test.tools.releases.ReleasesReport",
     "training-effect-report": "repro.training.report.TrainingReport",
-    "benchmark-launch-cost": "benchmarks.models.LaunchCost",
-    "benchmark-bundle-reuse": "benchmarks.models.BundleReuse",
-    "benchmark-pipeline-overhead": "benchmarks.models.PipelineOverhead",
-    "benchmark-stress-repro": "benchmarks.models.StressRepro",
-    "benchmark-test-command": "benchmarks.models.TestCommand",
-    "benchmark-reduce-path": "benchmarks.models.ReducePath",
-    "benchmark-reduce-path-timing-launch": "benchmarks.models.TimingLaunch",
-    "benchmark-reduce-path-numerics-launch": "benchmarks.models.NumericsLaunch",
+    "benchmark-launch-cost": "patch_and_test.review.benchmark_reports.LaunchCost",
+    "benchmark-bundle-reuse": "patch_and_test.review.benchmark_reports.BundleReuse",
+    "benchmark-pipeline-overhead": "patch_and_test.review.benchmark_reports.PipelineOverhead",
+    "benchmark-stress-repro": "patch_and_test.review.benchmark_reports.StressRepro",
+    "benchmark-test-command": "patch_and_test.review.benchmark_reports.TestCommand",
+    "benchmark-reduce-path": "patch_and_test.review.benchmark_reports.ReducePath",
+    "benchmark-reduce-path-timing-launch": "patch_and_test.review.benchmark_reports.TimingLaunch",
+    "benchmark-reduce-path-numerics-launch": "patch_and_test.review.benchmark_reports.NumericsLaunch",
 }
 
 

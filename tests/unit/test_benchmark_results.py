@@ -1,5 +1,6 @@
-"""The benchmarks' result files through their models (benchmarks/models.py): the kept runs load as they are,
-a result round-trips, a wrong field fails, and the kept summaries are what the kept launches give."""
+"""The benchmarks' result files through their models (patch_and_test/review/benchmark_reports.py): the kept runs
+load as they are, a result round-trips, a wrong field fails, and the kept summaries are what the kept launches give.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from benchmarks import models
-from patch_and_test.review import schemas
+from patch_and_test.review import benchmark_reports as models, schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 KEPT = ROOT / "benchmarks" / "results"

@@ -41,7 +41,7 @@ def test_kept_results_name_no_folder_of_this_machine():
 
 def test_results_are_written_with_versions_not_paths(tmp_path):
     common = _common()
-    from benchmarks.models import Environment, LaunchCost, Timed
+    from patch_and_test.review.benchmark_reports import Environment, LaunchCost, Timed
 
     env = Environment(python=sys.executable, deepspeed="1.2.3", torch="4.5.6", platform="Linux", cpus=2,
                       load_average_at_start=[1.5, 2.0, 2.0])

@@ -1,4 +1,5 @@
-"""What the benchmarks write: one report model per result file, each with its schema under docs/schemas/.
+"""What the benchmarks (benchmarks/) write: one report model per result file, each with its schema under
+docs/schemas/. They live here, below the benchmarks, because review reads their files (bundle verify, PR.md).
 
 The kept runs predate the ``schema`` key: ``ResultFile.from_dict`` adds it, so a model reads them as they are;
 ``bundle verify`` picks the model by file name (``FILES``). docs/code/benchmarks.md
