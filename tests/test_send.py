@@ -9,6 +9,7 @@ test without and with the fix, and leave the sender's checkout as it was.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -160,6 +161,10 @@ def test_send_makes_the_signed_branch_runs_the_tests_and_leaves_the_checkout_as_
     assert body.rstrip().endswith("Signed-off-by: Bar Sender <bar@example.org>")
     assert "+unknown" not in body and "not available to us" not in body and "example.invalid" not in body
     assert (out / "pr-title.txt").read_text().startswith("Fix ZeRO-3 gradients")
+    record = json.loads((out / "results" / "affected.json").read_text())
+    assert (record["series"],
+            record["series_version"]) == ("v0.19.3-v0.19.7",
+                                          send_mod.load_manifest().by_name("v0.19.3-v0.19.7").version)
 
     # Again into the same folder: replaced, same outcome.
     assert send_mod.main(["--deepspeed-src", str(user), "--out", str(out)]) == 0

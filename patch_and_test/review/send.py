@@ -189,8 +189,8 @@ def send(src: Path, who: tuple[str, str], out: Path, depth: str = "quick",
     tree = SourceTree(path=clone, version=git_out(clone, "show", f"{head}:version.txt").strip(), origin="checkout",
                       upstream_commit=head, base=head, branch=BRANCH, has_tests=(clone / "tests").is_dir(),
                       dropped_paths=dropped)
-    verdict = AffectedVerdict(source=root.name, series=series.name, only=list(only or []),
-                              environment=host_environment("gloo"))
+    verdict = AffectedVerdict(source=root.name, series=series.name, series_version=series.version,
+                              only=list(only or []), environment=host_environment("gloo"))
     try:
         run_on_tree(verdict, tree, series, out / "results", roles=series, apply=apply, depth=depth, only=only)
     except errors.PipelineError as err:
