@@ -1,13 +1,14 @@
 """nox sessions: the same jobs as tox.ini, one shared implementation (the patch_and_test package).
 
   nox -s patch-and-test                    newest supported DeepSpeed, gloo
-  nox -s "matrix(version='0.14.5', backend='gloo')"   one cell; `nox -s matrix` for all
+  nox -s "matrix(version='X.Y.Z', backend='gloo')"    one cell (`nox -l` lists them); `nox -s matrix` for all
   nox -s tests                             the package's tests, newest and oldest DeepSpeed
   nox -s upstream-lint | bundle | verify-bundle
   nox -s downstream                        the real clients' sp loss code, one session per client version
 
-Versions come from deepspeed-sdists.lock, so a release added there is in the matrix at once; torch's
-and the lint tools' from requirements/pins.txt (``$TORCH_SPEC`` overrides torch's), as in tox.ini.
+Versions come from deepspeed-sdists.lock, so a release added there is in the matrix at once (tox.ini's
+too, through toxfile.py); torch's and the lint tools' from requirements/pins.txt (``$TORCH_SPEC`` overrides
+torch's), as in tox.ini.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _install_runtime(session: nox.Session, alst: bool = False) -> None:
-    # alst: transformers, for the job's ALST reproducer step (DeepSpeed >= 0.17.2), as in tox.ini.
+    # alst: transformers, for the job's ALST reproducer step (DeepSpeed >= checks.ALST_MIN_VERSION), as in tox.ini.
     session.install(*RUNTIME, *(["-r", "requirements/alst.txt"] if alst else []))
 
 
@@ -93,7 +94,8 @@ def matrix(session: nox.Session, version: str, backend: str) -> None:
 @nox.session
 @nox.parametrize("version", TEST_VERSIONS)
 def tests(session: nox.Session, version: str) -> None:
-    _install_runtime(session, alst=version == VERSIONS[-1])  # the ALST tests need DeepSpeed >= 0.17.2
+    # the newest only, as tox's {alst_if_newest}: the ALST tests need DeepSpeed >= checks.ALST_MIN_VERSION
+    _install_runtime(session, alst=version == VERSIONS[-1])
     session.install("-r", "requirements/accelerate.txt")  # the doctor's accelerate-config tests, as in tox.ini
     session.run("python", "-m", "patch_and_test", "selftest", *session.posargs, env=_env(DEEPSPEED_VERSION=version))
 

@@ -1,4 +1,7 @@
-"""Reading TOML and writing JSON the one way the package does it (JSON atomically: a reader never sees half)."""
+"""Reading TOML and writing JSON the one way the package does it (JSON atomically: a reader never sees half).
+
+Standard library only (and tomli on Python 3.10): tox's plugin (toxfile.py) loads it by path.
+"""
 
 from __future__ import annotations
 

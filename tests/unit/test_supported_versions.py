@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import configparser
+import importlib.util
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from patch_and_test.core.series import parse_version
 from patch_and_test.core.source import load_lock
@@ -13,23 +18,49 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCKED = sorted(load_lock(), key=parse_version)
 
 
-def _braced(text: str, prefix: str) -> list[list[str]]:
-    """Every ``<prefix>{a,b,c}`` in text, as lists."""
-    return [group.split(",") for group in re.findall(re.escape(prefix) + r"\{([^}]*)\}", text)]
+def _tox(*args: str) -> str:
+    tox = [sys.executable, "-m", "tox", "--no-provision", "-x", "tox.requires=tox"]  # tox-uv may be missing here
+    if importlib.util.find_spec("tox") is None:
+        pytest.skip("tox is not installed")
+    # TOX_* of a tox env that runs these tests would be taken for options.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOX_")}
+    done = subprocess.run([*tox, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
 
 
-def test_tox_envs_cover_exactly_the_locked_versions():
+def test_tox_ini_names_no_version():
     tox = (ROOT / "tox.ini").read_text()
-    matrices = _braced(tox, "patch-and-test-ds")
-    assert matrices and all(sorted(m, key=parse_version) == LOCKED for m in matrices), matrices
-    # the fast tier: newest and oldest
-    assert _braced(tox, "tests-ds") == [[LOCKED[-1], LOCKED[0]]]
-    assert f"tests = tests-ds{LOCKED[-1]}, tests-ds{LOCKED[0]}" in tox
-    ini = configparser.ConfigParser(interpolation=None)
-    ini.read_string(tox)
-    setenv = ini["testenv"]["set_env"]
-    pinned = re.findall(r"^ds([\d.]+): DEEPSPEED_VERSION = ([\d.]+)$", setenv, re.M)
-    assert [a for a, b in pinned if a == b] == LOCKED and len(pinned) == len(LOCKED)
+    assert not re.findall(r"\d+\.\d+\.\d+", tox)  # toxfile.py gives tox every version, from the lock
+    assert tox.count("patch-and-test-ds{{deepspeed_versions}}-{gloo,nccl}") == 2  # env_list and the matrix label
+    assert "tests = tests-ds{deepspeed_newest}, tests-ds{deepspeed_oldest}" in tox
+
+
+def test_toxfile_reads_the_lock(tmp_path):
+    toxfile = pytest.importorskip("toxfile")
+    assert toxfile.locked_versions() == LOCKED
+    lock = tmp_path / "lock"
+    lock.write_text('[sdist."1.10.0"]\n[sdist."1.9.2"]\n[newest-upstream]\nrelease = "1.10.0"\n')
+    assert toxfile.locked_versions(lock) == ["1.9.2", "1.10.0"]  # by number, not as text
+    assert toxfile.env_deepspeed_version("patch-and-test-ds1.9.2-gloo") == "1.9.2"
+    assert toxfile.env_deepspeed_version("tests-ds1.10.0") == "1.10.0"
+    assert toxfile.env_deepspeed_version("patch-and-test-newest") is None
+    assert toxfile.env_deepspeed_version("downstream-tf5.25") is None
+
+
+def test_tox_resolves_the_locked_versions():
+    cells = [f"patch-and-test-ds{v}-{b}" for v in LOCKED for b in ("gloo", "nccl")]
+    tests = [f"tests-ds{LOCKED[-1]}", f"tests-ds{LOCKED[0]}"]
+    listed = [line.split()[0] for line in _tox("-l").splitlines() if line.strip()]
+    assert [e for e in listed if "-ds" in e] == cells + tests
+    # `tox -m tests`: newest (with the ALST requirements) and oldest (without), each with its DEEPSPEED_VERSION
+    newest, oldest = _tox("config", "-m", "tests", "-k", "set_env", "deps").split("[testenv:")[1:]
+    assert newest.startswith(tests[0]) and oldest.startswith(tests[1])
+    assert f"DEEPSPEED_VERSION={LOCKED[-1]}\n" in newest and "-r requirements/alst.txt" in newest
+    assert f"DEEPSPEED_VERSION={LOCKED[0]}\n" in oldest and "alst" not in oldest
+    plain, cell = _tox("config", "-e", f"patch-and-test,{cells[2]}", "-k", "set_env", "deps").split("[testenv:")[1:]
+    assert "DEEPSPEED_VERSION" not in plain and "-r requirements/alst.txt" in plain
+    assert f"DEEPSPEED_VERSION={LOCKED[1]}\n" in cell and "ZERO3_SP_BACKEND=gloo" in cell
 
 
 def test_contributing_names_the_locked_versions():
@@ -43,7 +74,7 @@ def test_contributing_names_the_locked_versions():
 
 def test_noxfile_and_conftest_read_the_lock():
     nox = (ROOT / "noxfile.py").read_text()
-    assert "load_lock()" in nox and not re.search(r"['\"]0\.\d+\.\d+['\"]", nox.split('"""', 2)[-1])
+    assert "load_lock()" in nox and not re.findall(r"\d+\.\d+\.\d+", nox)  # not even in its docstring
     from tests.conftest import SUPPORTED_PYPI
 
     assert list(SUPPORTED_PYPI) == LOCKED
