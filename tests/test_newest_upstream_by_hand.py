@@ -99,8 +99,8 @@ def test_the_pull_request_on_a_hand_built_newest_tree(mirror, tmp_path):
         sorted(t for t, o in autoep_before.items() if o == "passed" and autoep_after.get(t) == "failed")
     }
     print(json.dumps(summary, indent=1))
-    assert len(without) == len(with_fix) == 8
-    assert sorted(o for o in without.values()) == ["failed"] * 6 + ["passed"] * 2
+    assert len(without) == len(with_fix) == 12
+    assert sorted(o for o in without.values()) == ["failed"] * 10 + ["passed"] * 2
     assert all("False-True-500" in t for t, o in without.items() if o == "passed")
     assert set(with_fix.values()) == {"passed"}
     assert summary["autoep_broken"] == [] and len(autoep_after) >= len(autoep_before) > 50
