@@ -45,7 +45,7 @@ EXIT_CODES = ("<!-- exit-codes:begin (rendered by zero3-sp docs from patch_and_t
               "<!-- exit-codes:end -->")
 
 ARTIFACTS = (
-    Artifact("stack table", "README.md", lambda path: {path: stacks.splice(path.read_text())}),
+    Artifact("stack table", "README.md", block(stacks.BEGIN, stacks.END, stacks.render)),
     Artifact("exit codes", "README.md", block(*EXIT_CODES, lambda: exit_codes_markdown().rstrip("\n"))),
     Artifact("downstream table", "docs/downstream-notice.md", block(table.BEGIN, table.END, table.kept_table)),
     Artifact("downstream table", "docs/backport-clients.md", block(table.BEGIN, table.END, table.kept_table)),
