@@ -111,34 +111,40 @@ class SuiteComparison(Record):
 
 
 def read_record(path: Path) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, bool], int]:
-    """Outcomes, messages, not-collectable files, rank-ness and the depth's deselected count from a record."""
-    outcomes, messages, broken, ranks, deselected = {}, {}, {}, {}, set()
+    """Outcomes, messages, not-collectable files, rank-ness and the depth's deselected count from a report log."""
+    outcomes, messages, broken, ranks = {}, {}, {}, {}
     for line in path.read_text().splitlines() if path.exists() else []:
         try:
             e = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut by a kill at the deadline
-        kind = e.get("kind")
-        if kind in ("collect-error", "collect-skip"):
-            why = e["message"] or "no reason given"
-            broken[e["path"]] = f"skipped at collection: {why}" if kind == "collect-skip" else why
-        elif kind == "collected":
-            ranks[e["nodeid"]] = e["ranks"]
-        elif kind == "deselected":
-            deselected.add(e["nodeid"])
-        elif kind == "report":
-            _merge(outcomes, messages, e)
-    return outcomes, messages, broken, ranks, len(deselected)
+        kind, test = e.get("$report_type"), e.get("nodeid", "")
+        if kind == "CollectReport" and test.endswith(".py") and e["outcome"] != "passed":
+            why = _one_line(e["longrepr"]) or "no reason given"
+            broken[test] = f"skipped at collection: {why}" if e["outcome"] == "skipped" else why
+        elif kind == "TestReport":
+            ranks[test] = dict(e.get("user_properties", [])).get("ranks", False)
+            outcome = e["outcome"] if "wasxfail" not in e else "skipped" if e["outcome"] == "skipped" else "failed"
+            # One setup/call/teardown report into the test's outcome: the worst phase decides.
+            new = {"failed": "failed" if e["when"] == "call" else "error", "skipped": "skipped"}.get(outcome, "passed")
+            if test not in outcomes or _WORSE.index(new) > _WORSE.index(outcomes[test]):
+                outcomes[test] = new
+                if new != "passed" and (message := _one_line(e["longrepr"])):
+                    messages[test] = message
+    deselected = path.with_suffix(".deselected")
+    return outcomes, messages, broken, ranks, len(set(deselected.read_text().split()) if deselected.exists() else ())
 
 
-def _merge(outcomes: dict[str, str], messages: dict[str, str], e: dict) -> None:
-    """One setup/call/teardown report into the test's outcome: the worst phase decides."""
-    test = e["nodeid"]
-    new = {"failed": "failed" if e["when"] == "call" else "error", "skipped": "skipped"}.get(e["outcome"], "passed")
-    if test not in outcomes or _WORSE.index(new) > _WORSE.index(outcomes[test]):
-        outcomes[test] = new
-        if e.get("message"):
-            messages[test] = e["message"]
+def _one_line(longrepr) -> str:
+    """A report's reason in one line: a skip's reason, a crash's message, else a traceback's error line."""
+    if isinstance(longrepr, list) and len(longrepr) == 3:  # a skip: (file, line, reason)
+        return (str(longrepr[2]).strip().splitlines() or [""])[0]
+    crash = longrepr.get("reprcrash") if isinstance(longrepr, dict) else None
+    text = crash["message"] if crash and crash.get("message") else str(longrepr or "")
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    # The error line of a traceback ("E   ModuleNotFoundError: ...") says the most.
+    errors = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
+    return (errors or lines or [""])[0][:300]
 
 
 def compare(name: str, before: SuiteRun, after: SuiteRun,
@@ -237,12 +243,14 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: 
     slug = name.replace("/", "_").replace(" ", "_")
     record, log = out_dir / f"{slug}.jsonl", out_dir / f"{slug}.log"
     record.unlink(missing_ok=True)
+    record.with_suffix(".deselected").unlink(missing_ok=True)
     # Paths as seen from inside tests/, where pytest runs.
     targets = node_ids if node_ids is not None else [f.removeprefix("tests/") for f in files if (tree / f).is_file()]
     cmd = [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN, f"--zero3-sp-record={record}",
-        f"--zero3-sp-depth={depth}", *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors",
-        "-rfE", *(["-n", str(workers)] if workers else []), *targets
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", PLUGIN, f"--report-log={record}",
+        f"--zero3-sp-deselected={record.with_suffix('.deselected')}", f"--zero3-sp-depth={depth}",
+        *[f"--zero3-sp-keep={k}" for k in keep], "--continue-on-collection-errors", "-rfE",
+        *(["-n", str(workers)] if workers else []), *targets
     ]
     if not targets:  # pytest's "no tests collected", without starting it; the record stays absent (empty)
         log.write_text("nothing to run\n")

@@ -124,70 +124,53 @@ def test_rerun_candidates():
 
 
 def test_read_record_merges_phases_and_survives_a_cut_line(tmp_path):
+
+    def report(nodeid, when, outcome, longrepr=None, ranks=False):
+        return {
+            "$report_type": "TestReport",
+            "nodeid": nodeid,
+            "when": when,
+            "outcome": outcome,
+            "longrepr": longrepr,
+            "user_properties": [["ranks", ranks]]
+        }
+
     lines = [
         {
-            "kind": "collect-error",
-            "path": "unit/test_hf.py",
-            "message": "ModuleNotFoundError: No module named 'x'"
+            "$report_type": "SessionStart",
+            "pytest_version": "9"
         },
         {
-            "kind": "collect-skip",
-            "path": "unit/test_gpu.py",
-            "message": "needs a GPU"
-        },
-        {
-            "kind": "collected",
-            "nodeid": "unit/t.py::T::a",
-            "ranks": True
-        },
-        {
-            "kind": "collected",
-            "nodeid": "unit/t.py::b",
-            "ranks": False
-        },
-        {
-            "kind": "deselected",
-            "nodeid": "unit/t.py::T::c",
-            "ranks": True
-        },
-        {
-            "kind": "report",
-            "nodeid": "unit/t.py::T::a",
-            "when": "setup",
-            "outcome": "passed",
-            "message": ""
-        },
-        {
-            "kind": "report",
-            "nodeid": "unit/t.py::T::a",
-            "when": "call",
+            "$report_type": "CollectReport",
+            "nodeid": "unit/test_hf.py",
             "outcome": "failed",
+            "longrepr": "ImportError while importing\nE   ModuleNotFoundError: No module named 'x'"
+        },
+        {
+            "$report_type": "CollectReport",
+            "nodeid": "unit/test_gpu.py",
+            "outcome": "skipped",
+            "longrepr": ["unit/test_gpu.py", 2, "needs a GPU"]
+        },
+        {
+            "$report_type": "CollectReport",
+            "nodeid": "unit/t.py",
+            "outcome": "passed",
+            "longrepr": None
+        },
+        report("unit/t.py::T::a", "setup", "passed", ranks=True),
+        report("unit/t.py::T::a", "call", "failed", {"reprcrash": {
             "message": "E: x"
-        },
-        {
-            "kind": "report",
-            "nodeid": "unit/t.py::b",
-            "when": "setup",
-            "outcome": "passed",
-            "message": ""
-        },
-        {
-            "kind": "report",
-            "nodeid": "unit/t.py::b",
-            "when": "call",
-            "outcome": "passed",
-            "message": ""
-        },
-        {
-            "kind": "report",
-            "nodeid": "unit/t.py::b",
-            "when": "teardown",
-            "outcome": "failed",
+        }}, ranks=True),
+        report("unit/t.py::b", "setup", "passed"),
+        report("unit/t.py::b", "call", "passed"),
+        report("unit/t.py::b", "teardown", "failed", {"reprcrash": {
             "message": "E: td"
-        },
+        }}),
     ]
     path = tmp_path / "r.jsonl"
-    path.write_text("\n".join(json.dumps(x) for x in lines) + '\n{"kind": "rep')
+    path.write_text("\n".join(json.dumps(x) for x in lines) + '\n{"$report_type": "Tes')
+    (tmp_path / "r.deselected").write_text("unit/t.py::T::c\nunit/t.py::T::c\n")  # two xdist workers
     outcomes, messages, broken, ranks, deselected = us.read_record(path)
     assert outcomes == {"unit/t.py::T::a": "failed", "unit/t.py::b": "error"}
     assert messages == {"unit/t.py::T::a": "E: x", "unit/t.py::b": "E: td"}
