@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
 from tox.plugin import impl
 from tox.tox_env.errors import Skip
 
@@ -32,9 +33,8 @@ _DS_FACTOR = re.compile(r"ds(\d+\.\d+\.\d+)")
 
 
 def locked_versions(lock: Path = LOCK) -> list[str]:
-    """The lock's ``[sdist."X.Y.Z"]`` releases, oldest first (patch_and_test.core.source.load_lock's keys: the
-    package is not importable here)."""
-    return sorted(_FILES.load_toml(lock).get("sdist", {}), key=lambda v: tuple(int(n) for n in v.split(".")))
+    """The lock's ``[sdist."X.Y.Z"]`` releases, oldest first (load_lock's keys; the package is not importable here)."""
+    return sorted(_FILES.load_toml(lock).get("sdist", {}), key=Version)
 
 
 def env_deepspeed_version(env_name: str) -> str | None:
