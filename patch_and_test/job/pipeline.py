@@ -252,8 +252,8 @@ def _affected_selection(r: _Run, tree: Path, series_dir: Path) -> affected.Selec
 
 def _affected_run(r: _Run, tree: Path, selection: affected.Selection, phase: str) -> upstream_suite.SuiteRun:
     t = time.monotonic()
-    run = upstream_suite.run_at_depth(phase, tree, selection.paths, r.out / phase / "affected",
-                                      depth=r.cfg.upstream_depth, workers=r.cfg.upstream_workers)
+    run = upstream_suite.run_suite(phase, tree, selection.paths, r.out / phase / "affected",
+                                   depth=r.cfg.upstream_depth, workers=r.cfg.upstream_workers)
     r.step(
         f"{phase}: {AFFECTED_SUITE} [{r.cfg.upstream_depth}]", "error" if run.crashed else "ok",
         f"{run.collected} tests ({counts(run.counts, 'none ran')}; {run.deselected} left to the full depth), "

@@ -137,8 +137,8 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
         apply(dataclasses.replace(series, patches=patches))
         try:
             # The class alone (pytest FILE::CLASS from tests/): the command the pull request's body quotes.
-            run = upstream_suite.run_at_depth(part.name, tree.path, files, results / "partial",
-                                              keep=(part.test_class, ), node_ids=part.node_ids(files), **kwargs)
+            run = upstream_suite.run_suite(part.name, tree.path, files, results / "partial", keep=(part.test_class, ),
+                                           node_ids=part.node_ids(files), **kwargs)
             # Paths from the results folder on: the record stays valid where it is kept (docs/, a bundle).
             runs.append(run.model_copy(update={k: relative_to(getattr(run, k), results) for k in ("log", "record")}))
             print(f"{part.name}: {runs[-1].counts}", flush=True)
@@ -160,12 +160,12 @@ def run_on_tree(verdict: AffectedVerdict, tree: source_mod.SourceTree, series: s
     print(verdict.selection.describe(), flush=True)
     files = [f for f in verdict.selection.paths if not only or f in only]
     kwargs = dict(depth=depth, workers=workers)
-    before = upstream_suite.run_at_depth("before", tree.path, files, results / "before", **kwargs)
+    before = upstream_suite.run_suite("before", tree.path, files, results / "before", **kwargs)
     print(f"before: {before.collected} tests, {before.counts}, {before.wall_s:.0f} s", flush=True)
     if roles is not None and not only:
         verdict.partial = run_partials(tree, roles, results, apply, **kwargs)
     verdict.head = apply(series)
-    after = upstream_suite.run_at_depth("after", tree.path, files, results / "after", **kwargs)
+    after = upstream_suite.run_suite("after", tree.path, files, results / "after", **kwargs)
     print(f"after: {after.collected} tests, {after.counts}, {after.wall_s:.0f} s", flush=True)
     verdict.suite = upstream_suite.compare_after_reruns("upstream affected tests", tree.path, before, after,
                                                         results / "after", workers=workers)

@@ -235,10 +235,12 @@ def hub_env() -> dict[str, str]:
     return tiny_llama.offline_env(hf_home)
 
 
-def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: str = "full", keep: tuple[str,
-                                                                                                          ...] = (),
-              timeout: float = 3600, workers: int = 0, node_ids: list[str] | None = None) -> SuiteRun:
-    """Run ``files`` (or just ``node_ids``) of DeepSpeed's tests in ``tree``; never raises on test failures."""
+def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: str = "full",
+              keep: tuple[str, ...] = QUICK_DEPTH_CLASSES, timeout: float | None = None, workers: int = 0,
+              node_ids: list[str] | None = None) -> SuiteRun:
+    """Run ``files`` (or just ``node_ids``) of DeepSpeed's tests in ``tree`` (deadline: the depth's); never raises on
+    test failures."""
+    timeout = TIMEOUT[depth] if timeout is None else timeout
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = name.replace("/", "_").replace(" ", "_")
     record, log = out_dir / f"{slug}.jsonl", out_dir / f"{slug}.log"
@@ -267,13 +269,6 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: 
                     messages=messages, not_collectable=broken, ranks=ranks, deselected=deselected)
 
 
-def run_at_depth(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: str, workers: int,
-                 keep: tuple[str, ...] = QUICK_DEPTH_CLASSES, node_ids: list[str] | None = None) -> SuiteRun:
-    """``files`` of the selection (or just ``node_ids``) in ``depth``, with the depth's deadline (the jobs' runs)."""
-    return run_suite(name, tree, files, out_dir, depth=depth, keep=keep, timeout=TIMEOUT[depth], workers=workers,
-                     node_ids=node_ids)
-
-
 def compare_after_reruns(name: str, tree: Path, before: SuiteRun, after: SuiteRun, out_dir: Path, *,
                          workers: int) -> SuiteComparison:
     """Every passed-before/failed-after test rerun (``RERUNS`` times), then the two runs compared."""
@@ -286,7 +281,8 @@ def rerun(tree: Path, tests: list[str], out_dir: Path, *, times: int = RERUNS, t
     """Each test's outcomes on ``times`` more runs (all of them in one pytest run per round)."""
     seen: dict[str, list[str]] = {t: [] for t in tests}
     for i in range(times if tests else 0):
-        run = run_suite(f"rerun-{i + 1}", tree, [], out_dir, timeout=timeout, workers=workers, node_ids=list(tests))
+        run = run_suite(f"rerun-{i + 1}", tree, [], out_dir, keep=(), timeout=timeout, workers=workers,
+                        node_ids=list(tests))
         for t in tests:
             seen[t].append(run.outcomes.get(t, "error"))
     return seen
