@@ -32,12 +32,10 @@ DEFAULT_LOCK = DATA_ROOT / "deepspeed-sdists.lock"
 
 # A fixed identity and date: the commits made here have the same id on every machine and every run.
 FIXED_IDENTITY = {
-    "GIT_AUTHOR_NAME": "zero3-sp-gradfix",
-    "GIT_AUTHOR_EMAIL": "zero3-sp-gradfix@localhost",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
-    "GIT_COMMITTER_NAME": "zero3-sp-gradfix",
-    "GIT_COMMITTER_EMAIL": "zero3-sp-gradfix@localhost",
-    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+    f"GIT_{who}_{key}": value
+    for who in ("AUTHOR", "COMMITTER")
+    for key, value in (("NAME", "zero3-sp-gradfix"), ("EMAIL", "zero3-sp-gradfix@localhost"),
+                       ("DATE", "2000-01-01T00:00:00+0000"))
 }
 # Build outputs an install writes into the tree (the sdist ships some): committed, the tree would turn dirty. The
 # sdist's (empty) build.txt is not one: it is how DeepSpeed's setup.py knows it builds a release, which it then
@@ -178,8 +176,7 @@ def sdist_path(version: str, lock: dict[str, LockEntry] | None = None, cache: Pa
 
 def fetch_sdist(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None, *,
                 require_lock: bool = True) -> Path:
-    """The sdist archive of ``version`` (downloaded once, then cached), checked against the lock's sha256; a
-    version the lock lacks is refused unless ``require_lock`` is false (pip's own check, the caller records it)."""
+    """The sdist of ``version`` (downloaded once, cached), checked against the lock; unlocked: refused or pip's."""
     lock = lock if lock is not None else load_lock()
     entry = lock.get(version)
     if entry is None and require_lock:
@@ -228,8 +225,7 @@ def _unpack(archive: Path, dest: Path) -> None:
 
 def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry] | None = None, *,
               require_lock: bool = True) -> SourceTree:
-    """A working copy of the git repo made from the PyPI sdist of ``version`` (its commit message records the
-    archive's sha256: ``sdist_digest``), on branch ``main``; ``require_lock`` as for ``fetch_sdist``."""
+    """A working copy of the repo made from the PyPI sdist of ``version`` (its sha256 in the commit message)."""
     cache = cache or cache_dir()
     version = format_version(parse_version(version))
     repo = cache / "pypi" / f"v{SDIST_LAYOUT}" / f"deepspeed-{version}"
@@ -279,8 +275,7 @@ def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
 
 
 def checkout_sparse(clone: Path, commit: str, branch: str | None = None) -> tuple[str, ...]:
-    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch`` (None: a detached HEAD), leaving
-    out the paths whose blobs are missing (sparse checkout); those paths. Nothing is committed."""
+    """Check ``commit`` out onto ``branch`` (None: detached), leaving out (and returning) paths without blobs."""
     missing = missing_blob_paths(clone, commit)
     if missing:
         patterns = ["/*"] + ["!/" + _sparse_escape(p) for p in missing]
@@ -293,8 +288,7 @@ def checkout_sparse(clone: Path, commit: str, branch: str | None = None) -> tupl
 
 
 def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tuple[str, ...]]:
-    """Check ``commit`` out in ``clone`` (made with --no-checkout) onto ``branch``: (the commit to apply onto, the
-    paths left out). Paths whose blobs are missing are left out of the checkout and dropped in one local commit."""
+    """``checkout_sparse``, the missing paths dropped in one local commit: (the commit to apply onto, those paths)."""
     missing = checkout_sparse(clone, commit, branch)
     if missing:
         git_out(clone, "rm", "-q", "-r", "--cached", "--sparse", "--pathspec-from-file=-", "--pathspec-file-nul",
@@ -355,8 +349,7 @@ def _copy(source: Path, commit: str, name: str, branch: str, cache: Path | None,
 
 
 def from_checkout(path: Path | str, series_name: str | None = None, cache: Path | None = None) -> SourceTree:
-    """A working copy of the user's DeepSpeed checkout at its HEAD, on branch zero3-sp-fix/<series>; their repo is
-    only read."""
+    """A working copy of the user's DeepSpeed checkout at HEAD, on zero3-sp-fix/<series>; their repo is only read."""
     root = work_tree_root(Path(path))
     if not (root / STAGE3).is_file():
         raise errors.NotACheckout(f"{root} is a git work tree but not a DeepSpeed checkout (no {STAGE3})")
@@ -477,8 +470,7 @@ NEWEST_UPSTREAM = "newest-upstream"  # the origin, and the base_ref of a series 
 
 def from_newest_upstream(series_name: str = "master", cache: Path | None = None, mirror: Path | None = None,
                          branch: str | None = None) -> SourceTree:
-    """A working copy of the newest-upstream commit (the lock's ``[newest-upstream]``); it stands for today's master,
-    so it takes the pull-request series ``series_name`` whatever its version.txt says."""
+    """A working copy of the lock's ``[newest-upstream]`` commit: today's master, so the pull-request series."""
     wanted = load_newest_upstream()
     repo, graft = build_graft(wanted.release, wanted.history, mirror, cache)
     branch = branch or f"zero3-sp-fix/{series_name}"
