@@ -108,6 +108,7 @@ def test_xdist_workers_record_once_per_test(tree, tmp_path):
         "unit/test_a.py::test_fail": "failed"
     }
     assert "ModuleNotFoundError" in run.not_collectable["unit/test_broken.py"]
+    assert run.deselected == 1  # each worker lists TestRanks: counted once
 
 
 def test_pipeline_steps_select_run_and_classify(tmp_path):
