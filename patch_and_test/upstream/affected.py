@@ -113,11 +113,6 @@ def patch_changes(patches: Iterable[Path]) -> list[FileChange]:
     return [c for p in patches for c in parse_patch(p.read_text(errors="replace"), p.name)]
 
 
-def series_changes(series_dir: Path) -> list[FileChange]:
-    """The changes of every numbered patch of a series folder."""
-    return patch_changes(numbered_patches(series_dir))
-
-
 def is_test_file(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
     return path.startswith("tests/") and name.endswith(".py") and (name.startswith("test_")
@@ -243,7 +238,7 @@ def select(changes: list[FileChange], tree: Path) -> Selection:
 
 
 def select_for_series(series_dir: Path, tree: Path) -> Selection:
-    return select(series_changes(series_dir), tree)
+    return select(patch_changes(numbered_patches(series_dir)), tree)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -159,7 +159,7 @@ def test_docs_and_test_hunks_contribute_no_names(tmp_path):
 def test_series_folder_skips_the_cover_letter(tmp_path):
     (tmp_path / "0000-cover-letter.patch").write_text(TEST_PATCH)
     (tmp_path / "0001-fix.patch").write_text(PATCH)
-    assert [c.patch for c in affected.series_changes(tmp_path)] == ["0001-fix.patch"]
+    assert [c.patch for c in affected.patch_changes(affected.numbered_patches(tmp_path))] == ["0001-fix.patch"]
 
 
 def test_cli_prints_the_selection(tmp_path, capsys):
