@@ -36,8 +36,7 @@ ALST_REQUIREMENTS = PACKAGE_ROOT / "requirements" / "alst.txt"  # the one place 
 
 
 def alst_pin_problem() -> str | None:
-    """Why the installed transformers cannot run the ALST steps (not the pinned one), or None: another release fails
-    inside the ranks, minutes later (5.24: "Unrecognized model")."""
+    """Why this transformers cannot run the ALST steps (not the pin: 5.24 fails in the ranks), or None."""
     want = pins.version("transformers", ALST_REQUIREMENTS)
     installed = dist_version("transformers")
     if installed in (None, want):

@@ -14,8 +14,7 @@ from repro.harness import exit_codes
 
 
 class Exit(enum.IntEnum):
-    """The exit codes of ``zero3-sp run``, each with its outcome (verdict.json's ``outcome``) and
-    meaning: the one table the CLI's help, README's table (``exit_codes_markdown``) and the docstrings read."""
+    """``zero3-sp run``'s exit codes with their outcome and meaning: the one table the help and README read."""
 
     def __new__(cls, code: int, outcome: str, meaning: str) -> "Exit":
         member = int.__new__(cls, code)
@@ -83,8 +82,7 @@ class Skipped(PipelineError):
 
 
 class CommandParser(argparse.ArgumentParser):
-    """Every command's argument parser: a usage error is one line (``error: ...``) and exit 2, like every other
-    bad input; ``--help`` still prints the usage."""
+    """Every command's argument parser: a usage error is one line (``error: ...``) and exit 2, like bad input."""
 
     def error(self, message: str) -> NoReturn:
         print(f"error: {self.prog}: {message}", file=sys.stderr)

@@ -19,6 +19,7 @@ from patch_and_test.core import install
 from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
 from patch_and_test.upstream import suite as upstream_suite
+from patch_and_test.upstream.job import PARTIALS
 from patch_and_test.core.errors import BadInput, Exit, PipelineError, Skipped
 from patch_and_test.core.templating import counts
 from patch_and_test.job.verdict import Step, Verdict, summary_table
@@ -28,7 +29,7 @@ from patch_and_test import PACKAGE_ROOT
 
 WORLD_SIZE = 2  # the reproducers' default launch: sp=2, dp=1
 AUDIT_TIMEOUT_FACTOR = 3  # the job's audit is two launches of many engines each: minutes on shared cores
-UPSTREAM_REGRESSION_TEST = "TestZero3SequenceParallelGradientScale"
+REGRESSION = PARTIALS[0]  # the upstream regression test: its class, and its file in each release line
 AFFECTED_SUITE = "upstream affected tests"
 TWIN_TEST = "tests/multiprocess/test_zero3_sp_gradient_scale.py"
 
@@ -158,8 +159,11 @@ def _run_steps(r: _Run) -> None:
     _after_test(r, "twin TestZero3SequenceParallelGradientScale", "twin of the upstream test",
                 ["--run-twin", TWIN_TEST], PACKAGE_ROOT)
     if tree.has_tests:
-        _after_test(r, f"upstream {UPSTREAM_REGRESSION_TEST}", f"upstream {UPSTREAM_REGRESSION_TEST}",
-                    [str(_zero_test_file(tree.path)), "-k", UPSTREAM_REGRESSION_TEST], tree.path,
+        zero_test = next((tree.path / f for f in REGRESSION.files if (tree.path / f).is_file()), None)
+        if zero_test is None:
+            raise PipelineError(f"{tree.path} has tests/ but no ZeRO test file where DeepSpeed keeps it")
+        name = f"upstream {REGRESSION.test_class}"
+        _after_test(r, name, name, [str(zero_test), "-k", REGRESSION.test_class], tree.path,
                     upstream_suite.pytest_env(tree.path))
         if suite_before is not None and selection is not None:
             _affected_compare(r, tree.path, selection, suite_before)
@@ -230,13 +234,6 @@ def _after_test(r: _Run, name: str, step: str, args: list[str], cwd: Path, env: 
     r.verdict.tests.append(test)
     r.step(f"after: {step}", "ok" if test.exit_code == 0 else "failed",
            counts(test.counts, f"nothing ran (exit {test.exit_code})"), t, Path(test.log))
-
-
-def _zero_test_file(tree: Path) -> Path:
-    for rel in ("tests/unit/v1/zero/test_zero.py", "tests/unit/runtime/zero/test_zero.py"):
-        if (tree / rel).is_file():
-            return tree / rel
-    raise PipelineError(f"{tree} has tests/ but no ZeRO test file where DeepSpeed keeps it")
 
 
 def _affected_selection(r: _Run, tree: Path, series_dir: Path) -> affected.Selection:

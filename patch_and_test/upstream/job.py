@@ -150,9 +150,7 @@ def run_partials(tree: source_mod.SourceTree, series: series_mod.Series, results
 def run_on_tree(verdict: AffectedVerdict, tree: source_mod.SourceTree, series: series_mod.Series, results: Path, *,
                 roles: series_mod.Series | None = None, apply: Apply | None = None, depth: str = "quick",
                 only: list[str] | None = None, workers: int = 0) -> None:
-    """Fills ``verdict``: the selection of ``series`` on ``tree`` (at its base), run before, the ``PARTIALS`` of
-    ``roles`` (the series with its patches' roles), the series applied with ``apply`` (default ``git am``), run
-    after, reruns, comparison. Raises PipelineError."""
+    """Fills ``verdict``: selection, before, ``roles``' ``PARTIALS``, ``apply`` (``git am``), after, reruns."""
     apply = apply or (lambda part: series_mod.apply_series(tree.path, part).head)
     verdict.base = series_mod.git(tree.path, "rev-parse", "HEAD").stdout.strip()
     verdict.version = tree.version

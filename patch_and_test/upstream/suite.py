@@ -238,8 +238,7 @@ def hub_env() -> dict[str, str]:
 def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: str = "full",
               keep: tuple[str, ...] = QUICK_DEPTH_CLASSES, timeout: float | None = None, workers: int = 0,
               node_ids: list[str] | None = None) -> SuiteRun:
-    """Run ``files`` (or just ``node_ids``) of DeepSpeed's tests in ``tree`` (deadline: the depth's); never raises on
-    test failures."""
+    """Run ``files`` (or just ``node_ids``) of DeepSpeed's tests in ``tree``; never raises on test failures."""
     timeout = TIMEOUT[depth] if timeout is None else timeout
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = name.replace("/", "_").replace(" ", "_")
