@@ -23,7 +23,6 @@ from patch_and_test.core.series import parse_version
 from repro.harness.report import Record
 from repro.gradscale.space import SCRIPTS
 from repro.harness.env import dist_version
-from repro.harness.launch import _signal_group
 
 REPRODUCERS = SCRIPTS  # the gradient-scale family's programs
 AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
@@ -172,5 +171,8 @@ def _exit_on_sigterm(signum: int, frame) -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    _signal_group(proc, signal.SIGKILL)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     proc.wait()

@@ -14,7 +14,8 @@ from repro.harness import exit_codes
 
 
 class Exit(enum.IntEnum):
-    """``zero3-sp run``'s exit codes with their outcome and meaning: the one table the help and README read."""
+    """The exit codes of ``zero3-sp run``, each with its outcome (verdict.json's ``outcome``) and
+    meaning: the one table the CLI's help, README's table (``exit_codes_markdown``) and the docstrings read."""
 
     def __new__(cls, code: int, outcome: str, meaning: str) -> "Exit":
         member = int.__new__(cls, code)
