@@ -1,9 +1,6 @@
-"""tox inline plugin: a command that exits 77 (our "skipped") ends its env as SKIP, not FAIL, with the job's
-reason; ``{torch_requirement}`` for tox.ini (torch$TORCH_SPEC, else requirements/pins.txt's pin); and every
-DeepSpeed version tox knows, from deepspeed-sdists.lock (tox.ini names none): ``{deepspeed_versions}``,
-``{deepspeed_newest}``, ``{deepspeed_oldest}``, an env's DEEPSPEED_VERSION from its dsX.Y.Z factor, and
-``{alst_if_newest}``. Why: docs/code/benchmarks.md ("toxfile.py").
-"""
+"""tox inline plugin: exit 77 ends an env as SKIP with the job's reason; ``{torch_requirement}``; every DeepSpeed
+version from deepspeed-sdists.lock (tox.ini names none) and an env's DEEPSPEED_VERSION from its dsX.Y.Z factor.
+Why: docs/code/benchmarks.md ("toxfile.py")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The pinned versions of torch and the lint tools, read from requirements/pins.txt (their one place).
-
-Any file of exact ``name==version`` lines reads the same way (requirements/alst.txt); a range is an error.
-
-toxfile.py loads this file by path, without the package: it imports nothing but the standard library.
+"""The pinned versions of torch and the lint tools, from requirements/pins.txt (or any file of ``name==version``
+lines, e.g. requirements/alst.txt; a range is an error). toxfile.py loads it by path: it imports only the stdlib.
 """
 
 from __future__ import annotations

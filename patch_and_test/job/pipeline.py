@@ -1,7 +1,6 @@
 """patch-and-test: source -> apply series -> install unpatched -> before -> install patched -> after -> verdict.
 
-The names are the verdict's steps (CONTRIBUTING.md, "The main job"); each appends to the verdict and logs under
-``results/<env>/``, and the verdict JSON is written whatever happens.
+Each step (CONTRIBUTING.md, "The main job") appends to the verdict, written to ``results/<env>/`` whatever happens.
 """
 
 from __future__ import annotations
