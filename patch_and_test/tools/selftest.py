@@ -61,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     code = install.main(["--pypi", version])
     if code != 0:
         return code
+    # The fast tier on every core, up to 4 (its tests are independent; the slow tier shares caches and checkouts).
+    xdist = ["-n", "auto", "--maxprocesses", "4"] if args.tier == "fast" else []
     cmd = [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", *xdist,
         *pytest_command(pytest_args, version, args.tier)
     ]
     print(f"$ {' '.join(cmd)}", flush=True)
