@@ -14,7 +14,7 @@ from pathlib import Path
 
 from repro.alst import tiny_llama
 from repro.alst.report import AlstReport, loss_entry, make_row, other_group_mismatch
-from repro.alst.space import RECIPES, STAGES
+from repro.alst.expect import RECIPES, STAGES
 from repro.harness import launch
 from repro.harness.env import dist_version
 

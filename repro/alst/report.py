@@ -135,6 +135,3 @@ def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, e
                    max_abs_expected=float(expected.detach().abs().max()), target=target, ok=f.ok,
                    buggy_target=targets["buggy"], buggy_ok=fits[targets["buggy"]].ok, fixed_target=targets["fixed"],
                    fixed_ok=fits[targets["fixed"]].ok)
-
-
-emit = AlstReport.emit

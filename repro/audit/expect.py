@@ -10,31 +10,18 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from repro.harness.files import load_toml
+from repro.harness import scales
 from repro.harness.scales import EXPECTATIONS, ReducePath, bug_scales, error_at, expected_scale
 
 KNOWN_SCHEMA = "zero3-sp-gradfix/known-discrepancies/v1"
 DEFAULT_KNOWN_FILE = Path(__file__).resolve().with_name("known_discrepancies.toml")
 
-
-@dataclasses.dataclass(frozen=True)
-class Tolerance:
-    """Norm-wise relative error allowed between DeepSpeed's gradient and scale x the oracle: above the at most
-    10 unit roundoffs a gradient's arithmetic adds (docs/parity-audit.md, "Judging")."""
-
-    dtype: str
-    rel: float
-    unit_roundoff: float
-
-
-TOLERANCES = {
-    "fp32": Tolerance("fp32", 1e-5, 2.0**-24),
-    "bf16": Tolerance("bf16", 5e-2, 2.0**-8),
-}
+TOLERANCES = scales.TOLERANCES["audit"]  # dtype -> norm-wise relative error allowed
 
 
 def at_scale(ratio: float, residual: float, scale: float, dtype: str) -> bool:
     """The row is at ``scale`` x the oracle within its dtype's tolerance (``scales.error_at``)."""
-    return error_at(ratio, residual, scale) <= TOLERANCES[dtype].rel
+    return error_at(ratio, residual, scale) <= TOLERANCES[dtype]
 
 
 _FACTOR_VARS = ("sp", "dp", "world", "predivide", "gas")

@@ -196,7 +196,7 @@ def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownD
     rows = []
     for r in p.rows:
         j: Judgement = judge_row(fields, r.path, r.param, r.ratio, r.residual, known, version)
-        label = scales.label(r.ratio, r.residual, tol=TOLERANCES[p.point.dtype].rel)
+        label = scales.label(r.ratio, r.residual, tol=TOLERANCES[p.point.dtype])
         rows.append(
             Row(**r.model_dump(), label=label, known=j.known, target=Targets(**j.target), ok=Verdicts(**j.ok),
                 at_oracle=j.at_oracle, at_sp_bug=j.at_sp_bug))
@@ -279,7 +279,7 @@ class AuditReport(JsonReport):
     known: tuple[KnownEntry, ...]
     topologies: tuple[TopologyRun, ...]
     points: tuple[Point, ...]
-    tolerances: dict[str, float] = Field(default_factory=lambda: {d: t.rel for d, t in TOLERANCES.items()})
+    tolerances: dict[str, float] = Field(default_factory=lambda: dict(TOLERANCES))
     python_version: str = Field(default_factory=platform.python_version)
     wall_time_s: float | None = None
     summary: Summary

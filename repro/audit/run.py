@@ -253,7 +253,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
     def program(ctx: launch.RankContext) -> launch.RankResult:
         from repro.audit.measure import DTYPES as TORCH_DTYPES
         from repro.audit.measure import run_point
-        from repro.gradscale.oracle import expected_gradients
+        from repro.gradscale.model import expected_gradients
         from repro.gradscale.space import SMALL_AND_LARGE
         from repro.harness.scales import fit
         from repro.harness.topology import Topology, build_mpu

@@ -63,6 +63,3 @@ class Report(LaunchReport):
     @property
     def exit_code(self) -> int:
         return 0 if self.holds else 1
-
-
-emit = Report.emit

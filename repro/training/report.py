@@ -1,16 +1,91 @@
-"""The training-effect run's report: per-step records of the reference and of each engine; the verdict. Pure logic."""
+"""The training-effect run's space (stages, recipes, steps, optimizer, batches), its per-step records and the verdict:
+every run's gradient norm at ``scales.expected_scale`` x the reference's on every step. Pure logic.
+
+AdamW without clipping: its update is invariant to a constant gradient scale except through eps, so every run follows
+(nearly) the reference's trajectory and a scale shows in the gradient norm (what clipping, logging and SGD-like
+optimizers see), not in the loss.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import dataclasses
+import math
+from typing import ClassVar, Sequence
 
 from pydantic import computed_field
 
+from repro.alst.expect import RECIPES as RECIPES, STAGES as STAGES  # re-exported
 from repro.harness import scales
 from repro.harness.report import LaunchReport, Record, text_table
-from repro.training import expect
 
 SCHEMA = "zero3-sp-gradfix/training-effect-report/v1"
+TOLERANCES = scales.TOLERANCES["training"]
+STEPS = 30
+DISTINCT_BATCHES = 4  # the steps cycle through these, so the loss falls visibly (the model memorises them)
+LR = 1e-3
+EPS = 1e-8
+SEQ_LEN = 16  # divisible by sp = 2 and 4, like the ALST check's sample
+MASKED_PREFIX = 3  # labels[:3] = -100: the sp shards hold different numbers of loss tokens
+BATCH_SEED = 8692
+
+
+def batch(step: int):
+    """Step ``step``'s sample: (input_ids, position_ids, labels), each [1, SEQ_LEN]; the same on every rank."""
+    import torch
+
+    from repro.alst import tiny_llama
+
+    gen = torch.Generator().manual_seed(BATCH_SEED * 1000 + step % DISTINCT_BATCHES)
+    vocab = tiny_llama.TINY_LLAMA_CONFIG["vocab_size"]
+    input_ids = torch.randint(2, vocab, (1, SEQ_LEN), generator=gen)
+    labels = input_ids.clone()
+    labels[:, :MASKED_PREFIX] = -100
+    return input_ids, torch.arange(SEQ_LEN).unsqueeze(0), labels
+
+
+def expected_factor(stage: int, recipe: str, sp: int, expect: str) -> float:
+    """The rule for a run on the stage's default config (ZeRO-3: ``__avg_scatter_grads``)."""
+    return scales.expected_scale(scales.default_path(stage), sp, expect, recipe=recipe)
+
+
+def ratios(grad_norms: Sequence[float], reference_norms: Sequence[float]) -> list[float]:
+    if len(grad_norms) != len(reference_norms):
+        raise ValueError(f"{len(grad_norms)} steps against a reference of {len(reference_norms)}")
+    return [g / r for g, r in zip(grad_norms, reference_norms)]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCheck:
+    factor: float  # what the rule predicts
+    first_ratio_err: float  # |ratio / factor - 1| on step 0
+    worst_ratio_err: float  # max over steps of |ratio / factor - 1|
+    worst_loss_err: float  # max over steps of |loss / reference loss - 1|
+
+    @property
+    def ok(self) -> bool:
+        return (self.first_ratio_err <= TOLERANCES["step0_rel_tol"]
+                and self.worst_ratio_err <= TOLERANCES["grad_norm_rel_tol"]
+                and self.worst_loss_err <= TOLERANCES["loss_rel_tol"])
+
+
+def check_run(stage: int, recipe: str, sp: int, expect: str, grad_norms: Sequence[float], losses: Sequence[float],
+              reference_norms: Sequence[float], reference_losses: Sequence[float]) -> RunCheck:
+    factor = expected_factor(stage, recipe, sp, expect)
+    errs = [abs(r / factor - 1.0) for r in ratios(grad_norms, reference_norms)]
+    loss_err = max((abs(x / ref - 1.0) for x, ref in zip(losses, reference_losses)), default=math.inf)
+    return RunCheck(factor, errs[0] if errs else math.inf, max(errs, default=math.inf), loss_err)
+
+
+def fix_factor(stage: int, recipe: str, sp: int) -> float:
+    """What the fix multiplies a run's gradient by: the rule with the fix over the rule without it."""
+    return expected_factor(stage, recipe, sp, "fixed") / expected_factor(stage, recipe, sp, "buggy")
+
+
+def worst_pair_err(stage: int, recipe: str, sp: int, unpatched_norms: Sequence[float],
+                   patched_norms: Sequence[float]) -> float:
+    """max over steps of |(patched / unpatched gradient norm) / fix_factor - 1|: the same run on both builds."""
+    want = fix_factor(stage, recipe, sp)
+    return max((abs(r / want - 1.0) for r in ratios(patched_norms, unpatched_norms)), default=math.inf)
 
 
 class StepRecord(Record):
@@ -47,10 +122,10 @@ class TrainingReport(LaunchReport):
     reference: list[StepRecord]
     runs: list[TrainingRun]
 
-    def check(self, run: TrainingRun, expect_: str) -> expect.RunCheck:
-        return expect.check_run(run.stage, run.recipe, self.sp, expect_, [s.grad_norm for s in run.steps],
-                                [s.loss for s in run.steps], [s.grad_norm for s in self.reference],
-                                [s.loss for s in self.reference])
+    def check(self, run: TrainingRun, expect_: str) -> RunCheck:
+        return check_run(run.stage, run.recipe, self.sp, expect_, [s.grad_norm for s in run.steps],
+                         [s.loss for s in run.steps], [s.grad_norm for s in self.reference],
+                         [s.loss for s in self.reference])
 
     @computed_field
     @property
@@ -85,6 +160,3 @@ class TrainingReport(LaunchReport):
                           f"{first:.5f}, {last:.5f}", scales.label(c.factor), f"{c.first_ratio_err:.1e}",
                           f"{c.worst_ratio_err:.1e}", "ok" if c.ok else "MISMATCH"))
         return "\n".join(text_table(header, lines) + ["", self.summary()])
-
-
-emit = TrainingReport.emit

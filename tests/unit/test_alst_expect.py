@@ -9,7 +9,7 @@ import torch
 
 from repro.alst.expect import fit, row_ok
 from repro.alst.report import SCHEMA, AlstReport, loss_entry, make_row, other_group_mismatch, pattern_of
-from repro.alst.space import RECIPES, STAGES
+from repro.alst.expect import RECIPES, STAGES
 from repro.harness import scales
 
 # The table, written out: (recipe, stage) -> (buggy, fixed) as functions of sp.
