@@ -8,7 +8,7 @@ from pydantic import Field, computed_field
 
 from repro.alst.expect import TOLERANCES, fit, loss_ok
 from repro.harness import scales
-from repro.harness.report import LaunchReport, Record, text_table
+from repro.harness.report import PatternReport, Record, text_table
 
 SCHEMA = "zero3-sp-gradfix/alst-recipe-report/v1"
 
@@ -41,7 +41,7 @@ class AlstRow(Record):
         return scales.label(self.ratio, self.residual)
 
 
-class AlstReport(LaunchReport):
+class AlstReport(PatternReport):
     """JSON schema ``zero3-sp-gradfix/alst-recipe-report/v1`` (one object):
 
     schema, script                    str
@@ -85,29 +85,12 @@ class AlstReport(LaunchReport):
     def versions(self) -> str:
         return f"{super().versions()}, transformers {self.transformers_version}"
 
-    @computed_field
-    @property
-    def holds(self) -> bool:
+    def where(self, expect: str) -> bool:
+        """Every row matches ``expect``'s table (they differ for ZeRO-3)."""
+        return bool(self.rows) and all(getattr(r, f"{expect}_ok") for r in self.rows)
+
+    def _holds(self) -> bool:
         return bool(self.rows) and all(r.ok for r in self.rows) and all(x["ok"] for x in self.losses)
-
-    @computed_field
-    @property
-    def pattern(self) -> str:
-        return pattern_of(self.rows)
-
-    @computed_field
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.holds else 1
-
-
-def pattern_of(rows: list[AlstRow]) -> str:
-    """'fixed' or 'buggy' when every row matches that table (they differ for ZeRO-3), else 'other'."""
-    if rows and all(r.fixed_ok for r in rows):
-        return "fixed"
-    if rows and all(r.buggy_ok for r in rows):
-        return "buggy"
-    return "other"
 
 
 def loss_entry(recipe: str, stage: int, sp_loss: float, baseline_loss: float) -> dict[str, Any]:

@@ -12,11 +12,9 @@ import dataclasses
 import math
 from typing import ClassVar, Sequence
 
-from pydantic import computed_field
-
 from repro.alst.expect import RECIPES as RECIPES, STAGES as STAGES  # re-exported
 from repro.harness import scales
-from repro.harness.report import LaunchReport, Record, text_table
+from repro.harness.report import PatternReport, Record, text_table
 
 SCHEMA = "zero3-sp-gradfix/training-effect-report/v1"
 TOLERANCES = scales.TOLERANCES["training"]
@@ -102,7 +100,7 @@ class TrainingRun(Record):
     steps: list[StepRecord]
 
 
-class TrainingReport(LaunchReport):
+class TrainingReport(PatternReport):
     """JSON schema ``zero3-sp-gradfix/training-effect-report/v1``: the launch's fields, plus
 
     deepspeed_fixed, marker   bool  read from the installed DeepSpeed's code
@@ -127,23 +125,8 @@ class TrainingReport(LaunchReport):
                          [s.loss for s in run.steps], [s.grad_norm for s in self.reference],
                          [s.loss for s in self.reference])
 
-    @computed_field
-    @property
-    def holds(self) -> bool:
-        return bool(self.runs) and all(self.check(r, self.expect).ok for r in self.runs)
-
-    @computed_field
-    @property
-    def pattern(self) -> str:
-        for e in ("fixed", "buggy"):
-            if self.runs and all(self.check(r, e).ok for r in self.runs):
-                return e
-        return "other"
-
-    @computed_field
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.holds else 1
+    def where(self, expect: str) -> bool:
+        return bool(self.runs) and all(self.check(r, expect).ok for r in self.runs)
 
     def versions(self) -> str:
         return f"{super().versions()}, transformers {self.transformers_version}"
