@@ -45,17 +45,20 @@ def skip_reason() -> str | None:
     return None
 
 
-def sample(dp_index: int):
-    """dp group ``dp_index``'s sample: (input_ids, position_ids, labels), each [1, SEQ_LEN]."""
+def tokens(seed: int):
+    """A seeded sample: (input_ids, position_ids, labels), each [1, SEQ_LEN], the first MASKED_PREFIX labels -100."""
     import torch
 
-    gen = torch.Generator().manual_seed(_SAMPLE_SEED * 100 + dp_index)
-    vocab = tiny_llama.TINY_LLAMA_CONFIG["vocab_size"]
-    input_ids = torch.randint(2, vocab, (1, SEQ_LEN), generator=gen)
-    position_ids = torch.arange(SEQ_LEN).unsqueeze(0)
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(2, tiny_llama.TINY_LLAMA_CONFIG["vocab_size"], (1, SEQ_LEN), generator=gen)
     labels = input_ids.clone()
     labels[:, :MASKED_PREFIX] = -100
-    return input_ids, position_ids, labels
+    return input_ids, torch.arange(SEQ_LEN).unsqueeze(0), labels
+
+
+def sample(dp_index: int):
+    """dp group ``dp_index``'s sample."""
+    return tokens(_SAMPLE_SEED * 100 + dp_index)
 
 
 def baseline(model_dir: Path, dp: int, device: str):

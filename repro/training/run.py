@@ -24,9 +24,16 @@ from repro.alst import measure as alst_measure, tiny_llama
 from repro.harness import launch
 from repro.alst.run import EXPECT_HELP as ALST_EXPECT_HELP, checked_launch
 from repro.harness.cli import main_guard
-from repro.training.report import EPS, LR, RECIPES, STAGES, STEPS, StepRecord, TrainingReport, TrainingRun, batch
+from repro.training.report import EPS, LR, RECIPES, STAGES, STEPS, StepRecord, TrainingReport, TrainingRun
 
 SCRIPT = "training_effect"
+DISTINCT_BATCHES = 4  # the steps cycle through these, so the loss falls visibly (the model memorises them)
+BATCH_SEED = 8692
+
+
+def batch(step: int):
+    """Step ``step``'s sample, the same on every rank; the sp shards hold different numbers of loss tokens."""
+    return alst_measure.tokens(BATCH_SEED * 1000 + step % DISTINCT_BATCHES)
 
 
 def _adamw(params):
