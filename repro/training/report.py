@@ -48,14 +48,6 @@ class RunCheck:
                 and self.worst_loss_err <= TOLERANCES["loss_rel_tol"])
 
 
-def check_run(stage: int, recipe: str, sp: int, expect: str, grad_norms: Sequence[float], losses: Sequence[float],
-              reference_norms: Sequence[float], reference_losses: Sequence[float]) -> RunCheck:
-    factor = expected_factor(stage, recipe, sp, expect)
-    errs = [abs(r / factor - 1.0) for r in ratios(grad_norms, reference_norms)]
-    loss_err = max((abs(x / ref - 1.0) for x, ref in zip(losses, reference_losses)), default=math.inf)
-    return RunCheck(factor, errs[0] if errs else math.inf, max(errs, default=math.inf), loss_err)
-
-
 def fix_factor(stage: int, recipe: str, sp: int) -> float:
     """What the fix multiplies a run's gradient by: the rule with the fix over the rule without it."""
     return expected_factor(stage, recipe, sp, "fixed") / expected_factor(stage, recipe, sp, "buggy")
@@ -102,10 +94,14 @@ class TrainingReport(PatternReport):
     reference: list[StepRecord]
     runs: list[TrainingRun]
 
-    def check(self, run: TrainingRun, expect_: str) -> RunCheck:
-        return check_run(run.stage, run.recipe, self.sp, expect_, [s.grad_norm for s in run.steps],
-                         [s.loss for s in run.steps], [s.grad_norm for s in self.reference],
-                         [s.loss for s in self.reference])
+    def check(self, run: TrainingRun, expect: str) -> RunCheck:
+        factor = expected_factor(run.stage, run.recipe, self.sp, expect)
+        errs = [
+            abs(r / factor - 1.0)
+            for r in ratios([s.grad_norm for s in run.steps], [s.grad_norm for s in self.reference])
+        ]
+        loss_err = max((abs(s.loss / ref.loss - 1.0) for s, ref in zip(run.steps, self.reference)), default=math.inf)
+        return RunCheck(factor, errs[0] if errs else math.inf, max(errs, default=math.inf), loss_err)
 
     def where(self, expect: str) -> bool:
         return bool(self.runs) and all(self.check(r, expect).ok for r in self.runs)
