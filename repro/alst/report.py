@@ -42,30 +42,13 @@ class AlstRow(Record):
 
 
 class AlstReport(PatternReport):
-    """JSON schema ``zero3-sp-gradfix/alst-recipe-report/v1`` (one object):
-
-    schema, script                    str
-    deepspeed_version, torch_version, transformers_version, python_version   str
-    backend ("gloo"|"nccl"), device ("cpu"|"cuda"), launcher ("local"|"external")  str
-    world_size, sp, dp                int
-    expect                            str   "fixed" | "buggy"
-    rows                              list  AlstRow objects (its fields, plus ``label``)
-    losses                            list  per (recipe, stage): {"recipe", "stage",
-                                            "sp_loss", "baseline_loss", "rel_diff", "ok"}:
-                                            the full-sequence loss of dp group 0 as the sp run
-                                            reports it, and the baseline's
-    tolerances                        dict  the tolerances used (``repro.alst.expect``)
-    extra                             dict  model and sample facts
-    holds                             bool  every row ok and every loss ok
-    pattern                           str   "fixed" | "buggy" | "other": which table the rows match
-    exit_code                         int   0 holds, 1 does not
-    wall_time_s                       float|null
-    """
+    """The ALST recipe check's report: a row per (recipe, stage, parameter), dp group 0's losses, the verdict."""
 
     SCHEMA: ClassVar[str] = SCHEMA
 
     transformers_version: str
     rows: list[AlstRow]
+    # per (recipe, stage): recipe, stage, sp_loss, baseline_loss, rel_diff, ok: dp group 0's full-sequence loss
     losses: list[dict[str, Any]] = Field(default_factory=list)
     tolerances: dict[str, float] = Field(default_factory=lambda: dict(TOLERANCES))
 

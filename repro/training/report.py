@@ -75,23 +75,15 @@ class TrainingRun(Record):
 
 
 class TrainingReport(PatternReport):
-    """JSON schema ``zero3-sp-gradfix/training-effect-report/v1``: the launch's fields, plus
-
-    deepspeed_fixed, marker   bool  read from the installed DeepSpeed's code
-    transformers_version      str
-    reference                 list  StepRecord per step: plain torch, no sequence parallelism
-    runs                      list  TrainingRun per (stage, recipe): StepRecord per step
-    holds                     bool  every run at the rule's factor on every step (``repro.training.expect``)
-    pattern                   str   "fixed" | "buggy" | "other": which expectation every run matches
-    exit_code                 int   0 holds, 1 does not
-    """
+    """The training-effect report: the reference's and each (stage, recipe) run's steps; holds: every run at the rule's
+    factor of the reference on every step."""
 
     SCHEMA: ClassVar[str] = SCHEMA
 
-    deepspeed_fixed: bool
+    deepspeed_fixed: bool  # read from the installed DeepSpeed's code
     marker: bool
     transformers_version: str
-    reference: list[StepRecord]
+    reference: list[StepRecord]  # plain torch, no sequence parallelism
     runs: list[TrainingRun]
 
     def check(self, run: TrainingRun, expect: str) -> RunCheck:
