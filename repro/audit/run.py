@@ -83,12 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     _add_arguments(parser)
     try:
         args = _repro_args(parser.parse_args(argv))
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    try:
         known = [] if args.extra["no_known"] else load_known(args.extra["known"], root=REPO_ROOT)
-    except (OSError, ValueError) as err:
+    except (UsageError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     if args.extra["from_json"] is not None:
