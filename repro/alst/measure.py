@@ -1,7 +1,5 @@
-"""The ALST recipe check, rank side: the tiny Llama, the baseline, one engine per stage and recipe.
-
-``program`` is the rank program ``repro.alst.run`` launches; docs/code/repro-alst-training-downstream.md says how.
-"""
+"""The ALST recipe check's rank side (``program``, which ``repro.alst.run`` launches): the tiny Llama, the baseline,
+one engine per stage and recipe (docs/code/repro-alst-training-downstream.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The training-effect run's space (stages, recipes, steps, optimizer, batches), its per-step records and the verdict:
-every run's gradient norm at ``scales.expected_scale`` x the reference's on every step. Pure logic.
-
-AdamW without clipping: its update is invariant to a constant gradient scale except through eps, so every run follows
-(nearly) the reference's trajectory and a scale shows in the gradient norm (what clipping, logging and SGD-like
-optimizers see), not in the loss.
-"""
+"""The training-effect run's space, per-step records and verdict: every run's gradient norm at the rule's factor of
+the reference's on every step (AdamW without clipping: a constant scale shows in the norm, not in the loss)."""
 
 from __future__ import annotations
 
