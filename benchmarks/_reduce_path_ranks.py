@@ -25,7 +25,7 @@ import _numerics as num
 from repro.harness.launch import RankContext, RankResult
 from repro.harness.engine import destroy_engine, ds_config, mangled_name
 from repro.gradscale.model import ProbeModel, rank_inputs
-from repro.gradscale.oracle import expected_gradient
+from repro.gradscale.model import expected_gradient
 from repro.gradscale.space import ParamSpec, ZeroConfig
 from repro.harness.scales import ReducePath
 from repro.harness.topology import build_mpu

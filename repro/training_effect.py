@@ -4,8 +4,7 @@
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repro package importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: make the repro package importable
 
 from repro.training.run import main  # noqa: E402
 

@@ -1,7 +1,5 @@
-"""The ALST recipe check, rank side: the tiny Llama, the baseline, one engine per stage and recipe.
-
-``program`` is the rank program ``repro.alst.run`` launches; docs/code/repro-alst-training-downstream.md says how.
-"""
+"""The ALST recipe check's rank side (``program``, which ``repro.alst.run`` launches): the tiny Llama, the baseline,
+one engine per stage and recipe (docs/code/repro-alst-training-downstream.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from pathlib import Path
 
 from repro.alst import tiny_llama
 from repro.alst.report import AlstReport, loss_entry, make_row, other_group_mismatch
-from repro.alst.space import RECIPES, STAGES
+from repro.alst.expect import RECIPES, STAGES
 from repro.harness import launch
 from repro.harness.env import dist_version
 
@@ -45,17 +43,20 @@ def skip_reason() -> str | None:
     return None
 
 
-def sample(dp_index: int):
-    """dp group ``dp_index``'s sample: (input_ids, position_ids, labels), each [1, SEQ_LEN]."""
+def tokens(seed: int):
+    """A seeded sample: (input_ids, position_ids, labels), each [1, SEQ_LEN], the first MASKED_PREFIX labels -100."""
     import torch
 
-    gen = torch.Generator().manual_seed(_SAMPLE_SEED * 100 + dp_index)
-    vocab = tiny_llama.TINY_LLAMA_CONFIG["vocab_size"]
-    input_ids = torch.randint(2, vocab, (1, SEQ_LEN), generator=gen)
-    position_ids = torch.arange(SEQ_LEN).unsqueeze(0)
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(2, tiny_llama.TINY_LLAMA_CONFIG["vocab_size"], (1, SEQ_LEN), generator=gen)
     labels = input_ids.clone()
     labels[:, :MASKED_PREFIX] = -100
-    return input_ids, position_ids, labels
+    return input_ids, torch.arange(SEQ_LEN).unsqueeze(0), labels
+
+
+def sample(dp_index: int):
+    """dp group ``dp_index``'s sample."""
+    return tokens(_SAMPLE_SEED * 100 + dp_index)
 
 
 def baseline(model_dir: Path, dp: int, device: str):

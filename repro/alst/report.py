@@ -8,7 +8,7 @@ from pydantic import Field, computed_field
 
 from repro.alst.expect import TOLERANCES, fit, loss_ok
 from repro.harness import scales
-from repro.harness.report import LaunchReport, Record, text_table
+from repro.harness.report import PatternReport, Record, text_table
 
 SCHEMA = "zero3-sp-gradfix/alst-recipe-report/v1"
 
@@ -41,31 +41,14 @@ class AlstRow(Record):
         return scales.label(self.ratio, self.residual)
 
 
-class AlstReport(LaunchReport):
-    """JSON schema ``zero3-sp-gradfix/alst-recipe-report/v1`` (one object):
-
-    schema, script                    str
-    deepspeed_version, torch_version, transformers_version, python_version   str
-    backend ("gloo"|"nccl"), device ("cpu"|"cuda"), launcher ("local"|"external")  str
-    world_size, sp, dp                int
-    expect                            str   "fixed" | "buggy"
-    rows                              list  AlstRow objects (its fields, plus ``label``)
-    losses                            list  per (recipe, stage): {"recipe", "stage",
-                                            "sp_loss", "baseline_loss", "rel_diff", "ok"}:
-                                            the full-sequence loss of dp group 0 as the sp run
-                                            reports it, and the baseline's
-    tolerances                        dict  the tolerances used (``repro.alst.expect``)
-    extra                             dict  model and sample facts
-    holds                             bool  every row ok and every loss ok
-    pattern                           str   "fixed" | "buggy" | "other": which table the rows match
-    exit_code                         int   0 holds, 1 does not
-    wall_time_s                       float|null
-    """
+class AlstReport(PatternReport):
+    """The ALST recipe check's report: a row per (recipe, stage, parameter), dp group 0's losses, the verdict."""
 
     SCHEMA: ClassVar[str] = SCHEMA
 
     transformers_version: str
     rows: list[AlstRow]
+    # per (recipe, stage): recipe, stage, sp_loss, baseline_loss, rel_diff, ok: dp group 0's full-sequence loss
     losses: list[dict[str, Any]] = Field(default_factory=list)
     tolerances: dict[str, float] = Field(default_factory=lambda: dict(TOLERANCES))
 
@@ -85,29 +68,12 @@ class AlstReport(LaunchReport):
     def versions(self) -> str:
         return f"{super().versions()}, transformers {self.transformers_version}"
 
-    @computed_field
-    @property
-    def holds(self) -> bool:
+    def where(self, expect: str) -> bool:
+        """Every row matches ``expect``'s table (they differ for ZeRO-3)."""
+        return bool(self.rows) and all(getattr(r, f"{expect}_ok") for r in self.rows)
+
+    def _holds(self) -> bool:
         return bool(self.rows) and all(r.ok for r in self.rows) and all(x["ok"] for x in self.losses)
-
-    @computed_field
-    @property
-    def pattern(self) -> str:
-        return pattern_of(self.rows)
-
-    @computed_field
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.holds else 1
-
-
-def pattern_of(rows: list[AlstRow]) -> str:
-    """'fixed' or 'buggy' when every row matches that table (they differ for ZeRO-3), else 'other'."""
-    if rows and all(r.fixed_ok for r in rows):
-        return "fixed"
-    if rows and all(r.buggy_ok for r in rows):
-        return "buggy"
-    return "other"
 
 
 def loss_entry(recipe: str, stage: int, sp_loss: float, baseline_loss: float) -> dict[str, Any]:
@@ -135,6 +101,3 @@ def make_row(recipe: str, stage: int, param: str, observed, expected, sp: int, e
                    max_abs_expected=float(expected.detach().abs().max()), target=target, ok=f.ok,
                    buggy_target=targets["buggy"], buggy_ok=fits[targets["buggy"]].ok, fixed_target=targets["fixed"],
                    fixed_ok=fits[targets["fixed"]].ok)
-
-
-emit = AlstReport.emit

@@ -20,7 +20,7 @@ from typing import Callable
 
 from repro.alst import tiny_llama
 from repro.alst.measure import SEQ_LEN, program, skip_reason
-from repro.alst.report import emit
+from repro.alst.report import AlstReport
 from repro.harness import exit_codes, launch
 from repro.harness.cli import EXIT_SKIP, ReproArgs, main_guard
 
@@ -61,4 +61,4 @@ def checked_launch(program, emit) -> Callable[[ReproArgs], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return main_guard(__doc__, checked_launch(program, emit), argv=argv, expect_help=EXPECT_HELP)
+    return main_guard(__doc__, checked_launch(program, AlstReport.emit), argv=argv, expect_help=EXPECT_HELP)

@@ -5,36 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from repro.harness.files import load_toml
+from repro.harness import scales
 from repro.harness.scales import EXPECTATIONS, ReducePath, bug_scales, error_at, expected_scale
 
 KNOWN_SCHEMA = "zero3-sp-gradfix/known-discrepancies/v1"
 DEFAULT_KNOWN_FILE = Path(__file__).resolve().with_name("known_discrepancies.toml")
 
-
-@dataclasses.dataclass(frozen=True)
-class Tolerance:
-    """Norm-wise relative error allowed between DeepSpeed's gradient and scale x the oracle: above the at most
-    10 unit roundoffs a gradient's arithmetic adds (docs/parity-audit.md, "Judging")."""
-
-    dtype: str
-    rel: float
-    unit_roundoff: float
-
-
-TOLERANCES = {
-    "fp32": Tolerance("fp32", 1e-5, 2.0**-24),
-    "bf16": Tolerance("bf16", 5e-2, 2.0**-8),
-}
+TOLERANCES = scales.TOLERANCES["audit"]  # dtype -> norm-wise relative error allowed
 
 
 def at_scale(ratio: float, residual: float, scale: float, dtype: str) -> bool:
     """The row is at ``scale`` x the oracle within its dtype's tolerance (``scales.error_at``)."""
-    return error_at(ratio, residual, scale) <= TOLERANCES[dtype].rel
+    return error_at(ratio, residual, scale) <= TOLERANCES[dtype]
 
 
 _FACTOR_VARS = ("sp", "dp", "world", "predivide", "gas")
@@ -71,30 +59,28 @@ PREDICATE_KEYS = ("stage", "reduce_scatter", "contiguous_gradients", "bucket", "
 NOT_A_SCALE = "not-a-scale"
 
 
-def parse_version(text: str) -> tuple[int, ...]:
-    """'0.19.8' -> (0, 19, 8); a local or pre-release suffix ('0.19.8+abc', '0.19.6.dev0') is dropped (PEP 440)."""
+def parse_version(text: str):
+    """'0.19.8' -> Version('0.19.8'); a local or pre-release suffix ('0.19.8+abc', '0.19.6.dev0') and an epoch are
+    dropped: only the release numbers compare (PEP 440, missing ones are 0)."""
     from packaging.version import InvalidVersion, Version
 
     try:
-        return Version(text.strip()).release
+        return Version(".".join(map(str, Version(text.strip()).release)))
     except InvalidVersion:
         raise ValueError(f"not a version: {text!r}") from None
 
 
 _VERSION_CLAUSE = re.compile(r"^\s*(<=|>=|==|<|>)\s*([0-9][0-9A-Za-z.+]*)\s*$")
+_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
 
 
 def version_matches(version: str, spec: str) -> bool:
     """``spec``: comma-separated clauses, each ``<``, ``<=``, ``>``, ``>=`` or ``==`` a version."""
     v = parse_version(version)
     for clause in spec.split(","):
-        match = _VERSION_CLAUSE.match(clause)
-        if not match:
+        if not (match := _VERSION_CLAUSE.match(clause)):
             raise ValueError(f"bad version clause {clause!r} in {spec!r}")
-        op, other = match.group(1), parse_version(match.group(2))
-        width = max(len(v), len(other))
-        a, b = v + (0, ) * (width - len(v)), other + (0, ) * (width - len(other))
-        if not {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b}[op]:
+        if not _COMPARE[match.group(1)](v, parse_version(match.group(2))):
             return False
     return True
 

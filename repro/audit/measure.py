@@ -12,7 +12,7 @@ import torch
 from repro.audit.space import AuditPoint
 from repro.gradscale.model import ProbeModel, rank_inputs
 from repro.gradscale.space import ParamSpec
-from repro.harness.engine import destroy_engine, ds_config, full_gradients, watch_reduce_paths
+from repro.harness.engine import destroy_engine, ds_config, full_gradients, spy, watch_reduce_paths
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -108,16 +108,9 @@ def _path(point: AuditPoint, param, z3_paths, calls: list[str]) -> str:
 
 
 def _watch_methods(obj, names, calls: list[str]) -> None:
-    """Record calls of ``obj``'s own methods by name; an instance attribute shadows the class's."""
-    for name in names:
-        if (original := getattr(type(obj), name, None)) is None:
-            continue
-
-        def wrapper(*args, __name=name, __original=original, **kwargs):
-            calls.append(__name)
-            return __original(obj, *args, **kwargs)
-
-        setattr(obj, name, wrapper)
+    """Record calls of ``obj``'s own methods by name."""
+    for name in (n for n in names if getattr(type(obj), n, None) is not None):
+        spy(obj, name, lambda *_, _name=name, **__: calls.append(_name))
 
 
 def _one_line(exc: BaseException) -> str:

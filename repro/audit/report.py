@@ -4,7 +4,6 @@ table and the summary. Pure logic; docs/code/repro-harness-gradscale-audit.md li
 from __future__ import annotations
 
 import collections
-import dataclasses
 import platform
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -196,7 +195,7 @@ def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownD
     rows = []
     for r in p.rows:
         j: Judgement = judge_row(fields, r.path, r.param, r.ratio, r.residual, known, version)
-        label = scales.label(r.ratio, r.residual, tol=TOLERANCES[p.point.dtype].rel)
+        label = scales.label(r.ratio, r.residual, tol=TOLERANCES[p.point.dtype])
         rows.append(
             Row(**r.model_dump(), label=label, known=j.known, target=Targets(**j.target), ok=Verdicts(**j.ok),
                 at_oracle=j.at_oracle, at_sp_bug=j.at_sp_bug))
@@ -204,19 +203,10 @@ def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownD
                  holds=point_holds(p.status, rows, expect))
 
 
-@dataclasses.dataclass
-class _Group:
-    """One (path, cause) of the summary's disagreements, as the rows come in."""
-    rows: int = 0
-    points: dict[str, None] = dataclasses.field(default_factory=dict)  # ids in first-seen order
-    ratios: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    stages: set[int] = dataclasses.field(default_factory=set)
-
-
 def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect: str) -> Summary:
     counts = collections.Counter(p.category for p in points)
     known_points: collections.Counter = collections.Counter()
-    groups: dict[tuple[str, str], _Group] = {}
+    groups: dict[tuple[str, str], list[tuple[str, str, int]]] = {}  # (path, cause) -> (point, label, stage) a row
     worst: dict[str, float] = {}
     for p in points:
         dtype = p.point.dtype
@@ -226,20 +216,18 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
                 worst[dtype] = max(worst.get(dtype, 0.0), scales.error_at(r.ratio, r.residual, target))
             if r.at_oracle:
                 continue
-            group = groups.setdefault((r.path, _cause(p, r)), _Group())
-            group.rows += 1
-            group.points[p.id] = None
-            group.ratios[r.label] += 1
-            group.stages.add(p.point.stage)
+            groups.setdefault((r.path, _cause(p, r)), []).append((p.id, r.label, p.point.stage))
         known_points.update({k for r in p.rows if not r.at_oracle for k in r.known})
     code_of = {**{k.id: k.code for k in known}, "sp-bug": (SP_BUG_CODE, )}
     disagreements = []
     for path, cause in sorted(groups, key=lambda key: (key[1] == "unexplained", *key)):
-        g = groups[path, cause]
+        ids, labels, stages = zip(*groups[path, cause])
+        ids = list(dict.fromkeys(ids))  # first-seen order
         code = [c for part in cause.split(" + ") for c in code_of.get(part, ())]
         disagreements.append(
-            Disagreement(path=path, cause=cause, code=code, rows=g.rows, points=len(g.points), stages=sorted(g.stages),
-                         ratios=dict(sorted(g.ratios.items())), examples=list(g.points)[:5]))
+            Disagreement(path=path, cause=cause, code=code, rows=len(labels), points=len(ids),
+                         stages=sorted(set(stages)), ratios=dict(sorted(collections.Counter(labels).items())),
+                         examples=ids[:5]))
     by_category = {c: counts.get(c, 0) for c in CATEGORIES}
     known_counts = {k.id: known_points.get(k.id, 0) for k in known}
     return Summary(counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
@@ -279,7 +267,7 @@ class AuditReport(JsonReport):
     known: tuple[KnownEntry, ...]
     topologies: tuple[TopologyRun, ...]
     points: tuple[Point, ...]
-    tolerances: dict[str, float] = Field(default_factory=lambda: {d: t.rel for d, t in TOLERANCES.items()})
+    tolerances: dict[str, float] = Field(default_factory=lambda: dict(TOLERANCES))
     python_version: str = Field(default_factory=platform.python_version)
     wall_time_s: float | None = None
     summary: Summary

@@ -65,30 +65,16 @@ def _add_arguments(parser) -> None:
                         help="judge a previous audit's JSON again (with --known and --expect); runs nothing")
 
 
-@dataclasses.dataclass(frozen=True)
-class Selection:
-    mode: str
-    stages: tuple[int, ...] | None
-    dtypes: tuple[str, ...] | None
-    gas: tuple[int, ...] | None
-    patterns: tuple[str, ...] | None
-    # (field, flag) for the repeatable flags, read by of() and argv() alike; the flag's dest is its name.
-    FLAGS = (("stages", "stage"), ("dtypes", "dtype"), ("gas", "gas"), ("patterns", "point"))
+FILTERS = ("stage", "dtype", "gas", "point")  # the repeatable selection flags (each flag's dest is its name)
 
-    @classmethod
-    def of(cls, args: ReproArgs) -> Selection:
-        e = args.extra
-        return cls(mode=e["mode"], **{field: tuple(e[flag]) if e[flag] else None for field, flag in cls.FLAGS})
 
-    def points(self, topos):
-        return select(self.mode, topos, self.stages, self.dtypes, self.gas, self.patterns)
+def _points(args: ReproArgs, topos) -> list:
+    return select(args.extra["mode"], topos, *(args.extra[f] for f in FILTERS))
 
-    def argv(self) -> list[str]:
-        out = ["--mode", self.mode]
-        for field, flag in self.FLAGS:
-            for v in getattr(self, field) or ():
-                out += [f"--{flag}", str(v)]
-        return out
+
+def _selection_argv(args: ReproArgs) -> list[str]:
+    return ["--mode", args.extra["mode"]
+            ] + [x for f in FILTERS for v in args.extra[f] or () for x in (f"--{f}", str(v))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,19 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     _add_arguments(parser)
     try:
         args = _repro_args(parser.parse_args(argv))
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    try:
         known = [] if args.extra["no_known"] else load_known(args.extra["known"], root=REPO_ROOT)
-    except (OSError, ValueError) as err:
+    except (UsageError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     if args.extra["from_json"] is not None:
         return _rejudge(args, known)
     if launch.CHILD_DIR_VAR in os.environ:  # a rank this audit spawned for one topology
         return launch.run(args, _rank_program(args, [args.sp], known), lambda report, wall: None)
-    selection = Selection.of(args)
     explicit_ws, explicit_sp = args.extra["world_size_given"], args.extra["sp_given"]
     if launch.external_launcher_env():
         world = args.world_size
@@ -121,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"(sp in {SP_VALUES}, dp in {DP_VALUES})", file=sys.stderr)
             return EXIT_ERROR
         if args.extra["list"]:
-            return _list(selection, topos)
+            return _list(args, topos)
 
         def sink(partial: dict, wall: float) -> None:
             topo_runs = [dict(t, exit_code=0, wall_time_s=None, message="") for t in partial["topologies"]]
@@ -138,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             f"at most 4 ranks)", file=sys.stderr)
         return EXIT_ERROR
     if args.extra["list"]:
-        return _list(selection, topos)
-    return _parent(args, selection, topos, known)
+        return _list(args, topos)
+    return _parent(args, topos, known)
 
 
 def _repro_args(ns: argparse.Namespace) -> ReproArgs:
@@ -153,18 +134,18 @@ def _repro_args(ns: argparse.Namespace) -> ReproArgs:
         argparse.Namespace(**dict(vars(ns), world_size=world_size, sp=sp, backend=given["backend_choice"], **given)))
 
 
-def _list(selection: Selection, topos) -> int:
-    groups = group_by_topology(selection.points(topos))
+def _list(args: ReproArgs, topos) -> int:
+    groups = group_by_topology(_points(args, topos))
     for topo, points in groups.items():
         print(f"# world {topo.world_size}, {topo.label()}: {len(points)} points", *(p.id for p in points), sep="\n")
-    print(f"# {sum(map(len, groups.values()))} points in {len(groups)} launches ({selection.mode})")
+    print(f"# {sum(map(len, groups.values()))} points in {len(groups)} launches ({args.extra['mode']})")
     return 0
 
 
-def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
+def _parent(args: ReproArgs, topos, known) -> int:
     started = time.monotonic()
     deadline = started + args.timeout
-    groups = group_by_topology(selection.points(topos))
+    groups = group_by_topology(_points(args, topos))
     if not groups:
         print("error: the filters select no point", file=sys.stderr)
         return EXIT_ERROR
@@ -185,7 +166,8 @@ def _parent(args: ReproArgs, selection: Selection, topos, known) -> int:
             "--world-size", f"{topo.world_size}", "--sp", f"{topo.sp}", "--backend", backend, "--expect", args.expect,
             "--timeout", f"{left:.1f}", "--known", f"{args.extra['known']}"
         ]
-        child_argv += ["--no-known"] * args.extra["no_known"] + selection.argv() + ["--keep-logs"] * args.keep_logs
+        child_argv += ["--no-known"] * args.extra["no_known"] + _selection_argv(args) + ["--keep-logs"
+                                                                                         ] * args.keep_logs
         received: list[dict] = []
         print(
             f"[parity-audit] launch {topo.label()} (world {topo.world_size}, {backend}): {len(topo_points)} points, "
@@ -248,12 +230,11 @@ def _rejudge(args: ReproArgs, known) -> int:
 
 
 def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
-    selection = Selection.of(args)
 
     def program(ctx: launch.RankContext) -> launch.RankResult:
         from repro.audit.measure import DTYPES as TORCH_DTYPES
         from repro.audit.measure import run_point
-        from repro.gradscale.oracle import expected_gradients
+        from repro.gradscale.model import expected_gradients
         from repro.gradscale.space import SMALL_AND_LARGE
         from repro.harness.scales import fit
         from repro.harness.topology import Topology, build_mpu
@@ -263,7 +244,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
             topology = Topology.create(ctx.world_size, sp)
             _reset_sp_state()
             mpu = build_mpu(topology)
-            points = selection.points([Topo(ctx.world_size, sp)])
+            points = _points(args, [Topo(ctx.world_size, sp)])
             oracle = functools.cache(lambda gas, dtype: expected_gradients(SMALL_AND_LARGE, topology, micro_steps=gas,
                                                                            model_dtype=TORCH_DTYPES[dtype]))
             for p in points:

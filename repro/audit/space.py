@@ -8,6 +8,8 @@ import fnmatch
 import itertools
 from typing import Iterable, Sequence
 
+from repro.harness.topology import Topology
+
 STAGES = (0, 1, 2, 3)
 BUCKET_SIZES = {"fits": 500, "overflow": 16}
 DTYPES = ("fp32", "bf16")
@@ -20,15 +22,8 @@ MODES = ("quick", "full")
 
 
 @dataclasses.dataclass(frozen=True, order=True)
-class Topo:
+class Topo(Topology):
     """A (world size, sp) pair: one process group, one launch."""
-
-    world_size: int
-    sp: int
-
-    @property
-    def dp(self) -> int:
-        return self.world_size // self.sp
 
     def label(self) -> str:
         return f"sp{self.sp}dp{self.dp}"

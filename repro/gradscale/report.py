@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import computed_field
-
 from repro.harness import scales
-from repro.harness.report import LaunchReport, Record, text_table
+from repro.harness.report import PatternReport, Record, text_table
 
 SCHEMA = "zero3-sp-gradfix/repro-report/v1"
 
@@ -34,7 +32,7 @@ class Row(Record):
     fixed_ok: bool
 
 
-class Report(LaunchReport):
+class Report(PatternReport):
     SCHEMA: ClassVar[str] = SCHEMA
 
     rows: list[Row]
@@ -45,24 +43,10 @@ class Report(LaunchReport):
                   "ok" if r.ok else "MISMATCH") for r in self.rows]
         return "\n".join(text_table(header, lines) + ["", self.summary()])
 
-    @computed_field
-    @property
-    def holds(self) -> bool:
+    def where(self, expect: str) -> bool:
+        if expect == "fixed":
+            return bool(self.rows) and all(r.fixed_ok for r in self.rows)
+        return bool(self.rows) and all(r.buggy_ok for r in self.rows) and any(r.buggy_target != 1.0 for r in self.rows)
+
+    def _holds(self) -> bool:
         return bool(self.rows) and all(r.ok for r in self.rows)
-
-    @computed_field
-    @property
-    def pattern(self) -> str:
-        if self.rows and all(r.fixed_ok for r in self.rows):
-            return "fixed"
-        if self.rows and all(r.buggy_ok for r in self.rows) and any(r.buggy_target != 1.0 for r in self.rows):
-            return "buggy"
-        return "other"
-
-    @computed_field
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.holds else 1
-
-
-emit = Report.emit

@@ -1,32 +1,67 @@
-"""The program both gradient-scale reproducers run: flags, launch, and each rank's work (rank 0 reports; every
-rank computes the whole oracle itself, no collectives)."""
+"""The program both gradient-scale reproducers run: flags, launch, and each rank's work (one engine per ZeRO
+configuration; rank 0 reports; every rank computes the whole oracle itself, no collectives)."""
 
 from __future__ import annotations
 
+import gc
 from typing import Callable, Sequence
 
-from repro.gradscale.expect import matches
-from repro.gradscale.measure import Measured, run_config
-from repro.gradscale.oracle import expected_gradients
-from repro.gradscale.report import Report, Row, emit
+import torch
+
+from repro.gradscale.model import ProbeModel, expected_gradients, rank_inputs
+from repro.gradscale.report import Report, Row
 from repro.gradscale.space import ParamSpec, ZeroConfig
 from repro.harness import launch, scales
 from repro.harness.cli import ReproArgs, main_guard
-from repro.harness.scales import ReducePath
+from repro.harness.engine import destroy_engine, ds_config, full_gradients, watch_reduce_paths
+from repro.harness.scales import TOLERANCES, ReducePath, default_path
 from repro.harness.topology import build_mpu
 
 
-def make_rows(zero: ZeroConfig, measured: Sequence[Measured], expected: dict, sp: int, expect: str) -> list[Row]:
+def matches(observed: torch.Tensor, expected: torch.Tensor, scale: float) -> bool:
+    """Elementwise: observed == scale * expected within the fp32 tolerances."""
+    tol = TOLERANCES["gradscale"]
+    target = expected.detach().double().cpu() * scale
+    return bool(torch.allclose(observed.detach().double().cpu(), target, rtol=tol["rtol"], atol=tol["atol"]))
+
+
+def measure(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device: str, mpu) -> list[tuple]:
+    """One forward/backward on this rank's inputs: (spec, full gradient, reduce path) of every parameter."""
+    import deepspeed
+
+    model = ProbeModel(specs)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=ds_config(zero))
+    try:
+        paths = watch_reduce_paths(engine.optimizer) if zero.stage == 3 else None
+        engine.backward(engine(*rank_inputs(specs, rank, device=device)))
+        out = []
+        for spec, (_, param,
+                   grad) in zip(specs, full_gradients(engine, [f"weights.{s.name}" for s in specs],
+                                                      f"{zero.label()}: ")):
+            if paths is not None and id(param) not in paths:
+                raise RuntimeError(f"{zero.label()}: the gradient of a parameter went through neither ZeRO-3 reduce "
+                                   "path")
+            out.append((spec, grad.detach().float().cpu().clone(),
+                        default_path(zero.stage) if paths is None else paths[id(param)]))
+        return out
+    finally:
+        destroy_engine(engine)
+        del engine, optimizer, model
+        gc.collect()
+
+
+def make_rows(zero: ZeroConfig, measured: Sequence[tuple], expected: dict, sp: int, expect: str) -> list[Row]:
     rows = []
-    for m in measured:
-        oracle = expected[m.name]
-        fit = scales.fit(m.full_grad, oracle)
-        target, buggy_target = (scales.expected_scale(m.path, sp, e) for e in (expect, "buggy"))
-        ok, buggy_ok, fixed_ok = (matches(m.full_grad, oracle, scale) for scale in (target, buggy_target, 1.0))
+    for spec, grad, path in measured:
+        oracle = expected[spec.name]
+        fit = scales.fit(grad, oracle)
+        target, buggy_target = (scales.expected_scale(path, sp, e) for e in (expect, "buggy"))
+        ok, buggy_ok, fixed_ok = (matches(grad, oracle, scale) for scale in (target, buggy_target, 1.0))
         rows.append(
             Row(config=zero.label(), stage=zero.stage, reduce_scatter=zero.reduce_scatter,
                 contiguous_gradients=zero.contiguous_gradients, reduce_bucket_size=zero.reduce_bucket_size,
-                param=m.name, numel=m.numel, path=str(m.path), observed_norm=fit.observed_norm,
+                param=spec.name, numel=spec.numel, path=str(path), observed_norm=fit.observed_norm,
                 expected_norm=fit.expected_norm, ratio=fit.ratio, residual=fit.residual,
                 label=scales.label(fit.ratio, fit.residual), target=target, ok=ok, buggy_target=buggy_target,
                 buggy_ok=buggy_ok, fixed_ok=fixed_ok))
@@ -36,33 +71,26 @@ def make_rows(zero: ZeroConfig, measured: Sequence[Measured], expected: dict, sp
 Check = Callable[[list[Row]], None]  # raises when a run did not exercise what the script is about
 
 
-def rank_program(script: str, configs: Sequence[ZeroConfig], specs: tuple[ParamSpec, ...],
-                 check: Check | None = None) -> launch.RankProgram:
-
-    def program(ctx: launch.RankContext) -> launch.RankResult:
-        mpu = build_mpu(ctx.topology)
-        expected = expected_gradients(specs, ctx.topology)
-        rows: list[Row] = []
-        for zero in configs:
-            measured = run_config(zero, specs, ctx.rank, ctx.device, mpu)
-            rows += make_rows(zero, measured, expected, ctx.topology.sp, ctx.args.expect)
-        if check is not None:
-            check(rows)
-        report = Report(**launch.launch_fields(ctx, script), rows=rows)
-        return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
-
-    return program
-
-
-Select = Callable[[ReproArgs], Sequence[ZeroConfig]]
-
-
-def main(description: str, script: str, select_configs: Select, specs: tuple[ParamSpec, ...], add_arguments=None,
-         check: Check | None = None, argv: list[str] | None = None) -> int:
+def main(description: str, script: str, select_configs: Callable[[ReproArgs],
+                                                                 Sequence[ZeroConfig]], specs: tuple[ParamSpec, ...],
+         add_arguments=None, check: Check | None = None, argv: list[str] | None = None) -> int:
 
     def launch_ranks(args: ReproArgs) -> int:
-        program = rank_program(script, select_configs(args), specs, check)
-        return launch.run(args, program, lambda report, wall: emit(report, wall, args.json))
+        configs = select_configs(args)
+
+        def program(ctx: launch.RankContext) -> launch.RankResult:
+            mpu = build_mpu(ctx.topology)
+            expected = expected_gradients(specs, ctx.topology)
+            rows = [
+                row for zero in configs for row in make_rows(zero, measure(zero, specs, ctx.rank, ctx.device, mpu),
+                                                             expected, ctx.topology.sp, ctx.args.expect)
+            ]
+            if check is not None:
+                check(rows)
+            report = Report(**launch.launch_fields(ctx, script), rows=rows)
+            return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
+
+        return launch.run(args, program, lambda report, wall: Report.emit(report, wall, args.json))
 
     return main_guard(description, launch_ranks, add_arguments, argv)
 

@@ -29,29 +29,33 @@ def destroy_engine(engine) -> None:
     engine.destroy()
 
 
+def spy(obj, name: str, record) -> None:
+    """Call ``record(*args, **kwargs)`` before each call of ``obj``'s method ``name``, which then runs unchanged (an
+    instance attribute shadows the class's: other instances are not watched)."""
+    original = getattr(type(obj), name)
+
+    def wrapper(*args, **kwargs):
+        record(*args, **kwargs)
+        return original(obj, *args, **kwargs)
+
+    setattr(obj, name, wrapper)
+
+
 def watch_reduce_paths(optimizer) -> dict[int, ReducePath]:
     """Record, per parameter id, which of ZeRO-3's two (name-mangled) reduce methods handled its gradient."""
     seen: dict[int, ReducePath] = {}
-    avg = mangled_name(optimizer, "__avg_scatter_grads")
-    contiguous = mangled_name(optimizer, "__avg_scatter_contiguous_grads")
 
-    def avg_scatter(params_to_reduce, *args, **kwargs):
-        for p in params_to_reduce:
-            seen[id(p)] = ReducePath.AVG_SCATTER
-        return getattr(type(optimizer), avg)(optimizer, params_to_reduce, *args, **kwargs)
-
-    def avg_scatter_contiguous(buffer, *args, **kwargs):
+    def contiguous(buffer, *args, **kwargs):
         # The bucket's parameters: ``params_in_ipg_bucket`` before 0.17, ``ipg_buckets[dtype].params`` after.
         if hasattr(optimizer, "params_in_ipg_bucket"):
             params = list(optimizer.params_in_ipg_bucket)
         else:
             params = list(optimizer.ipg_buckets[args[0] if args else kwargs.get("communication_data_type")].params)
-        for p in params:
-            seen[id(p)] = ReducePath.CONTIGUOUS
-        return getattr(type(optimizer), contiguous)(optimizer, buffer, *args, **kwargs)
+        seen.update(dict.fromkeys(map(id, params), ReducePath.CONTIGUOUS))
 
-    setattr(optimizer, avg, avg_scatter)
-    setattr(optimizer, contiguous, avg_scatter_contiguous)
+    spy(optimizer, mangled_name(optimizer, "__avg_scatter_grads"),
+        lambda params, *_, **__: seen.update(dict.fromkeys(map(id, params), ReducePath.AVG_SCATTER)))
+    spy(optimizer, mangled_name(optimizer, "__avg_scatter_contiguous_grads"), contiguous)
     return seen
 
 

@@ -8,7 +8,7 @@ import platform
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from repro.harness.files import write_json
 
@@ -119,6 +119,32 @@ class LaunchReport(JsonReport):
         print(report.table(), flush=True)
         if json_path is not None:
             report.write(json_path)
+
+
+class PatternReport(LaunchReport):
+    """A launch report judged against both expectations: ``where(e)`` (every row where ``e`` puts it) gives the
+    ``pattern`` seen and, unless a family says otherwise, ``holds``."""
+
+    def where(self, expect: str) -> bool:
+        raise NotImplementedError
+
+    def _holds(self) -> bool:
+        return self.where(self.expect)
+
+    @computed_field
+    @property
+    def holds(self) -> bool:
+        return self._holds()
+
+    @computed_field
+    @property
+    def pattern(self) -> str:
+        return next((e for e in ("fixed", "buggy") if self.where(e)), "other")
+
+    @computed_field
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.holds else 1
 
 
 def error_line(err: BaseException) -> str:

@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 from repro.harness import exit_codes, scales
-from repro.training.report import TrainingReport
-from repro.training.space import RECIPES
+from repro.training.report import RECIPES, TrainingReport
 
 TITLES = {
     "allgather": "recipe: differentiable all_gather of the loss (ALST tutorial)",

@@ -1,16 +1,58 @@
-"""The training-effect run's report: per-step records of the reference and of each engine; the verdict. Pure logic."""
+"""The training-effect run's space, per-step records and verdict: every run's gradient norm at the rule's factor of
+the reference's on every step (AdamW without clipping: a constant scale shows in the norm, not in the loss)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import dataclasses
+import math
+from typing import ClassVar, Sequence
 
-from pydantic import computed_field
-
+from repro.alst.expect import RECIPES as RECIPES, STAGES as STAGES  # re-exported
 from repro.harness import scales
-from repro.harness.report import LaunchReport, Record, text_table
-from repro.training import expect
+from repro.harness.report import PatternReport, Record, text_table
 
 SCHEMA = "zero3-sp-gradfix/training-effect-report/v1"
+TOLERANCES = scales.TOLERANCES["training"]
+STEPS = 30
+LR = 1e-3
+EPS = 1e-8
+
+
+def expected_factor(stage: int, recipe: str, sp: int, expect: str) -> float:
+    """The rule for a run on the stage's default config (ZeRO-3: ``__avg_scatter_grads``)."""
+    return scales.expected_scale(scales.default_path(stage), sp, expect, recipe=recipe)
+
+
+def ratios(grad_norms: Sequence[float], reference_norms: Sequence[float]) -> list[float]:
+    if len(grad_norms) != len(reference_norms):
+        raise ValueError(f"{len(grad_norms)} steps against a reference of {len(reference_norms)}")
+    return [g / r for g, r in zip(grad_norms, reference_norms)]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCheck:
+    factor: float  # what the rule predicts
+    first_ratio_err: float  # |ratio / factor - 1| on step 0
+    worst_ratio_err: float  # max over steps of |ratio / factor - 1|
+    worst_loss_err: float  # max over steps of |loss / reference loss - 1|
+
+    @property
+    def ok(self) -> bool:
+        return (self.first_ratio_err <= TOLERANCES["step0_rel_tol"]
+                and self.worst_ratio_err <= TOLERANCES["grad_norm_rel_tol"]
+                and self.worst_loss_err <= TOLERANCES["loss_rel_tol"])
+
+
+def fix_factor(stage: int, recipe: str, sp: int) -> float:
+    """What the fix multiplies a run's gradient by: the rule with the fix over the rule without it."""
+    return expected_factor(stage, recipe, sp, "fixed") / expected_factor(stage, recipe, sp, "buggy")
+
+
+def worst_pair_err(stage: int, recipe: str, sp: int, unpatched_norms: Sequence[float],
+                   patched_norms: Sequence[float]) -> float:
+    """max over steps of |(patched / unpatched gradient norm) / fix_factor - 1|: the same run on both builds."""
+    want = fix_factor(stage, recipe, sp)
+    return max((abs(r / want - 1.0) for r in ratios(patched_norms, unpatched_norms)), default=math.inf)
 
 
 class StepRecord(Record):
@@ -27,48 +69,29 @@ class TrainingRun(Record):
     steps: list[StepRecord]
 
 
-class TrainingReport(LaunchReport):
-    """JSON schema ``zero3-sp-gradfix/training-effect-report/v1``: the launch's fields, plus
-
-    deepspeed_fixed, marker   bool  read from the installed DeepSpeed's code
-    transformers_version      str
-    reference                 list  StepRecord per step: plain torch, no sequence parallelism
-    runs                      list  TrainingRun per (stage, recipe): StepRecord per step
-    holds                     bool  every run at the rule's factor on every step (``repro.training.expect``)
-    pattern                   str   "fixed" | "buggy" | "other": which expectation every run matches
-    exit_code                 int   0 holds, 1 does not
-    """
+class TrainingReport(PatternReport):
+    """The training-effect report: the reference's and each (stage, recipe) run's steps; holds: every run at the rule's
+    factor of the reference on every step."""
 
     SCHEMA: ClassVar[str] = SCHEMA
 
-    deepspeed_fixed: bool
+    deepspeed_fixed: bool  # read from the installed DeepSpeed's code
     marker: bool
     transformers_version: str
-    reference: list[StepRecord]
+    reference: list[StepRecord]  # plain torch, no sequence parallelism
     runs: list[TrainingRun]
 
-    def check(self, run: TrainingRun, expect_: str) -> expect.RunCheck:
-        return expect.check_run(run.stage, run.recipe, self.sp, expect_, [s.grad_norm for s in run.steps],
-                                [s.loss for s in run.steps], [s.grad_norm for s in self.reference],
-                                [s.loss for s in self.reference])
+    def check(self, run: TrainingRun, expect: str) -> RunCheck:
+        factor = expected_factor(run.stage, run.recipe, self.sp, expect)
+        errs = [
+            abs(r / factor - 1.0)
+            for r in ratios([s.grad_norm for s in run.steps], [s.grad_norm for s in self.reference])
+        ]
+        loss_err = max((abs(s.loss / ref.loss - 1.0) for s, ref in zip(run.steps, self.reference)), default=math.inf)
+        return RunCheck(factor, errs[0] if errs else math.inf, max(errs, default=math.inf), loss_err)
 
-    @computed_field
-    @property
-    def holds(self) -> bool:
-        return bool(self.runs) and all(self.check(r, self.expect).ok for r in self.runs)
-
-    @computed_field
-    @property
-    def pattern(self) -> str:
-        for e in ("fixed", "buggy"):
-            if self.runs and all(self.check(r, e).ok for r in self.runs):
-                return e
-        return "other"
-
-    @computed_field
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.holds else 1
+    def where(self, expect: str) -> bool:
+        return bool(self.runs) and all(self.check(r, expect).ok for r in self.runs)
 
     def versions(self) -> str:
         return f"{super().versions()}, transformers {self.transformers_version}"
@@ -85,6 +108,3 @@ class TrainingReport(LaunchReport):
                           f"{first:.5f}, {last:.5f}", scales.label(c.factor), f"{c.first_ratio_err:.1e}",
                           f"{c.worst_ratio_err:.1e}", "ok" if c.ok else "MISMATCH"))
         return "\n".join(text_table(header, lines) + ["", self.summary()])
-
-
-emit = TrainingReport.emit

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from repro.alst.expect import fit, row_ok
-from repro.alst.report import SCHEMA, AlstReport, loss_entry, make_row, other_group_mismatch, pattern_of
-from repro.alst.space import RECIPES, STAGES
+from repro.alst.report import SCHEMA, AlstReport, loss_entry, make_row, other_group_mismatch
+from repro.alst.expect import RECIPES, STAGES
 from repro.harness import scales
 
 # The table, written out: (recipe, stage) -> (buggy, fixed) as functions of sp.
@@ -126,6 +126,10 @@ def test_fit_reuses_the_shared_scalar_fit():
 def test_fit_rejects_a_zero_baseline():
     with pytest.raises(ValueError):
         fit(torch.ones(3), torch.zeros(3), 1.0)
+
+
+def pattern_of(rows):
+    return AlstReport.model_construct(rows=rows, expect="fixed", losses=[]).pattern
 
 
 def _rows(sp, ratios):

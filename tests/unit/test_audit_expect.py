@@ -6,7 +6,7 @@ import pytest
 from repro.audit.expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, Judgement, KnownDiscrepancy, eval_factor,
                                 judge_row, load_known, point_category, point_holds, reduce_path, version_matches)
 from repro.audit.space import AuditPoint
-from repro.harness.scales import ReducePath, error_at, label
+from repro.harness.scales import UNIT_ROUNDOFF, ReducePath, error_at, label
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,12 +37,12 @@ def test_error_at_is_the_normwise_error_against_any_scale():
 def test_tolerances_keep_the_scales_apart():
     # every pair of scales the audit names is further apart than twice the loosest tolerance
     scales = sorted({1 / a / b for a in (1, 2, 4) for b in (1, 2, 3, 4)})
-    loosest = max(t.rel for t in TOLERANCES.values())
+    loosest = max(TOLERANCES.values())
     for lo, hi in zip(scales, scales[1:]):
         assert (hi - lo) / hi > 2 * loosest
     # and the tolerance covers the rounding bound it is justified by
-    for t in TOLERANCES.values():
-        assert t.rel >= 10 * t.unit_roundoff
+    for dtype, tol in TOLERANCES.items():
+        assert tol >= 10 * UNIT_ROUNDOFF[dtype]
 
 
 @pytest.mark.parametrize("ratio,residual,dtype,expected", [(1.0, 0.0, "fp32", "1"), (0.5, 1e-8, "fp32", "1/2"),
@@ -51,7 +51,7 @@ def test_tolerances_keep_the_scales_apart():
                                                            (-1.0, 0.0, "fp32", "other")])
 def test_ratio_label(ratio, residual, dtype, expected):
     # the audit labels an observed ratio with the one label of repro.harness.scales, at its dtype's tolerance
-    assert label(ratio, residual, tol=TOLERANCES[dtype].rel) == expected
+    assert label(ratio, residual, tol=TOLERANCES[dtype]) == expected
 
 
 def test_eval_factor():
@@ -186,4 +186,4 @@ def test_point_category_and_holds():
     assert point_holds("ran", sp_bug, "buggy") and not point_holds("ran", sp_bug, "fixed")
     assert point_holds("rejected", [], "fixed") and not point_holds("error", [], "buggy")
     assert not point_holds("ran", odd, "buggy") and not point_holds("ran", [], "buggy")
-    assert math.isclose(TOLERANCES["bf16"].unit_roundoff, 2**-8)
+    assert math.isclose(UNIT_ROUNDOFF["bf16"], 2**-8)

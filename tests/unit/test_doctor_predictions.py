@@ -25,13 +25,11 @@ import pytest
 
 from patch_and_test.doctor import rule
 from patch_and_test.doctor.check import run_check
-from repro.audit.expect import TOLERANCES, reduce_path as audit_path
+from repro.audit.expect import reduce_path as audit_path
 from repro.audit.space import AuditPoint
-from repro.alst.expect import RATIO_REL_TOL
 from repro.downstream.expect import ClientKind
 from repro.harness import scales
 from repro.training.report import TrainingReport
-from repro.training import expect as training_expect
 from tests.conftest import FIXTURES, ROOT
 
 CELLS = [
@@ -85,7 +83,7 @@ def _gradscale_cases() -> list[Case]:
             out.append(
                 Case(f"{path.relative_to(ROOT)}: {row['config']} {row['param']}", {"zero_optimization": zero},
                      report["sp"], state, rule.own_loss("none"), row["numel"], row["path"], row["ratio"],
-                     row["residual"], TOLERANCES["fp32"].rel))
+                     row["residual"], scales.TOLERANCES["audit"]["fp32"]))
     return out
 
 
@@ -111,7 +109,7 @@ def _audit_cases() -> tuple[list[Case], int]:
                 out.append(
                     Case(f"{path.relative_to(ROOT)}: {point['id']} {row['param']}", config, p.sp, state,
                          rule.own_loss("none"), row["numel"], str(audit_path(row["path"])), row["ratio"],
-                         row["residual"], TOLERANCES[p.dtype].rel))
+                         row["residual"], scales.TOLERANCES["audit"][p.dtype]))
     return out, known
 
 
@@ -127,7 +125,7 @@ def _alst_cases() -> list[Case]:
                          {"zero_optimization": {
                              "stage": row["stage"]
                          }}, report["sp"], state, rule.own_loss(row["recipe"]), row["numel"], row["path"],
-                         row["ratio"], row["residual"], RATIO_REL_TOL))
+                         row["ratio"], row["residual"], scales.TOLERANCES["alst"]["ratio_rel_tol"]))
     return out
 
 
@@ -148,7 +146,8 @@ def _downstream_cases() -> list[Case]:
                 Case(f"{path.relative_to(ROOT)}: {row['client']} zero{row['stage']}",
                      {"zero_optimization": {
                          "stage": row["stage"]
-                     }}, report["sp"], state, source, None, None, row["ratio"], row["residual"], RATIO_REL_TOL))
+                     }}, report["sp"], state, source, None, None, row["ratio"], row["residual"],
+                     scales.TOLERANCES["alst"]["ratio_rel_tol"]))
     return out
 
 
@@ -158,8 +157,9 @@ def _training_cases() -> list[Case]:
         report = TrainingReport.load(path)
         state = rule.DeepSpeedState(report.deepspeed_version, report.deepspeed_fixed, report.marker)
         for run in report.runs:
-            # Step 0: the same weights; later steps add the optimizer's drift (training_expect.GRAD_NORM_REL_TOL).
-            for step, tol in ((0, RATIO_REL_TOL), (len(run.steps) - 1, training_expect.GRAD_NORM_REL_TOL)):
+            # Step 0: the same weights; later steps add the optimizer's drift (training's grad_norm_rel_tol).
+            for step, tol in ((0, scales.TOLERANCES["alst"]["ratio_rel_tol"]),
+                              (len(run.steps) - 1, scales.TOLERANCES["training"]["grad_norm_rel_tol"])):
                 ratio = run.steps[step].grad_norm / report.reference[step].grad_norm
                 out.append(
                     Case(f"{path.relative_to(ROOT)}: {run.recipe} zero{run.stage} step {step}",

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from repro.gradscale.expect import matches
+from repro.gradscale.run import matches
 from repro.harness.scales import ReducePath, expected_scale, fit, label
 
 

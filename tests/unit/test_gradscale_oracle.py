@@ -1,8 +1,7 @@
 import pytest
 import torch
 
-from repro.gradscale.model import local_gradients
-from repro.gradscale.oracle import expected_gradient, expected_gradients
+from repro.gradscale.model import expected_gradient, expected_gradients, local_gradients
 from repro.gradscale.space import SMALL_AND_LARGE
 from repro.harness.topology import Topology
 

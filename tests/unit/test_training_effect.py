@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from repro.training import expect
-from repro.training.report import TrainingReport
-from repro.training.space import RECIPES, STAGES, STEPS
+from repro.training import report as expect
+from repro.training.report import RECIPES, STAGES, STEPS, TOLERANCES, TrainingReport
 from tests.conftest import ROOT
 
 FIGURES = ROOT / "docs" / "figures"
@@ -48,7 +47,7 @@ def test_the_fix_multiplies_zero3_by_sp_and_leaves_zero2_alone(reports):
         (3, "own_share"): 2.0
     }
     errors = pair_errors(reports["unpatched"], reports["patched"])
-    assert all(err <= expect.GRAD_NORM_REL_TOL for err in errors.values()), errors
+    assert all(err <= TOLERANCES["grad_norm_rel_tol"] for err in errors.values()), errors
 
 
 def test_the_pair_check_fails_on_swapped_builds(reports):
