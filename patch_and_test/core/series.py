@@ -75,6 +75,13 @@ def email_subject(text: str) -> str | None:
     return re.sub(r"^\[PATCH[^\]]*\]\s*", "", " ".join(match[1].split())) if match else None
 
 
+def touched_files(*patches: Path) -> list[str]:
+    """The paths the patches' diffs leave in the tree, each once, in the order first touched."""
+    found = (m[1] for p in patches if p.exists()
+             for m in re.finditer(r"^\+\+\+ b/(.+)$", p.read_text(errors="replace"), re.M))
+    return list(dict.fromkeys(found))
+
+
 def patch_subject(path: Path) -> str:
     """The subject of a patch file (its commit's title); the file's name when it has none or is missing."""
     return (email_subject(path.read_text(errors="replace")) if path.exists() else None) or path.name

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
 from patch_and_test.review.benchmark_reports import ReducePath
-from patch_and_test.core.series import patch_subject, public_version, version_sort_key
+from patch_and_test.core.series import (format_version, load_manifest, patch_subject, public_version, touched_files,
+                                        version_sort_key)
 from patch_and_test.core.checks import PytestCheck, outcome_counts
 from patch_and_test.core.templating import Model
 
@@ -279,22 +280,15 @@ def cell_label(verdict: Verdict) -> str:
 
 
 def _series(bundle: Path) -> list[Series]:
-    from repro.harness.files import load_toml
-
+    """The bundle's series, newest first, as core.series reads them; their patches' subjects and files."""
     toml = bundle / "patches" / "series.toml"
-    manifest = load_toml(toml) if toml.exists() else {}
     return [
         Series(
-            name=s["name"], version=s["version"], min_version=s["min_version"], below_version=s["below_version"],
-            base_ref=s["base_ref"], base_commit=s["base_commit"], patches=[
-                PatchRef(subject=patch_subject(bundle / "patches" / s["name"] / p["file"]), role=p["role"],
-                         files=patch_files(bundle / "patches" / s["name"] / p["file"])) for p in s["patches"]
-            ]) for s in manifest.get("series", [])
+            name=s.name, version=s.version, min_version=format_version(s.min_version),
+            below_version=format_version(s.below_version), base_ref=s.base_ref, base_commit=s.base_commit, patches=[
+                PatchRef(subject=patch_subject(p.path), role=p.role, files=touched_files(p.path)) for p in s.patches
+            ]) for s in (reversed(load_manifest(toml).series) if toml.exists() else ())
     ]
-
-
-def patch_files(path: Path) -> list[str]:
-    return re.findall(r"^diff --git a/(\S+) b/", path.read_text(errors="replace"), re.M) if path.exists() else []
 
 
 def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:

@@ -38,7 +38,8 @@ from patch_and_test.core import errors
 from patch_and_test.core import pins
 from patch_and_test.core import source
 from patch_and_test.core.signoff import check_signoff
-from patch_and_test.core.series import Manifest, Series, apply_series, load_manifest, parse_version, series_for_tree
+from patch_and_test.core.series import (Manifest, Series, apply_series, load_manifest, parse_version, series_for_tree,
+                                        touched_files)
 
 TOOLS = {name: pins.version(name) for name in ("yapf", "flake8", "codespell")}  # requirements/pins.txt
 DEFAULT_YAPF_STYLE = "{based_on_style: pep8, column_limit: 119}"
@@ -92,12 +93,6 @@ def _version(text: str) -> Version | None:
         return Version(text)
     except InvalidVersion:
         return None
-
-
-def touched_files(series: Series, patch_files: list[Path] | None = None) -> list[str]:
-    patches = patch_files if patch_files is not None else [p.path for p in series.patches]
-    found = (match[1] for patch in patches for match in re.finditer(r"^\+\+\+ b/(.+)$", patch.read_text(), re.M))
-    return list(dict.fromkeys(found))  # each path once, in the order the patches first touch it
 
 
 def _hook_excludes(tree: Path | None, hook: str, rel: str) -> bool:
@@ -203,7 +198,7 @@ def run_tools(tree: Path, files: list[str]) -> list[Finding]:
 def lint_series(series: Series, tree: source.SourceTree) -> LintedSeries:
     result = apply_series(tree.path, series)
     linted = [p.path for p in series.patches if p.file in result.applied]
-    files = touched_files(series, linted)
+    files = touched_files(*linted)
     findings = run_tools(tree.path, files)
     for patch in series.patches:
         findings += [Finding(patch.file, "dco", why) for why in check_signoff(patch.path)]
