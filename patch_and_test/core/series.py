@@ -129,10 +129,6 @@ class Series:
         return tuple(p for p in self.patches if not p.needs_tests)
 
     @property
-    def carries_marker(self) -> bool:
-        return any(p.role == "marker" for p in self.patches)
-
-    @property
     def test_patches(self) -> tuple[Patch, ...]:
         """Every patch that needs tests/: the regression test and any companion."""
         return tuple(p for p in self.patches if p.needs_tests)
