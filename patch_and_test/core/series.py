@@ -94,6 +94,14 @@ class Patch:
     role: str  # one of ROLES
 
     @property
+    def subject(self) -> str:
+        return patch_subject(self.path)
+
+    @property
+    def files(self) -> list[str]:
+        return touched_files(self.path)
+
+    @property
     def needs_tests(self) -> bool:
         """Whether the patch needs the tree's tests/ (a PyPI sdist has none): roles test and companion."""
         return bool(self.needs_dirs)

@@ -8,11 +8,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from patch_and_test.review.benchmark_reports import ReducePath
-from patch_and_test.core.series import (format_version, load_manifest, patch_subject, public_version, touched_files,
-                                        version_sort_key)
+from patch_and_test.core.series import Series, format_version, load_manifest, public_version, version_sort_key
 from patch_and_test.core.checks import PytestCheck, outcome_counts
 from patch_and_test.core.templating import Model
 
@@ -35,25 +34,9 @@ NOT_RUN = ("GPU (the ALST test on CUDA)", "NCCL", "multi-node qgZ")  # CPU runs 
 Counts = dict[str, int]
 
 
-class PatchRef(Model):
-    subject: str
-    role: str
-    files: list[str]  # what the patch touches, read from its diff
-
-
-class Series(Model):
-    name: str
-    version: Scalar
-    min_version: str
-    below_version: str
-    base_ref: str
-    base_commit: str
-    patches: list[PatchRef]
-
-
 class Fix(Model):
     """The master series, and how many backport series there are from which release on."""
-    master: Series
+    master: Any  # core.series.Series
     backports: int
     backports_from: Optional[str]
 
@@ -214,7 +197,7 @@ class PrContext(Model):
     body: Body
     signoff: list[SignOff]
     fix: Optional[Fix]
-    series: list[Series]
+    series: list[Any]  # core.series.Series, newest first
     notice: bool  # the bundle carries downstream-notice.md
     matrix: Optional[Matrix]
     tests: Optional[Tests]
@@ -280,15 +263,8 @@ def cell_label(verdict: Verdict) -> str:
 
 
 def _series(bundle: Path) -> list[Series]:
-    """The bundle's series, newest first, as core.series reads them; their patches' subjects and files."""
     toml = bundle / "patches" / "series.toml"
-    return [
-        Series(
-            name=s.name, version=s.version, min_version=format_version(s.min_version),
-            below_version=format_version(s.below_version), base_ref=s.base_ref, base_commit=s.base_commit, patches=[
-                PatchRef(subject=patch_subject(p.path), role=p.role, files=touched_files(p.path)) for p in s.patches
-            ]) for s in (reversed(load_manifest(toml).series) if toml.exists() else ())
-    ]
+    return list(reversed(load_manifest(toml).series)) if toml.exists() else []
 
 
 def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
@@ -364,7 +340,7 @@ def _fix(series: list[Series]) -> Fix | None:
         return None
     backports = [s for s in series if s.name != "master"]
     return Fix(master=master, backports=len(backports),
-               backports_from=min(s.min_version for s in backports) if backports else None)
+               backports_from=format_version(min(s.min_version for s in backports)) if backports else None)
 
 
 def affected_results(root: Path) -> list[tuple[str, AffectedVerdict]]:
