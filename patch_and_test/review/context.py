@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from patch_and_test.review.benchmark_reports import ReducePath
 from patch_and_test.core.series import Series, format_version, load_manifest, public_version, version_sort_key
 from patch_and_test.core.checks import PytestCheck, outcome_counts
+from patch_and_test.core.signoff import sign_state
 from patch_and_test.core.templating import Model
 
 from repro.harness.env import HostEnvironment
@@ -186,16 +187,9 @@ class Body(Model):
     signers: list[str]  # "Name <email>"; none while the series carries the package's placeholder
 
 
-class SignOff(Model):
-    series: str
-    signers: list[str]
-    ready: bool
-    problems: list[str]
-
-
 class PrContext(Model):
     body: Body
-    signoff: list[SignOff]
+    signoff: list[Any]  # core.signoff.SignState, one per series
     fix: Optional[Fix]
     series: list[Any]  # core.series.Series, newest first
     notice: bool  # the bundle carries downstream-notice.md
@@ -220,10 +214,10 @@ def load_context(bundle: Path) -> PrContext:
     matrix = _matrix(bundle, verdicts)
     reduce_path = bundle / "results" / "benchmarks" / "reduce_path.json"
     cost_run = ReducePath.load(reduce_path) if reduce_path.exists() else None
-    signoff = _signoff(bundle, series)
+    signoff = [sign_state(bundle / "patches" / s.name) for s in series]
     # The bundle's PR.md shows the kept run of the newest-upstream tree (``send`` renders its own run).
     newest = next((data for _, data in affected if data.graft), None)
-    ready = next((s.signers for s in signoff if s.series == "master" and s.ready), [])
+    ready = next((list(s.signers) for s in signoff if s.series == "master" and s.ready), [])
     return PrContext(body=body_context(newest, ready), signoff=signoff, fix=_fix(series), series=series,
                      notice=(bundle / "downstream-notice.md").exists(), matrix=matrix, tests=_tests(bundle, verdicts),
                      affected=affected_context(affected) if affected else None, alst=_alst(bundle, verdicts),
@@ -265,16 +259,6 @@ def cell_label(verdict: Verdict) -> str:
 def _series(bundle: Path) -> list[Series]:
     toml = bundle / "patches" / "series.toml"
     return list(reversed(load_manifest(toml).series)) if toml.exists() else []
-
-
-def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
-    """Who signed each series off, and whether it can be sent (not while the placeholder signs it)."""
-    from patch_and_test.core.signoff import sign_state
-
-    states = [(s.name, sign_state(bundle / "patches" / s.name)) for s in series]
-    return [
-        SignOff(series=n, signers=list(st.signers), ready=st.ready, problems=list(st.problems)) for n, st in states
-    ]
 
 
 def _counts(results: list, test_class: str, phase: str) -> Counts | None:

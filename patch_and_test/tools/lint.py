@@ -32,8 +32,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from patch_and_test.core import errors
 from patch_and_test.core import pins
 from patch_and_test.core import source
@@ -82,17 +80,10 @@ def _tool(name: str) -> tuple[str, ...]:
             f"{name} is not installed: pip install {' '.join(f'{t}=={v}' for t, v in TOOLS.items())}")
     out = subprocess.run([exe, "--version"], capture_output=True, text=True)
     found = re.search(r"\d+\.\d+\.\d+", out.stdout + out.stderr)
-    if not found or _version(found[0]) != _version(TOOLS[name]):
+    if not found or found[0] != TOOLS[name]:
         raise errors.BadInput(f"{name} {found[0] if found else '?'} found at {exe}; DeepSpeed's rules need "
                               f"{name}=={TOOLS[name]}")
     return (exe, )
-
-
-def _version(text: str) -> Version | None:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
 
 
 def _hook_excludes(tree: Path | None, hook: str, rel: str) -> bool:
