@@ -9,6 +9,7 @@ import pytest
 from patch_and_test.core import errors
 from patch_and_test.tools import lint
 from patch_and_test.core.signoff import check_signoff
+from patch_and_test.core.series import touched_files
 
 HEADER = "# Copyright (c) Microsoft Corporation.\n# SPDX-License-Identifier: Apache-2.0\n\n# DeepSpeed Team\n"
 
@@ -81,7 +82,7 @@ def test_signoff_mismatch_and_absence(manifest, tmp_path):
 
 
 def test_touched_files(manifest):
-    by_name = {s.name: lint.touched_files(s) for s in manifest.series}
+    by_name = {s.name: touched_files(*(p.path for p in s.patches)) for s in manifest.series}
     companion = [
         "docs/_tutorials/ulysses-alst-sequence-parallelism.md", "tests/unit/ulysses_alst/test_ulysses_sp_hf.py"
     ]

@@ -75,6 +75,13 @@ def email_subject(text: str) -> str | None:
     return re.sub(r"^\[PATCH[^\]]*\]\s*", "", " ".join(match[1].split())) if match else None
 
 
+def touched_files(*patches: Path) -> list[str]:
+    """The paths the patches' diffs leave in the tree, each once, in the order first touched."""
+    found = (m[1] for p in patches if p.exists()
+             for m in re.finditer(r"^\+\+\+ b/(.+)$", p.read_text(errors="replace"), re.M))
+    return list(dict.fromkeys(found))
+
+
 def patch_subject(path: Path) -> str:
     """The subject of a patch file (its commit's title); the file's name when it has none or is missing."""
     return (email_subject(path.read_text(errors="replace")) if path.exists() else None) or path.name
@@ -85,6 +92,14 @@ class Patch:
     file: str  # file name inside the series directory
     path: Path
     role: str  # one of ROLES
+
+    @property
+    def subject(self) -> str:
+        return patch_subject(self.path)
+
+    @property
+    def files(self) -> list[str]:
+        return touched_files(self.path)
 
     @property
     def needs_tests(self) -> bool:
@@ -120,10 +135,6 @@ class Series:
     def fix_patches(self) -> tuple[Patch, ...]:
         """Every patch that applies to a tree without tests/ (a PyPI sdist): the fix, and a backport's marker."""
         return tuple(p for p in self.patches if not p.needs_tests)
-
-    @property
-    def carries_marker(self) -> bool:
-        return any(p.role == "marker" for p in self.patches)
 
     @property
     def test_patches(self) -> tuple[Patch, ...]:

@@ -37,6 +37,7 @@ FROM = re.compile(r"^From: .*(?:\n[ \t].*)*$", re.M)  # a From: header, folded o
 class SignState:
     """Who signed a series' patches off, and whether it is ready to send."""
 
+    series: str  # the series folder's name
     signers: tuple[str, ...]  # "Name <email>", one per distinct sign-off
     problems: tuple[str, ...]  # one line each: the placeholder, or an author without their sign-off
 
@@ -148,7 +149,7 @@ def sign_state(series_dir: Path) -> SignState:
             problems.append(f"{path.name}: signed off with an .invalid address")
         else:
             problems += [f"{path.name}: {why}" for why in check_signoff(path)]
-    return SignState(tuple(signers), tuple(problems))
+    return SignState(series_dir.name, tuple(signers), tuple(problems))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,12 +11,7 @@ from typing import Any
 import jinja2
 
 from patch_and_test.core.series import public_version
-from repro.harness.report import Record as Model  # a context's record: typed, read-only, no unknown field
-
-__all__ = [
-    "Model", "block_of", "counts", "environment", "link", "ratio", "render", "replace_block", "short_test", "span",
-    "ulp"
-]
+from repro.harness.report import Record as Model  # noqa: F401 (a context's record: typed, read-only, no unknown field)
 
 
 def ratio(value: float | None) -> str:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from patch_and_test.review.benchmark_reports import ReducePath
-from patch_and_test.core.series import patch_subject, public_version, version_sort_key
+from patch_and_test.core.series import Series, format_version, load_manifest, public_version, version_sort_key
 from patch_and_test.core.checks import PytestCheck, outcome_counts
+from patch_and_test.core.signoff import sign_state
 from patch_and_test.core.templating import Model
 
 from repro.harness.env import HostEnvironment
@@ -34,25 +35,9 @@ NOT_RUN = ("GPU (the ALST test on CUDA)", "NCCL", "multi-node qgZ")  # CPU runs 
 Counts = dict[str, int]
 
 
-class PatchRef(Model):
-    subject: str
-    role: str
-    files: list[str]  # what the patch touches, read from its diff
-
-
-class Series(Model):
-    name: str
-    version: Scalar
-    min_version: str
-    below_version: str
-    base_ref: str
-    base_commit: str
-    patches: list[PatchRef]
-
-
 class Fix(Model):
     """The master series, and how many backport series there are from which release on."""
-    master: Series
+    master: Any  # core.series.Series
     backports: int
     backports_from: Optional[str]
 
@@ -202,18 +187,11 @@ class Body(Model):
     signers: list[str]  # "Name <email>"; none while the series carries the package's placeholder
 
 
-class SignOff(Model):
-    series: str
-    signers: list[str]
-    ready: bool
-    problems: list[str]
-
-
 class PrContext(Model):
     body: Body
-    signoff: list[SignOff]
+    signoff: list[Any]  # core.signoff.SignState, one per series
     fix: Optional[Fix]
-    series: list[Series]
+    series: list[Any]  # core.series.Series, newest first
     notice: bool  # the bundle carries downstream-notice.md
     matrix: Optional[Matrix]
     tests: Optional[Tests]
@@ -236,10 +214,10 @@ def load_context(bundle: Path) -> PrContext:
     matrix = _matrix(bundle, verdicts)
     reduce_path = bundle / "results" / "benchmarks" / "reduce_path.json"
     cost_run = ReducePath.load(reduce_path) if reduce_path.exists() else None
-    signoff = _signoff(bundle, series)
+    signoff = [sign_state(bundle / "patches" / s.name) for s in series]
     # The bundle's PR.md shows the kept run of the newest-upstream tree (``send`` renders its own run).
     newest = next((data for _, data in affected if data.graft), None)
-    ready = next((s.signers for s in signoff if s.series == "master" and s.ready), [])
+    ready = next((list(s.signers) for s in signoff if s.series == "master" and s.ready), [])
     return PrContext(body=body_context(newest, ready), signoff=signoff, fix=_fix(series), series=series,
                      notice=(bundle / "downstream-notice.md").exists(), matrix=matrix, tests=_tests(bundle, verdicts),
                      affected=affected_context(affected) if affected else None, alst=_alst(bundle, verdicts),
@@ -279,32 +257,8 @@ def cell_label(verdict: Verdict) -> str:
 
 
 def _series(bundle: Path) -> list[Series]:
-    from repro.harness.files import load_toml
-
     toml = bundle / "patches" / "series.toml"
-    manifest = load_toml(toml) if toml.exists() else {}
-    return [
-        Series(
-            name=s["name"], version=s["version"], min_version=s["min_version"], below_version=s["below_version"],
-            base_ref=s["base_ref"], base_commit=s["base_commit"], patches=[
-                PatchRef(subject=patch_subject(bundle / "patches" / s["name"] / p["file"]), role=p["role"],
-                         files=patch_files(bundle / "patches" / s["name"] / p["file"])) for p in s["patches"]
-            ]) for s in manifest.get("series", [])
-    ]
-
-
-def patch_files(path: Path) -> list[str]:
-    return re.findall(r"^diff --git a/(\S+) b/", path.read_text(errors="replace"), re.M) if path.exists() else []
-
-
-def _signoff(bundle: Path, series: list[Series]) -> list[SignOff]:
-    """Who signed each series off, and whether it can be sent (not while the placeholder signs it)."""
-    from patch_and_test.core.signoff import sign_state
-
-    states = [(s.name, sign_state(bundle / "patches" / s.name)) for s in series]
-    return [
-        SignOff(series=n, signers=list(st.signers), ready=st.ready, problems=list(st.problems)) for n, st in states
-    ]
+    return list(reversed(load_manifest(toml).series)) if toml.exists() else []
 
 
 def _counts(results: list, test_class: str, phase: str) -> Counts | None:
@@ -370,7 +324,7 @@ def _fix(series: list[Series]) -> Fix | None:
         return None
     backports = [s for s in series if s.name != "master"]
     return Fix(master=master, backports=len(backports),
-               backports_from=min(s.min_version for s in backports) if backports else None)
+               backports_from=format_version(min(s.min_version for s in backports)) if backports else None)
 
 
 def affected_results(root: Path) -> list[tuple[str, AffectedVerdict]]:

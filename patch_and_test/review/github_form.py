@@ -12,7 +12,7 @@ from pathlib import Path
 
 from patch_and_test.core import errors
 from patch_and_test.core.gitrun import git, git_out
-from patch_and_test.core.series import Series, apply_series, commit_patches, differences_from_git_am, patch_subject
+from patch_and_test.core.series import Series, apply_series, commit_patches, differences_from_git_am
 from patch_and_test.core.source import (FIXED_IDENTITY, NEWEST_UPSTREAM, build_graft, from_series_base,
                                         load_newest_upstream)
 
@@ -43,7 +43,7 @@ def _texts(bundle: Path, series: Series) -> dict[str, str]:
     pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
     first = pr.partition("\n")[0]
     # PR.md's title (review.context.TITLE); a PR.md without one: the series' first patch's subject
-    title = first[2:] if first.startswith("# ") else patch_subject(series.patches[0].path)
+    title = first[2:] if first.startswith("# ") else series.patches[0].subject
     body = pr_body(pr)
     return {"pr-title.txt": title + "\n", "squash-message.txt": f"{title}\n\n{body.rstrip()}\n", "pr-body.md": body}
 

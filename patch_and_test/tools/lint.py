@@ -32,13 +32,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from patch_and_test.core import errors
 from patch_and_test.core import pins
 from patch_and_test.core import source
 from patch_and_test.core.signoff import check_signoff
-from patch_and_test.core.series import Manifest, Series, apply_series, load_manifest, parse_version, series_for_tree
+from patch_and_test.core.series import (Manifest, Series, apply_series, load_manifest, parse_version, series_for_tree,
+                                        touched_files)
 
 TOOLS = {name: pins.version(name) for name in ("yapf", "flake8", "codespell")}  # requirements/pins.txt
 DEFAULT_YAPF_STYLE = "{based_on_style: pep8, column_limit: 119}"
@@ -81,23 +80,10 @@ def _tool(name: str) -> tuple[str, ...]:
             f"{name} is not installed: pip install {' '.join(f'{t}=={v}' for t, v in TOOLS.items())}")
     out = subprocess.run([exe, "--version"], capture_output=True, text=True)
     found = re.search(r"\d+\.\d+\.\d+", out.stdout + out.stderr)
-    if not found or _version(found[0]) != _version(TOOLS[name]):
+    if not found or found[0] != TOOLS[name]:
         raise errors.BadInput(f"{name} {found[0] if found else '?'} found at {exe}; DeepSpeed's rules need "
                               f"{name}=={TOOLS[name]}")
     return (exe, )
-
-
-def _version(text: str) -> Version | None:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
-
-
-def touched_files(series: Series, patch_files: list[Path] | None = None) -> list[str]:
-    patches = patch_files if patch_files is not None else [p.path for p in series.patches]
-    found = (match[1] for patch in patches for match in re.finditer(r"^\+\+\+ b/(.+)$", patch.read_text(), re.M))
-    return list(dict.fromkeys(found))  # each path once, in the order the patches first touch it
 
 
 def _hook_excludes(tree: Path | None, hook: str, rel: str) -> bool:
@@ -203,7 +189,7 @@ def run_tools(tree: Path, files: list[str]) -> list[Finding]:
 def lint_series(series: Series, tree: source.SourceTree) -> LintedSeries:
     result = apply_series(tree.path, series)
     linted = [p.path for p in series.patches if p.file in result.applied]
-    files = touched_files(series, linted)
+    files = touched_files(*linted)
     findings = run_tools(tree.path, files)
     for patch in series.patches:
         findings += [Finding(patch.file, "dco", why) for why in check_signoff(patch.path)]
