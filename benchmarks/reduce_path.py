@@ -1,15 +1,7 @@
 #!/usr/bin/env python
-"""What the sp fix costs on ZeRO-3's reduce path, and what it does to the numerics.
-
-Times ``__avg_scatter_grads`` of the installed DeepSpeed ("before") against the fix ("divisor", the fix patch
-of the series that serves the installed release) and every ``--patch NAME=FILE`` (e.g. the "rescale" form)
-inside a real ZeRO-3 engine's backward (2 ranks, sp=2), and compares each path's partition with a float64
-oracle as ULP errors in bf16, fp16 and fp32 (several sp/dp layouts). Releases before 0.17: timing only
-(``--skip-numerics``). Method: docs/code/benchmarks.md.
-
-Target: after/before <= 1.02 on the many-small-parameters case for the fix. Writes results/benchmarks/
-reduce_path.json and reduce_path.md (or ``--out``), both naming the tree they ran on; the last line printed
-is ``after/before = R``.
+"""What the sp fix costs on ZeRO-3's reduce path (``__avg_scatter_grads`` before/after in a real engine) and its
+ULP errors against a float64 oracle. Target: after/before <= 1.02 on many small parameters; writes
+results/benchmarks/reduce_path.json and .md, last line ``after/before = R``. Method: docs/code/benchmarks.md.
 """
 
 from __future__ import annotations
