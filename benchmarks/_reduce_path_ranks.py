@@ -191,19 +191,14 @@ def _gather(obj) -> list:
     return out
 
 
-def _engine(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, overrides: dict):
-    import deepspeed
-
-    model = ProbeModel(specs)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=ds_config(zero, **overrides))
-    return engine
-
-
 def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: str, ctx: RankContext, method: str,
                   make_hook: Callable) -> None:
     """One engine's forward and backward with its optimizer's ``method`` wrapped by ``make_hook(engine)``."""
-    engine = _engine(specs, zero, mpu, precision_overrides(dtype))
+    import deepspeed
+
+    model = ProbeModel(specs)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.0), mpu=mpu,
+                                      config=ds_config(zero, **precision_overrides(dtype)))
     try:
         _wrap(engine.optimizer, method, make_hook(engine))
         loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
