@@ -22,10 +22,9 @@ from patch_and_test.review.benchmark_reports import Environment, ResultFile, Tar
 def timed_run(python: str, script: Path, *argv: str, timeout: float = 900) -> Timed:
     start = time.monotonic()
     proc = subprocess.run([python, str(script), *argv], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    wall = time.monotonic() - start
-    notes = sum("during teardown" in line for line in proc.stderr.splitlines())
-    return Timed(argv=[str(script.name), *argv], returncode=proc.returncode, wall_s=round(wall, 3),
-                 teardown_notes=notes, stderr_tail=proc.stderr[-2000:])
+    return Timed(argv=[str(script.name), *argv], returncode=proc.returncode, wall_s=round(time.monotonic() - start, 3),
+                 teardown_notes=sum("during teardown" in line for line in proc.stderr.splitlines()),
+                 stderr_tail=proc.stderr[-2000:])
 
 
 def environment(python: str) -> Environment:
@@ -39,7 +38,7 @@ def environment(python: str) -> Environment:
 
 
 def _machine_prefixes() -> list[tuple[str, str]]:
-    """This machine's folders a result could name -> what a kept result says instead, longest first."""
+    """This machine's folders -> what a kept result says instead, longest first."""
     names = {str(Path.home()): "~", sys.base_prefix: "<python>", sys.prefix: "<python>"}
     for python in {sys.executable, default_python()}:
         for exe in (Path(python), Path(python).resolve()):  # the interpreter's venv, and what it links to
@@ -49,8 +48,7 @@ def _machine_prefixes() -> list[tuple[str, str]]:
 
 
 def portable(value: Any, prefixes: list[tuple[str, str]] | None = None) -> Any:
-    """The value with this machine's folders (the checkout, the interpreters, home) replaced by "." /
-    "<python>" / "~": a kept result names versions (environment()), not where things were."""
+    """The value with this machine's folders replaced by "." / "<python>" / "~" (a kept result names versions)."""
     prefixes = _machine_prefixes() if prefixes is None else prefixes
     if isinstance(value, dict):
         return {k: portable(v, prefixes) for k, v in value.items()}

@@ -1,6 +1,5 @@
-"""Rank side of benchmarks/reduce_path.py: what each rank of a timing or numerics launch does.
-
-How the implementations are loaded and what each phase measures: docs/code/benchmarks.md.
+"""Rank side of benchmarks/reduce_path.py (timing and numerics launches) and its numerics: designed inputs, ULP
+errors against the float64 oracle. Method: docs/code/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from typing import Callable
 
 import torch
 
-import _numerics as num
 from repro.harness.launch import RankContext, RankResult
 from repro.harness.engine import destroy_engine, ds_config, mangled_name
 from repro.gradscale.model import ProbeModel, rank_inputs
@@ -32,11 +30,108 @@ from repro.harness.topology import build_mpu
 
 AVG, CONTIGUOUS = ReducePath.AVG_SCATTER.value, ReducePath.CONTIGUOUS.value  # ZeRO-3's two reduce methods
 
+# dtype -> (explicit mantissa bits, smallest normal exponent)
+FORMATS = {torch.float32: (23, -126), torch.bfloat16: (7, -126), torch.float16: (10, -14)}
+BITS_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+# Input kinds. "exact": per element an exponent shared by all ranks and a small integer per rank, so that every
+# partial sum over <= 16 ranks is exact in bf16, fp16 and fp32 (as is a division by a power of two).
+KINDS = ("exact", "random", "small")
+_EXACT_MAX_INT = 15
+_EXACT_EXPONENTS = range(-6, 3)
+
+
+def ulp_of(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of ``dtype`` at each element of ``reference`` (float64), exactly."""
+    mantissa_bits, emin = FORMATS[dtype]
+    ref = reference.double().abs()
+    _, exponent = torch.frexp(ref)  # ref = m * 2**exponent, m in [0.5, 1): floor(log2 ref) = exponent - 1
+    floor_log2 = torch.where(ref > 0, exponent.double() - 1, torch.full_like(ref, emin))
+    return torch.exp2(floor_log2.clamp(min=emin) - mantissa_bits)
+
+
+def ulp_error(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (value.double() - reference.double()).abs() / ulp_of(reference, dtype)
+
+
+def rank_gradient(kind: str, numel: int, rank: int, param_index: int, dtype: torch.dtype,
+                  seed: int = 8692) -> torch.Tensor:
+    if kind not in KINDS:
+        raise ValueError(f"unknown input kind {kind!r}; one of {KINDS}")
+    own = torch.Generator().manual_seed(seed * 1_000_003 + param_index * 1009 + rank)
+    if kind == "exact":
+        shared = torch.Generator().manual_seed(seed * 1_000_003 + param_index * 1009 + 999)  # same on every rank
+        exps = torch.randint(min(_EXACT_EXPONENTS), max(_EXACT_EXPONENTS) + 1, (numel, ), generator=shared)
+        ints = torch.randint(-_EXACT_MAX_INT, _EXACT_MAX_INT + 1, (numel, ), generator=own)
+        values = ints.double() * torch.exp2(exps.double())
+    else:
+        values = torch.randn(numel, generator=own, dtype=torch.float64)
+        if kind == "small":
+            values = values * 2.0**-12
+    return values.to(dtype).double()  # rounded to dtype and back: what a rank can hold in that format
+
+
+def partition_slice(numel: int, world_size: int, rank: int) -> tuple[int, int]:
+    """[start, end) of ``rank``'s ZeRO-3 partition (ceil chunks)."""
+    chunk = -(-numel // world_size)
+    start = min(rank * chunk, numel)
+    return start, min(start + chunk, numel)
+
+
+@dataclasses.dataclass
+class ErrorStats:
+    """ULP errors of one path against the oracle, mergeable across ranks; max/mean over the oracle's non-zeros."""
+
+    n: int = 0
+    n_exact: int = 0  # equal to the oracle
+    n_rounded: int = 0  # within 0.5 ULP: the oracle correctly rounded (0 where the oracle is 0)
+    n_nonzero: int = 0
+    n_zero_missed: int = 0  # oracle 0, path not
+    max_ulp: float = 0.0
+    sum_ulp: float = 0.0
+    scale_samples: list = dataclasses.field(default_factory=list)  # median output / oracle, one per call
+
+    def add(self, value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> None:
+        value, reference = value.double(), reference.double()
+        zero = reference == 0
+        err = ulp_error(value[~zero], reference[~zero], dtype)
+        self.n += value.numel()
+        self.n_exact += int((value == reference).sum())
+        self.n_nonzero += err.numel()
+        self.n_rounded += int((err <= 0.5).sum()) + int((value[zero] == 0).sum())
+        self.n_zero_missed += int((value[zero] != 0).sum())
+        if err.numel():
+            self.max_ulp = max(self.max_ulp, float(err.max()))
+            self.sum_ulp += float(err.sum())
+            self.scale_samples.append(float((value[~zero] / reference[~zero]).median()))
+
+    def merge(self, other: ErrorStats) -> None:
+        for f in ("n", "n_exact", "n_rounded", "n_nonzero", "n_zero_missed", "sum_ulp"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        self.max_ulp = max(self.max_ulp, other.max_ulp)
+        self.scale_samples.extend(other.scale_samples)
+
+    def summary(self) -> dict:
+        scales = sorted(self.scale_samples)
+        return dict(elements=self.n, max_ulp=self.max_ulp,
+                    mean_ulp=self.sum_ulp / self.n_nonzero if self.n_nonzero else 0.0,
+                    exact_fraction=self.n_exact / self.n if self.n else 0.0,
+                    correctly_rounded_fraction=self.n_rounded / self.n if self.n else 0.0,
+                    zero_oracle=self.n - self.n_nonzero, zero_oracle_missed=self.n_zero_missed,
+                    scale=scales[len(scales) // 2] if scales else None)
+
+
+def bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor], dtype: torch.dtype) -> bool:
+    """Same bits in ``dtype`` (the reduction's format: both outputs come from it, so the cast is exact)."""
+    if len(a) != len(b):
+        return False
+    view = BITS_VIEW[dtype]
+    return all(x.numel() == y.numel() and torch.equal(x.to(dtype).view(view),
+                                                      y.to(dtype).view(view)) for x, y in zip(a, b))
+
 
 @dataclasses.dataclass(frozen=True)
 class Impl:
-    """The two reduce methods of one implementation, as plain functions of (optimizer, ...)."""
-
     avg_scatter: Callable
     contiguous: Callable
 
@@ -66,8 +161,7 @@ def load_impls(spec: dict[str, str]) -> dict[str, Impl]:
 
 
 def _with_dtype(method: Callable) -> Callable:
-    """``method(opt, first, comm_dtype)`` whatever the release: before 0.17 these methods took no dtype (the
-    optimizer's ``communication_data_type`` was used)."""
+    """``method(opt, first, comm_dtype)`` whatever the release: before 0.17 these methods took no dtype."""
     inner = method
     while not isinstance(inspect.signature(inner).parameters.get("self"), inspect.Parameter):
         # DeepSpeed's instrument_w_nvtx wraps without functools.wraps: the method is in its closure
@@ -79,15 +173,13 @@ def _with_dtype(method: Callable) -> Callable:
 
 def _load_module(path: Path, name: str) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def _sync() -> None:
     from deepspeed.accelerator import get_accelerator
-
     get_accelerator().synchronize()
 
 
@@ -99,20 +191,14 @@ def _gather(obj) -> list:
     return out
 
 
-def _engine(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, overrides: dict):
+def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: str, ctx: RankContext, method: str,
+                  make_hook: Callable) -> None:
+    """One engine's forward and backward with its optimizer's ``method`` wrapped by ``make_hook(engine)``."""
     import deepspeed
 
     model = ProbeModel(specs)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=ds_config(zero, **overrides))
-    return engine
-
-
-def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: str, ctx: RankContext, method: str,
-                  make_hook: Callable) -> None:
-    """One engine: wrap its optimizer's ``method`` with ``make_hook(engine)`` (see _wrap), run one forward and
-    backward on this rank's inputs, then destroy the engine whatever happened."""
-    engine = _engine(specs, zero, mpu, precision_overrides(dtype))
+    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.0), mpu=mpu,
+                                      config=ds_config(zero, **precision_overrides(dtype)))
     try:
         _wrap(engine.optimizer, method, make_hook(engine))
         loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
@@ -125,16 +211,11 @@ def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: st
 
 def precision_overrides(dtype: str) -> dict:
     """DeepSpeed config for one precision setting (names as in --dtypes; what each means: docs/code/benchmarks.md)."""
-    if dtype == "fp32":
-        return {}
-    if dtype == "bf16-model":
-        return {"bf16": {"enabled": True}}
-    if dtype == "bf16":
-        return dict(bf16={"enabled": True}, seq_parallel_communication_data_type="bf16",
-                    communication_data_type="bf16")
-    if dtype == "fp16":
-        return {"seq_parallel_communication_data_type": "fp16", "communication_data_type": "fp16"}
-    raise ValueError(f"unknown precision setting {dtype!r}: fp32, bf16-model, bf16 or fp16")
+    comm = dict(seq_parallel_communication_data_type=dtype, communication_data_type=dtype)
+    table = {"fp32": {}, "bf16-model": {"bf16": {"enabled": True}}, "bf16": {"bf16": {"enabled": True}, **comm}}
+    if dtype not in (*table, "fp16"):
+        raise ValueError(f"unknown precision setting {dtype!r}: fp32, bf16-model, bf16 or fp16")
+    return table.get(dtype, comm)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,8 +267,7 @@ def _wrap(optimizer, method: str, before_original: Callable) -> None:
 
 def _clocked(call: Callable, *args) -> tuple[float, float]:
     """Wall and CPU seconds (this process, all threads) of ``call(*args)`` up to the device's synchronize."""
-    c0 = time.process_time()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     out = call(*args)
     _sync()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -215,7 +295,7 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     checks = _scale_checks(outputs, ctx.topology.sp, comm_dtype)
 
     times: dict[str, list[float]] = {n: [] for n in names}  # wall clock of the call on this rank
-    cpu: dict[str, list[float]] = {n: [] for n in names}  # CPU time of this process (all threads) during it
+    cpu: dict[str, list[float]] = {n: [] for n in names}  # CPU time of this process (all threads)
     gc.collect()
     gc.disable()
     try:
@@ -246,7 +326,7 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     world = dist.get_world_size(group=process_group)
     rank = dist.get_rank(group=process_group)
     partition_elements = sum(end - start
-                             for start, end in (num.partition_slice(p.grad.numel(), world, rank) for p in params))
+                             for start, end in (partition_slice(p.grad.numel(), world, rank) for p in params))
     per_rank = _gather(
         dict(times=times, cpu=cpu, allocations=allocations, partition_elements=partition_elements, isolated=isolated))
     # Per round: the step's time is its slowest rank's; the work done, all ranks' CPU time together.
@@ -264,9 +344,7 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
 
 
 def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype, scale: float, repeats: int) -> dict:
-    """The one thing the fix adds, alone: ``[g.mul(scale) for g in partitions]`` over this rank's
-    partitions of the bucket, in the communication dtype, timed with no collective around it
-    (a low-noise measure of the extra work; the full-call ratios above are the real cost)."""
+    """What the rescale form adds, alone and with no collective: ``[g.mul(scale) for g in partitions]``."""
     parts = [p.to(comm_dtype).contiguous() for p in partitions]
     wall, cpu = zip(*[_clocked(lambda: [g.mul(scale) for g in parts]) for _ in range(repeats)])
     return dict(wall_median_s=statistics.median(wall), cpu_median_s=statistics.median(cpu), repeats=repeats,
@@ -285,14 +363,13 @@ def _scale_checks(outputs: dict[str, list[torch.Tensor]], sp: int, comm_dtype: t
                 nonzero = ref.abs() > 0
                 checks[f"{n}/before"] = float((mine[nonzero] / ref[nonzero]).median()) if bool(nonzero.any()) else None
     for a, b in itertools.combinations(names, 2):
-        checks[f"{a}=={b} bitwise"] = num.bitwise_equal(outputs[a], outputs[b], comm_dtype)
+        checks[f"{a}=={b} bitwise"] = bitwise_equal(outputs[a], outputs[b], comm_dtype)
     checks["expected_ratio"] = float(sp)
     return checks
 
 
 def _allocations(call: Callable, restore: Callable, ctx: RankContext) -> dict:
-    """Bytes the call allocates: CUDA caching-allocator counters on GPU; on CPU the profiler's
-    memory events (each op's own allocations, profile_memory=True), with the running sum's peak."""
+    """Bytes the call allocates: CUDA allocator counters on GPU, else the profiler's memory events and their peak."""
     from deepspeed import comm as dist
 
     restore()
@@ -384,7 +461,7 @@ def _numerics_bucket(opt, buffer, comm_dtype: torch.dtype, impls: dict[str, Impl
     per_kind = {}
     for kind in plan.kinds:
         local = {
-            pid: [num.rank_gradient(kind, g.numel(), r, index[pid], comm_dtype) for r in range(world)]
+            pid: [rank_gradient(kind, g.numel(), r, index[pid], comm_dtype) for r in range(world)]
             for pid, g in grads.items()
         }
         oracle = {pid: expected_gradient(ls, ctx.topology) for pid, ls in local.items()}
@@ -402,17 +479,17 @@ def _numerics_bucket(opt, buffer, comm_dtype: torch.dtype, impls: dict[str, Impl
 
         stats, trimmed = {}, {}
         for path, (order, outs) in paths.items():
-            st = num.ErrorStats()
+            st = ErrorStats()
             by_param = {}
             for p, out in zip(order, outs):
-                start, end = num.partition_slice(grads[id(p)].numel(), world, rank)
+                start, end = partition_slice(grads[id(p)].numel(), world, rank)
                 value = out.detach().flatten()[:end - start].double().cpu()
                 st.add(value, oracle[id(p)][start:end], comm_dtype)
                 by_param[id(p)] = value
             stats[path] = st
             trimmed[path] = [by_param[id(p)] for p in params]
         pairs = itertools.combinations(trimmed, 2)
-        equal = {f"{a}=={b}": num.bitwise_equal(trimmed[a], trimmed[b], comm_dtype) for a, b in pairs}
+        equal = {f"{a}=={b}": bitwise_equal(trimmed[a], trimmed[b], comm_dtype) for a, b in pairs}
         per_kind[kind] = {"stats": stats, "bitwise": equal}
 
     for pid, g in grads.items():
@@ -432,7 +509,7 @@ def _merge_ranks(per_rank: list[list[dict]]) -> dict:
             views = [r["kinds"][kind] for r in seen]
             stats = {}
             for path in views[0]["stats"]:
-                st = num.ErrorStats()
+                st = ErrorStats()
                 for v in views:
                     st.merge(v["stats"][path])
                 stats[path] = st.summary()

@@ -1,10 +1,6 @@
 #!/usr/bin/env python
-"""Bundle reuse: the second ``zero3-sp bundle build`` without changes.
-
-Builds the bundle twice on the same results folder: the second must reuse every cell and take under 10% of the
-first (or of --first-run-s, when the first itself only reused). Writes results/benchmarks/bundle_reuse.json.
-
-More: docs/code/benchmarks.md
+"""Bundle reuse: a second ``zero3-sp bundle build`` without changes reuses every cell in < 10% of the first's
+time (or of --first-run-s). Writes results/benchmarks/bundle_reuse.json.
 """
 
 from __future__ import annotations

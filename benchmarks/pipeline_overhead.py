@@ -1,12 +1,6 @@
 #!/usr/bin/env python
-"""Pipeline overhead: a warm ``zero3-sp run`` against its own reproducer launches.
-
-Runs the whole job for one release (no parity audit, no ALST step) with its caches warm (``--warm-up`` fills them
-first); the job's verdict times its four reproducer launches. Target: total / launches <= 2.0. Writes
-results/benchmarks/pipeline_overhead.json, the run's verdict beside it. Installs DeepSpeed into the interpreter
-it runs in (the patched build stays).
-
-More: docs/code/benchmarks.md
+"""Pipeline overhead: a warm ``zero3-sp run`` (no audit) against its four reproducer launches, target
+total/launches <= 2.0. Writes results/benchmarks/pipeline_overhead.json; installs DeepSpeed into this interpreter.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 #!/usr/bin/env python
-"""What the sp fix costs on ZeRO-3's reduce path, and what it does to the numerics.
-
-Times ``__avg_scatter_grads`` of the installed DeepSpeed ("before") against the fix ("divisor", the fix patch
-of the series that serves the installed release) and every ``--patch NAME=FILE`` (e.g. the "rescale" form)
-inside a real ZeRO-3 engine's backward (2 ranks, sp=2), and compares each path's partition with a float64
-oracle as ULP errors in bf16, fp16 and fp32 (several sp/dp layouts). Releases before 0.17: timing only
-(``--skip-numerics``). Method: docs/code/benchmarks.md.
-
-Target: after/before <= 1.02 on the many-small-parameters case for the fix. Writes results/benchmarks/
-reduce_path.json and reduce_path.md (or ``--out``), both naming the tree they ran on; the last line printed
-is ``after/before = R``.
+"""What the sp fix costs on ZeRO-3's reduce path (``__avg_scatter_grads`` before/after in a real engine) and its
+ULP errors against a float64 oracle. Target: after/before <= 1.02 on many small parameters; writes
+results/benchmarks/reduce_path.json and .md, last line ``after/before = R``. Method: docs/code/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -25,13 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for _p in (str(ROOT), str(HERE)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-from _common import RESULTS, default_python, environment, write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, ROOT, default_python, environment, write_result  # noqa: E402
 from patch_and_test.review.benchmark_reports import (  # noqa: E402
     Bucket, LaunchInfo, NumericsLaunch, ReducePath, Spread, TimingLaunch)
 from patch_and_test.core.series import series_for_version  # noqa: E402
@@ -139,13 +126,11 @@ def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[
 def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls: dict[str, str], out: Path,
                extra: list[str], timeout: float) -> TimingLaunch | NumericsLaunch | None:
     """One launch; its report (also left in ``out``), or None when it failed (the reason printed)."""
+    flags = dict(phase=phase, world_size=world, sp=sp, backend=backend, json=out, timeout=timeout)
     argv = [python, str(Path(__file__).resolve())]
-    argv += ["--phase", phase, "--world-size", str(world), "--sp", str(sp), "--backend", backend]
-    argv += ["--json", str(out), "--timeout", str(timeout), *extra]
-    for name, path in impls.items():
-        argv += ["--impl", f"{name}={path}"]
-    load = os.getloadavg()
-    start = time.monotonic()
+    argv += [x for k, v in flags.items() for x in ("--" + k.replace("_", "-"), str(v))] + extra
+    argv += [a for name, path in impls.items() for a in ("--impl", f"{name}={path}")]
+    load, start = os.getloadavg(), time.monotonic()
     # The ranks' folders live under this run's own folder: another job's /tmp cleanup cannot pull them away.
     env = dict(os.environ, TMPDIR=str(out.parent))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -172,11 +157,7 @@ def _quantiles(values: list[float]) -> dict:
 
 
 def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
-    """Pool every launch's rounds per (case, dtype); ratios are paired per round (same round).
-
-    wall: per round, the slowest rank's wall time of the call. cpu: per round, the CPU time all
-    ranks spent in it (every thread of each rank process).
-    """
+    """Pool every launch's rounds per (case, dtype); ratios paired per round (wall: slowest rank; cpu: all ranks)."""
     others = [n for n in impl_names if n != "before"]
     rows: dict = {}
     for launch in launches:
@@ -187,7 +168,7 @@ def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
                 per_launch = {m: {n: [] for n in others} for m in METRICS}
                 rows[key] = dict(case=case["case"], dtype=case["dtype"], params=case["params"],
                                  numel_each=case["numel_each"], buckets=len(case["buckets"]), series=series,
-                                 per_launch=per_launch, allocations=[], checks=[])
+                                 per_launch=per_launch, allocations=[], checks=[], isolated=[], isolated_cpu=[])
             row = rows[key]
             bucket = max(case["buckets"], key=lambda b: b["bucket_elements"])
             for metric, field in METRICS.items():
@@ -198,8 +179,8 @@ def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
                     row["per_launch"][metric][n].append(statistics.median(st[n]) / statistics.median(st["before"]))
             row["allocations"].append(bucket["allocations"][0])
             row["checks"].append(bucket["checks"])
-            row.setdefault("isolated", []).append(max(r["wall_median_s"] for r in bucket["isolated_post_scale"]))
-            row.setdefault("isolated_cpu", []).append(sum(r["cpu_median_s"] for r in bucket["isolated_post_scale"]))
+            row["isolated"].append(max(r["wall_median_s"] for r in bucket["isolated_post_scale"]))
+            row["isolated_cpu"].append(sum(r["cpu_median_s"] for r in bucket["isolated_post_scale"]))
             row["bucket"] = {k: bucket[k] for k in Bucket.model_fields}
             row["partition_elements_rank0"] = bucket["partition_elements"][0]
     return [_summarize_row(row, impl_names, others) for row in rows.values()]
@@ -233,13 +214,7 @@ def _summarize_row(row: dict, impl_names: list[str], others: list[str]) -> dict:
     scale_runs = b["sequence_parallel_size"] != 1
     alloc0 = row["allocations"][0]
     before = alloc0["before"]
-    summary["bytes_rank0"] = {}
-    for n in impl_names:
-        a = alloc0[n]
-        summary["bytes_rank0"][n] = dict(allocated=a["bytes"], allocating_events=a["count"], peak=a["peak_bytes"],
-                                         extra_vs_before=a["bytes"] - before["bytes"],
-                                         extra_events_vs_before=a["count"] - before["count"],
-                                         extra_peak_vs_before=a["peak_bytes"] - before["peak_bytes"])
+    summary["bytes_rank0"] = {n: _bytes(alloc0[n], before) for n in impl_names}
     summary["bytes_method"] = before["method"]
     summary["analytic_extra_bytes_rank0"] = dict(
         rescale=row["partition_elements_rank0"] * b["itemsize"] if scale_runs else 0,
@@ -251,6 +226,12 @@ def _summarize_row(row: dict, impl_names: list[str], others: list[str]) -> dict:
     summary["checks"] = row["checks"][0]
     summary["checks_same_in_every_launch"] = all(c == row["checks"][0] for c in row["checks"])
     return summary
+
+
+def _bytes(a: dict, before: dict) -> dict:
+    return dict(allocated=a["bytes"], allocating_events=a["count"], peak=a["peak_bytes"],
+                extra_vs_before=a["bytes"] - before["bytes"], extra_events_vs_before=a["count"] - before["count"],
+                extra_peak_vs_before=a["peak_bytes"] - before["peak_bytes"])
 
 
 def _table(title: str, *head: str) -> list[str]:
@@ -498,12 +479,9 @@ def _run_info(waited: float) -> dict:
 
 
 def _run_line(info: dict) -> str:
-
-    def fmt(load) -> str:
-        return "/".join(f"{x:.2f}" for x in load) if load else "?"
-
-    return (f"Run {info['started']}; load average (1/5/15 min) at start {fmt(info['load_average_at_start'])}, "
-            f"at end {fmt(info.get('load_average_at_end'))}; {os.cpu_count()} CPUs.")
+    start, end = ("/".join(f"{x:.2f}" for x in load) if load else "?"
+                  for load in (info["load_average_at_start"], info.get("load_average_at_end")))
+    return f"Run {info['started']}; load average (1/5/15 min) at start {start}, at end {end}; {os.cpu_count()} CPUs."
 
 
 def _wait_for_quiet(max_load: float | None, max_wait: float) -> float:

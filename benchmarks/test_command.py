@@ -1,14 +1,6 @@
 #!/usr/bin/env python
-"""The README's test command, timed as a new user meets it: cold (empty caches), then warm.
-
-Runs ``python -m tox -m tests`` twice in a fresh clone of HEAD, every package cache pointed at empty folders.
-
-    python benchmarks/test_command.py [--targets 900 600]
-
-Writes results/benchmarks/test_command.json (or --out); exit 0 when both runs pass and meet the targets (cold
-<= 900 s, warm <= 600 s on the 2-core machine the targets were set for).
-
-More: docs/code/benchmarks.md
+"""The README's test command (``python -m tox -m tests``) in a fresh clone of HEAD, timed cold (empty caches) then
+warm. Writes results/benchmarks/test_command.json; exit 0 when both pass within the targets (900 / 600 s).
 """
 
 from __future__ import annotations

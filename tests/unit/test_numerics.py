@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import _numerics as num  # noqa: E402
+import _reduce_path_ranks as num  # noqa: E402
 
 
 @pytest.mark.parametrize(
