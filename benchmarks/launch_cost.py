@@ -1,11 +1,6 @@
 #!/usr/bin/env python
-"""Launch cost: all six configurations in one launch vs a single configuration.
-
-Target: a warm launch of all six costs at most 1.5x a warm launch of one, measured side by side (alternating,
-after one warm-up launch of each). Writes results/benchmarks/launch_cost.json.
-
-More: docs/code/benchmarks.md
-"""
+"""Launch cost: a warm launch of all six configurations against one of a single configuration, alternating after
+one warm-up of each; target ratio <= 1.5. Writes results/benchmarks/launch_cost.json. More: docs/code/benchmarks.md"""
 
 from __future__ import annotations
 

@@ -1,21 +1,12 @@
 #!/usr/bin/env python
-"""Stress and faults: many launches of each reproducer, counted for false reds, hangs and leaks.
-
-First four faults (rank 1 SIGKILLed, SIGINT to the launcher, an unwritable --json, a 5 s deadline), each to end
-with its documented exit code; then 50 launches of each 2-rank reproducer, 20 at 4 ranks (sp=2 x dp=2) and 10
-under torchrun, each to give the --expect verdict and leave no process or /dev/shm segment behind.
-
-    python benchmarks/stress_repro.py [--launches 50 --four-rank 20 --torchrun 10] [--expect buggy]
-
-Writes results/benchmarks/stress_repro.json (or --out); exit 0 when there is no false red, hang or leak and
-every fault ended as documented.
-
-More: docs/code/benchmarks.md
-"""
+"""Stress and faults: four faults, each to end with its documented exit code, then many launches of each
+reproducer (2 ranks, 4 ranks sp=2 x dp=2, torchrun), counted for false reds, hangs and leaked processes or
+/dev/shm segments. Writes results/benchmarks/stress_repro.json (or --out). More: docs/code/benchmarks.md"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
@@ -30,6 +21,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from _common import ROOT, default_python, environment, write_result  # noqa: E402
 from patch_and_test.review.benchmark_reports import Counts, Fault, KindCounts, Launch, StressRepro  # noqa: E402
 from repro.gradscale.space import SCRIPTS  # noqa: E402
+from repro.harness.launch import kill_groups  # noqa: E402
 
 TAG_VAR = "ZERO3_SP_STRESS_TAG"
 REPRO = ROOT / "repro"
@@ -40,35 +32,23 @@ FAULTS = 4  # kill-rank, sigint-parent, unwritable-results, deadline
 
 
 def shm_segments() -> set[str]:
-    shm = Path("/dev/shm")
-    return {p.name for p in shm.glob("deepspeed_*")} if shm.is_dir() else set()
+    return {p.name for p in Path("/dev/shm").glob("deepspeed_*")}
 
 
-def tagged_processes(tag: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process whose environment carries ``tag``."""
-    found = []
+def tagged_processes(tag: str) -> dict[int, tuple[str, dict[str, str]]]:
+    """pid -> (command line, environment) of every live (not zombie) process whose environment carries ``tag``."""
+    found = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
         try:
-            if f"{TAG_VAR}={tag}".encode() not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            state = next((line.split()[1]
-                          for line in (entry / "status").read_text().splitlines() if line.startswith("State:")), "?")
+            env = dict(
+                i.decode(errors="replace").split("=", 1) for i in (entry / "environ").read_bytes().split(b"\0")
+                if b"=" in i) if entry.name.isdigit() else {}
+            if env.get(TAG_VAR) == tag and "\nState:\tZ" not in (entry / "status").read_text():
+                found[int(entry.name)] = ((entry / "cmdline").read_bytes().replace(
+                    b"\0", b" ").decode(errors="replace").strip(), env)
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        if state != "Z":
-            found.append((int(entry.name), cmd))
     return found
-
-
-def _env_of(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return {}
-    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
 
 
 def _new_shm(before: set[str], ports: set[str]) -> list[str]:
@@ -80,7 +60,7 @@ def leftovers(tag: str, shm_before: set[str], ports: set[str], grace_s: float = 
     """What a finished launch left behind, after a short grace for the kernel to reap."""
     end = time.monotonic() + grace_s
     while True:
-        procs = [f"{pid} {cmd[:120]}" for pid, cmd in tagged_processes(tag)]
+        procs = [f"{pid} {cmd[:120]}" for pid, (cmd, _) in tagged_processes(tag).items()]
         shm = _new_shm(shm_before, ports)
         if (not procs and not shm) or time.monotonic() > end:
             return procs, shm
@@ -89,11 +69,9 @@ def leftovers(tag: str, shm_before: set[str], ports: set[str], grace_s: float = 
 
 def _cleanup(tag: str, shm_new: list[str]) -> None:
     """Leave the machine as it was for the next launch (what leaked is already counted)."""
-    for pid, _ in tagged_processes(tag):
-        try:
+    for pid in tagged_processes(tag):
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
     for name in shm_new:
         Path("/dev/shm", name).unlink(missing_ok=True)
 
@@ -112,22 +90,21 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
 
     def watch() -> None:  # the ranks' MASTER_PORTs while they live: DeepSpeed names its /dev/shm segments after them
         while not stop.is_set():
-            ports.update({_env_of(pid).get("MASTER_PORT", "") for pid, _ in tagged_processes(tag)} - {""})
+            ports.update({env.get("MASTER_PORT", "") for _, env in tagged_processes(tag).values()} - {""})
             stop.wait(0.2)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    code: int | None = None
     try:
         if fault is not None:
             fault(proc, tag)
         _, err = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - start)))
-        code: int | None = proc.returncode
+        code = proc.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_groups([proc], grace_s=0)
         _, err = proc.communicate()
-        code = None
-    except BaseException:
-        # The stress loop itself stopped (Ctrl-C, SIGTERM): take this launch and its ranks down too.
+    except BaseException:  # the stress loop itself stopped (Ctrl-C, SIGTERM): this launch and its ranks go too
         stop.set()
         _cleanup(tag, _new_shm(shm_before, ports))
         raise
@@ -136,41 +113,27 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
     watcher.join()
     procs, shm = leftovers(tag, shm_before, ports)
     _cleanup(tag, shm)
-    script = next((Path(a).name for a in argv if a.endswith(".py")), "?")
-    aborts = sum("during teardown" in line for line in err.splitlines())
-    return Launch(kind=kind, script=script, exit_code=code, expected=expected, wall_s=round(wall, 2),
-                  leaked_processes=procs, leaked_shm=shm, teardown_aborts_absorbed=aborts, stderr_tail=err[-1500:])
-
-
-def _wait_for_ranks(proc: subprocess.Popen, tag: str, count: int, limit_s: float = 120.0) -> dict[int, int]:
-    """rank -> pid of the launch's ranks (tagged processes with a RANK, not the parent), once there are ``count``."""
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end and proc.poll() is None:
-        ranks = {}
-        for pid, _ in tagged_processes(tag):
-            env = _env_of(pid)
-            if pid != proc.pid and "RANK" in env and "LOCAL_RANK" in env:
-                ranks[int(env["RANK"])] = pid
-        if len(ranks) >= count:
-            return ranks
-        time.sleep(0.1)
-    return {}
+    return Launch(kind=kind, script=next((Path(a).name for a in argv if a.endswith(".py")), "?"), exit_code=code,
+                  expected=expected, wall_s=round(wall, 2), leaked_processes=procs, leaked_shm=shm,
+                  teardown_aborts_absorbed=sum("during teardown" in line
+                                               for line in err.splitlines()), stderr_tail=err[-1500:])
 
 
 def _wait_until_running(proc: subprocess.Popen, tag: str, limit_s: float = 240.0) -> dict[int, int]:
-    """The ranks, once rank 1's log shows DeepSpeed's engine up: the reproducer then builds one engine
-    per config and reduces its gradients, so a fault a moment later lands mid-run, among collectives."""
-    ranks = _wait_for_ranks(proc, tag, 2, limit_s)
-    if 1 not in ranks:
-        return ranks
-    try:
-        log = Path(os.readlink(f"/proc/{ranks[1]}/fd/1"))
-    except OSError:
-        return ranks
-    end = time.monotonic() + limit_s
+    """rank -> pid of the launch's ranks, once rank 1's log shows DeepSpeed's engine up: the reproducer then builds
+    one engine per config and reduces its gradients, so a fault a moment later lands mid-run, among collectives."""
+    end, ranks, log = time.monotonic() + limit_s, {}, None
     while time.monotonic() < end and proc.poll() is None:
+        if len(ranks) < 2:
+            ranks = {
+                int(env["RANK"]): pid
+                for pid, (_, env) in tagged_processes(tag).items()
+                if pid != proc.pid and "RANK" in env and "LOCAL_RANK" in env
+            }
         try:
-            if "DeepSpeed" in log.read_text(errors="replace"):
+            if log is None and len(ranks) >= 2 and 1 in ranks:
+                log = Path(os.readlink(f"/proc/{ranks[1]}/fd/1"))
+            if log is not None and "DeepSpeed" in log.read_text(errors="replace"):
                 time.sleep(1.0)
                 return ranks
         except OSError:
@@ -181,8 +144,7 @@ def _wait_until_running(proc: subprocess.Popen, tag: str, limit_s: float = 240.0
 
 def fault_kill_rank(proc: subprocess.Popen, tag: str) -> None:
     """SIGKILL rank 1 mid-run."""
-    ranks = _wait_until_running(proc, tag)
-    if 1 in ranks and proc.poll() is None:
+    if 1 in (ranks := _wait_until_running(proc, tag)) and proc.poll() is None:
         os.kill(ranks[1], signal.SIGKILL)
 
 
@@ -194,43 +156,43 @@ def fault_sigint(proc: subprocess.Popen, tag: str) -> None:
 
 
 def run_all(args, runs: list[Launch], fault_rows: list[Fault]) -> None:
-    """Every fault, then every launch; appends to ``runs`` and ``fault_rows`` as it goes."""
-    py = args.python
+    """Every fault (first: a stress run stopped early still has them), then every launch; appends as it goes."""
 
-    def record(run: Launch, label: str) -> None:
+    def record(run: Launch, label: str) -> Launch:
         runs.append(run)
-        state = "hung" if run.exit_code is None else f"exit {run.exit_code}"
         extra = (f"; leaked {len(run.leaked_processes)} process(es), {len(run.leaked_shm)} shm segment(s)"
                  if run.leaked_processes or run.leaked_shm else "")
-        print(f"{label}: {state} (expected {run.expected}), {run.wall_s} s{extra}", flush=True)
+        print(
+            f"{label}: {'hung' if run.exit_code is None else f'exit {run.exit_code}'} (expected {run.expected}), "
+            f"{run.wall_s} s{extra}", flush=True)
+        return run
 
     expect = ["--expect", args.expect, "--backend", "gloo"]
-    # The faults first (about a minute): a stress run stopped early still has them.
-    base = [py, str(REPRO / TWO_RANK[0]), *expect]
-    faults = [
-        ("kill-rank", launch("kill-rank", base, 2, fault=fault_kill_rank), "rank 1"),
-        ("sigint-parent", launch("sigint-parent", base, 130, fault=fault_sigint), "interrupted"),
-        ("unwritable-results", launch("unwritable-results", [*base, "--json", "/dev/null/stress/out.json"],
-                                      2), "error: cannot write the results file"),
-        ("deadline", launch("deadline", [*base, "--timeout", "5"], 2), "deadline of 5 s exceeded"),
-    ]
-    for name, run, needle in faults:
-        record(run, f"fault {name}")
-        handled = run.ok and needle in run.stderr_tail and run.wall_s < DEADLINE_S
+    base = [args.python, str(REPRO / TWO_RANK[0]), *expect]
+    for name, argv, code, fault, needle in (
+        ("kill-rank", base, 2, fault_kill_rank, "rank 1"),
+        ("sigint-parent", base, 130, fault_sigint, "interrupted"),
+        ("unwritable-results", [*base, "--json",
+                                "/dev/null/stress/out.json"], 2, None, "error: cannot write the results file"),
+        ("deadline", [*base, "--timeout", "5"], 2, None, "deadline of 5 s exceeded"),
+    ):
+        run = record(launch(name, argv, code, fault=fault), f"fault {name}")
         fault_rows.append(
-            Fault(fault=name, handled=handled, expected_exit=run.expected, exit=run.exit_code, wall_s=run.wall_s,
-                  message_has=needle, leaked_processes=run.leaked_processes, leaked_shm=run.leaked_shm,
+            Fault(fault=name, handled=run.ok and needle in run.stderr_tail and run.wall_s < DEADLINE_S,
+                  expected_exit=code, exit=run.exit_code, wall_s=run.wall_s, message_has=needle,
+                  leaked_processes=run.leaked_processes, leaked_shm=run.leaked_shm,
                   stderr_tail=run.stderr_tail[-400:]))
-    # Interleaved, so that a run stopped early has launches of every kind.
     four = [*base[:2], "--world-size", "4", "--sp", "2", *expect]
-    torchrun = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *base[1:]]
-    for kind, argv, label in schedule(args.launches, args.four_rank, args.torchrun, py, expect, four, torchrun):
+    torchrun = [args.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *base[1:]]
+    for kind, argv, label in schedule(args.launches, args.four_rank, args.torchrun, args.python, expect, four,
+                                      torchrun):
         record(launch(kind, argv, 0), label)
 
 
 def schedule(launches: int, four_rank: int, torchrun: int, py: str, expect: list[str], four: list[str],
              torchrun_argv: list[str]) -> list[tuple[str, list[str], str]]:
-    """Each 2-rank reproducer ``launches`` times, with the 4-rank and torchrun launches spread among them."""
+    """Each 2-rank reproducer ``launches`` times, the 4-rank and torchrun launches spread among them (interleaved:
+    a run stopped early has launches of every kind)."""
     rounds = max(launches, four_rank, torchrun)
     out = []
     for i in range(rounds):

@@ -1,5 +1,5 @@
 """Start the ranks of a reproducer (local launch) or join those an external launcher (torchrun, deepspeed)
-started: one rank program, one deadline, every rank torn down, the failing rank named."""
+started: one rank program, one deadline, every rank's process group torn down, the first failing rank named."""
 
 from __future__ import annotations
 
@@ -22,16 +22,18 @@ from typing import Callable
 
 from repro.harness.cli import EXIT_DOES_NOT_HOLD, EXIT_ERROR, EXIT_HOLDS, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs
 from repro.harness.env import dist_version, rank_environment
-from repro.harness.topology import Topology
 from repro.harness.files import write_json
+from repro.harness.topology import Topology
 
+# Not torch.distributed.elastic's start_processes: its wait() stops every rank at the first nonzero exit (1 and 77
+# are verdicts here) and orders failures by whole-second timestamps (a rank 0 "Connection closed" ties rank 1's
+# cause); it leaves the children of an exited rank running.
 CHILD_DIR_VAR = "REPRO_LAUNCH_DIR"  # set by the parent for each child: where its status file goes
 # The launch's deadline (time.time()), for the ranks' watchdogs; the parent waits _REPORT_GRACE_S longer.
 DEADLINE_VAR = "REPRO_LAUNCH_DEADLINE"
 _REPORT_GRACE_S = 5.0
 _REPORT_FILE = "report.json"
-_POLL_S = 0.05
-_KILL_GRACE_S = 3.0
+_STARTED = time.monotonic()
 
 
 class SkipRank(Exception):
@@ -91,7 +93,6 @@ class RankResult:
 RankProgram = Callable[[RankContext], RankResult]
 # Called once per launch with rank 0's report and the wall time: by the parent, or by rank 0 under torchrun.
 ReportSink = Callable[[dict, float], None]
-_STARTED = time.monotonic()
 
 
 def external_launcher_env() -> bool:
@@ -123,48 +124,62 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> 
     store = tdist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                            timeout=timedelta(seconds=args.timeout))
     workdir = Path(tempfile.mkdtemp(prefix="repro-launch-"))
-    script = Path(rank_argv[0]).resolve()
-    children: list[_Child] = []
+    n = str(args.world_size)
+    env = dict(os.environ, **rank_environment(args.backend, args.world_size, args.world_size), WORLD_SIZE=n,
+               LOCAL_WORLD_SIZE=n, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), **{
+                   CHILD_DIR_VAR: str(workdir),
+                   DEADLINE_VAR: f"{time.time() + args.timeout:.3f}"
+               })
     deadline = time.monotonic() + args.timeout + _REPORT_GRACE_S
-    rank_deadline = f"{time.time() + args.timeout:.3f}"
+    children: list[_Child] = []
     try:
         for rank in range(args.world_size):
-            env = dict(os.environ, **rank_environment(args.backend, args.world_size, args.world_size), RANK=str(rank),
-                       LOCAL_RANK=str(rank), WORLD_SIZE=str(args.world_size), LOCAL_WORLD_SIZE=str(args.world_size),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port))
-            env.update({CHILD_DIR_VAR: str(workdir), DEADLINE_VAR: rank_deadline})
             log = workdir / f"rank{rank}.log"
-            with open(log, "wb") as out:
-                proc = subprocess.Popen([sys.executable, str(script), *rank_argv[1:]], env=env, stdout=out,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            with open(log, "wb") as out:  # its own session: kill_groups takes the rank and its children down
+                proc = subprocess.Popen(
+                    [sys.executable, str(Path(rank_argv[0]).resolve()), *rank_argv[1:]], env=env | {
+                        "RANK": str(rank),
+                        "LOCAL_RANK": str(rank)
+                    }, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             children.append(_Child(rank, proc, log))
         try:
             code = _wait(children, workdir, deadline, args)
-        except KeyboardInterrupt:
-            # The ranks run in their own sessions and never see the terminal's SIGINT: stop them here.
-            _kill_all(children)
+        except KeyboardInterrupt:  # the ranks' own sessions never see the terminal's SIGINT: stop them here
+            kill_groups([c.proc for c in children])
             print(f"interrupted: stopped ranks {[c.rank for c in children]}", file=sys.stderr, flush=True)
             return EXIT_INTERRUPTED
-        report = workdir / _REPORT_FILE
         if code in (EXIT_HOLDS, EXIT_DOES_NOT_HOLD):
-            if not report.exists():
+            if not (workdir / _REPORT_FILE).exists():
                 print("error: rank 0 finished without writing its report", file=sys.stderr)
                 return EXIT_ERROR
-            sink(json.loads(report.read_text()), time.monotonic() - _STARTED)
+            sink(json.loads((workdir / _REPORT_FILE).read_text()), time.monotonic() - _STARTED)
         return code
     finally:
-        _kill_all(children)
+        kill_groups([c.proc for c in children])
         remove_shm_buffers("127.0.0.1", store.port)
         del store
         if not args.keep_logs:
             shutil.rmtree(workdir)
 
 
+def kill_groups(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
+    """SIGTERM the process group of each live process (started with start_new_session), SIGKILL every group after
+    ``grace_s``: the processes and their children (compiler jobs) all go."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        for proc in procs:
+            if sig == signal.SIGKILL or proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, sig)
+        end = time.monotonic() + wait_s
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, end - time.monotonic()))
+
+
 def remove_shm_buffers(addr: str, port: int | str, rank: int | None = None) -> int:
     """Remove the /dev/shm segments (~64 MB a rank) DeepSpeed's CPU comm op left for one launch and never unlinks."""
-    pattern = f"deepspeed_*_{addr}_{port}_{'*' if rank is None else rank}"
     removed = 0
-    for path in Path("/dev/shm").glob(pattern):
+    for path in Path("/dev/shm").glob(f"deepspeed_*_{addr}_{port}_{'*' if rank is None else rank}"):
         with contextlib.suppress(OSError):
             path.unlink()
             removed += 1
@@ -176,8 +191,7 @@ def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArg
     results: dict[int, RankStatus] = {}
     while pending:
         for rank, child in list(pending.items()):
-            code = child.proc.poll()
-            if code is None:
+            if (code := child.proc.poll()) is None:
                 continue
             del pending[rank]
             status = RankStatus.read(workdir, rank)
@@ -186,34 +200,31 @@ def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArg
                 return EXIT_SKIP
             if status is None or status.status == "error":
                 return _report_failure(children, workdir)
-            if code != status.exit_code:
-                # Reported, then died in teardown (the known abort at exit): the work is done.
+            if code != status.exit_code:  # reported, then died in teardown (the known abort at exit): work done
                 print(
                     f"note: rank {rank} reported exit {status.exit_code} and then exited with "
                     f"{_describe_exit(code)} during teardown; its report stands", file=sys.stderr)
             results[rank] = status
         if pending and time.monotonic() > deadline:
-            stuck = sorted(pending)
-            print(f"error: deadline of {args.timeout:.0f} s exceeded; ranks still running: {stuck}", file=sys.stderr)
-            for rank in stuck:
-                _print_log_tail(pending[rank], lines=15)
+            print(f"error: deadline of {args.timeout:.0f} s exceeded; ranks still running: {sorted(pending)}",
+                  file=sys.stderr)
+            for child in pending.values():
+                _print_log_tail(child, lines=15)
             return EXIT_ERROR
-        time.sleep(_POLL_S)
-    codes = {s.exit_code for s in results.values()}
-    if len(codes) != 1:
-        print(f"error: ranks disagree on the verdict: { {r: s.exit_code for r, s in results.items()} }",
-              file=sys.stderr)
+        time.sleep(0.05)
+    codes = {r: s.exit_code for r, s in results.items()}
+    if len(set(codes.values())) != 1:
+        print(f"error: ranks disagree on the verdict: {codes}", file=sys.stderr)
         return EXIT_ERROR
-    return codes.pop()
+    return codes[0]
 
 
 def _report_failure(children: list[_Child], workdir: Path) -> int:
     """Print the rank that failed first (one that died unreported, else the earliest report), and a line for
     each rank that failed after it: exits are noticed in polling order, not in the order they happened."""
-    failures: list[tuple[_Child, int | None, RankStatus | None]] = []
+    failures = []
     for child in children:
-        code = child.proc.poll()
-        status = RankStatus.read(workdir, child.rank)
+        code, status = child.proc.poll(), RankStatus.read(workdir, child.rank)
         if (status is not None and status.status == "error") or (status is None and code is not None):
             failures.append((child, code, status))
     # Unreported deaths first, then reported errors by time; the rank number breaks ties.
@@ -223,9 +234,8 @@ def _report_failure(children: list[_Child], workdir: Path) -> int:
         print(f"error: rank {first.rank} failed: {status.message}", file=sys.stderr)
         print(_indent(status.traceback, f"[rank {first.rank}] "), file=sys.stderr)
     else:
-        print(
-            f"error: rank {first.rank} exited with {_describe_exit(code)} before reporting; "
-            f"last lines of its log:", file=sys.stderr)
+        print(f"error: rank {first.rank} exited with {_describe_exit(code)} before reporting; last lines of its log:",
+              file=sys.stderr)
         _print_log_tail(first, lines=25)
     for child, code, status in others:
         why = status.message if status is not None else f"exited with {_describe_exit(code)} before reporting"
@@ -234,50 +244,26 @@ def _report_failure(children: list[_Child], workdir: Path) -> int:
 
 
 def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
+    if code >= 0:
+        return f"exit code {code}"
+    with contextlib.suppress(ValueError):
+        return f"signal {signal.Signals(-code).name}"
+    return f"signal {-code}"
 
 
 def _print_log_tail(child: _Child, lines: int) -> None:
-    tail = []
     with contextlib.suppress(OSError):
-        tail = child.log.read_text(errors="replace").splitlines()[-lines:]
-    for line in tail:
-        print(f"[rank {child.rank}] {line}", file=sys.stderr)
+        for line in child.log.read_text(errors="replace").splitlines()[-lines:]:
+            print(f"[rank {child.rank}] {line}", file=sys.stderr)
 
 
 def _indent(text: str, prefix: str) -> str:
     return "\n".join(prefix + line for line in text.rstrip().splitlines())
 
 
-def _kill_all(children: list[_Child]) -> None:
-    """SIGTERM every rank's process group, then SIGKILL what is left: nothing outlives us."""
-    alive = [c for c in children if c.proc.poll() is None]
-    for c in alive:
-        _signal_group(c.proc, signal.SIGTERM)
-    end = time.monotonic() + _KILL_GRACE_S
-    for c in alive:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            c.proc.wait(timeout=max(0.0, end - time.monotonic()))
-    for c in children:
-        _signal_group(c.proc, signal.SIGKILL)  # also reaps grandchildren (compiler jobs)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            c.proc.wait(timeout=5)
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
-
-
 def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_dir: Path | None) -> None:
     """Run one rank and leave the process with os._exit: this function never returns."""
-    rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
     os.environ.update({
@@ -290,7 +276,7 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
     def finish(status: RankStatus) -> None:
         if status_dir is not None:
             status.write(status_dir)
-        if status.traceback and status_dir is None:
+        elif status.traceback:
             print(_indent(status.traceback, f"[rank {rank}] "), file=sys.stderr)
         if status.status == "skip" and (rank == 0 or status_dir is None):
             print(f"SKIP: {status.message}", flush=True)
@@ -306,19 +292,18 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
             args = dataclasses.replace(args, world_size=world_size)
         topology = Topology.create(world_size, args.sp)
         device = _init_process_group(args, rank, world_size, local_rank, status_dir is not None)
-        ctx = RankContext(rank, local_rank, world_size, topology, args.backend, device, args,
-                          external_launcher=status_dir is None)
-        result = program(ctx)
+        result = program(
+            RankContext(rank, local_rank, world_size, topology, args.backend, device, args,
+                        external_launcher=status_dir is None))
         import torch.distributed as tdist
 
         if tdist.is_initialized():
             tdist.barrier()
             tdist.destroy_process_group()
-        if result.report is not None:
-            if status_dir is not None:
-                write_json(status_dir / _REPORT_FILE, result.report, indent=None)
-            else:
-                sink(result.report, time.monotonic() - _STARTED)
+        if result.report is not None and status_dir is not None:
+            write_json(status_dir / _REPORT_FILE, result.report, indent=None)
+        elif result.report is not None:
+            sink(result.report, time.monotonic() - _STARTED)
         finish(RankStatus(rank, "ok", result.exit_code))
     except SkipRank as skip:
         finish(RankStatus(rank, "skip", EXIT_SKIP, str(skip)))
@@ -338,21 +323,19 @@ def all_threads_stack() -> str:
 
 def _start_watchdog(timeout: float, rank: int, status_dir: Path | None) -> threading.Timer:
     """At the deadline (the parent's DEADLINE_VAR, else ``timeout`` from now): every thread's stack into the
-    status file (the parent prints it), exit 2."""
+    status file (the parent prints it), or to stderr under torchrun; exit 2."""
     wall_deadline = os.environ.get(DEADLINE_VAR) if status_dir is not None else None
-    delay = max(0.0, float(wall_deadline) - time.time()) if wall_deadline else timeout
 
     def expire() -> None:
         msg = f"deadline of {timeout:.0f} s exceeded"
-        stacks = all_threads_stack()
         if status_dir is not None:
-            RankStatus(rank, "error", EXIT_ERROR, msg, stacks).write(status_dir)
-        else:  # under torchrun / deepspeed: no parent of ours reads a status file; the log is the report
-            print(_indent(stacks, f"[rank {rank}] "), file=sys.stderr)
+            RankStatus(rank, "error", EXIT_ERROR, msg, all_threads_stack()).write(status_dir)
+        else:  # under torchrun / deepspeed no parent of ours reads a status file: the log is the report
+            print(_indent(all_threads_stack(), f"[rank {rank}] "), file=sys.stderr)
         print(f"error: rank {rank}: {msg}", file=sys.stderr, flush=True)
         os._exit(EXIT_ERROR)
 
-    timer = threading.Timer(delay, expire)
+    timer = threading.Timer(max(0.0, float(wall_deadline) - time.time()) if wall_deadline else timeout, expire)
     timer.daemon = True
     timer.start()
     return timer

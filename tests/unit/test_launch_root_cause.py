@@ -8,6 +8,8 @@ exited processes and real status files in front of the parent's decision, in tha
 from __future__ import annotations
 
 import signal
+import time
+from pathlib import Path
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -162,3 +164,23 @@ def test_a_rank_stuck_past_the_parents_deadline_is_named_in_the_ranks_words(tmp_
         proc.kill()
         proc.wait()
     assert "error: deadline of 5 s exceeded; ranks still running: [0]" in capsys.readouterr().err
+
+
+def test_kill_groups_takes_down_a_process_and_the_children_it_started(tmp_path):
+    from repro.harness.launch import kill_groups
+
+    pid_file = tmp_path / "grandchild.pid"
+    code = (
+        f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    for _ in range(300):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    grandchild = int(pid_file.read_text())
+    kill_groups([proc], grace_s=1.0)
+    assert proc.poll() == -signal.SIGTERM
+    time.sleep(0.2)
+    state = Path(f"/proc/{grandchild}/status")
+    assert not state.exists() or "zombie" in state.read_text()
