@@ -1,4 +1,9 @@
-"""The benchmarks' result models (schemas in docs/schemas/); here in the package because review reads the files."""
+"""What the benchmarks (benchmarks/) write: one report model per result file, each with its schema under
+docs/schemas/. They live here, below the benchmarks, because review reads their files (bundle verify, PR.md).
+
+The kept runs predate the ``schema`` key: ``ResultFile.from_dict`` adds it, so a model reads them as they are;
+``bundle verify`` picks the model by file name (``FILES``). docs/code/benchmarks.md
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,11 @@ from pydantic import ConfigDict
 
 from repro.harness.report import JsonReport, Record
 
-Load = list[float]
+Load = list[float]  # os.getloadavg(): 1, 5 and 15 minutes
 
 
 class Environment(Record):
-    python: str
+    python: str  # its version (runs before 2026-12-04 wrote the interpreter's path)
     deepspeed: str
     torch: str
     platform: str
@@ -21,7 +26,7 @@ class Environment(Record):
 
 
 class ResultFile(JsonReport):
-    FILES: ClassVar[str]
+    FILES: ClassVar[str]  # the files this model reads (a Path.match pattern)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
@@ -39,11 +44,12 @@ class Targeted(Benchmark):
     meets_target: bool
 
 
+# -- launch_cost.py
 class Timed(Record):
     argv: list[str]
     returncode: int
     wall_s: float
-    teardown_notes: int
+    teardown_notes: int  # "reported ... then exited with signal" lines: the abort at exit, absorbed
     stderr_tail: str
 
 
@@ -51,11 +57,12 @@ class LaunchCost(Targeted):
     SCHEMA = "zero3-sp-gradfix/benchmark-launch-cost/v1"
     FILES = "launch_cost*.json"
     repeats: int
-    median_wall_s: dict[str, float]
+    median_wall_s: dict[str, float]  # "all_six" | "single"
     ratio_all_six_over_single: float
     runs: dict[str, list[Timed]]
 
 
+# -- bundle_reuse.py
 class BundleReuse(Targeted):
     SCHEMA = "zero3-sp-gradfix/benchmark-bundle-reuse/v1"
     FILES = "bundle_reuse*.json"
@@ -67,20 +74,22 @@ class BundleReuse(Targeted):
     ratio_second_over_first: float
 
 
+# -- pipeline_overhead.py
 class PipelineOverhead(Targeted):
     SCHEMA = "zero3-sp-gradfix/benchmark-pipeline-overhead/v1"
     FILES = "pipeline_overhead*.json"
     version: str
     warm: bool
     pipeline_wall_s: float
-    pipeline_steps_s: dict[str, float]
-    launches_s: dict[str, float]
+    pipeline_steps_s: dict[str, float]  # the verdict's step name -> its duration
+    launches_s: dict[str, float]  # "before/<script>" -> the reproducer launch's duration
     launches_total_s: float
     overhead_s: float
     ratio_total_over_launches: float
     verdict: str
 
 
+# -- stress_repro.py
 class Counts(Record):
     launches: int
     false_reds: int
@@ -105,14 +114,14 @@ class Fault(Ended):
     fault: str
     handled: bool
     expected_exit: int
-    exit: int | None
+    exit: int | None  # None: hung
     message_has: str
 
 
 class Launch(Ended):
-    kind: str
+    kind: str  # "2-rank", "4-rank", "torchrun" or a fault's name
     script: str
-    exit_code: int | None
+    exit_code: int | None  # None: hung (killed by the stress loop)
     expected: int
     teardown_aborts_absorbed: int
 
@@ -135,6 +144,7 @@ class StressRepro(Benchmark):
     wall_s: float
 
 
+# -- test_command.py
 class ToxEnv(Record):
     env: str
     status: str
@@ -149,27 +159,28 @@ class CommandRun(Record):
     load_average_at_start: Load
     load_average_at_end: Load
     envs: list[ToxEnv]
-    pytest: list[str]
+    pytest: list[str]  # pytest's summary lines
     log: str
 
 
 class TestCommand(Benchmark):
-    __test__ = False
+    __test__ = False  # not a pytest class
     SCHEMA = "zero3-sp-gradfix/benchmark-test-command/v1"
     FILES = "test_command*.json"
     command: str
     commit: str
     cpus: int | None
-    targets_s: dict[str, float]
+    targets_s: dict[str, float]  # "cold" | "warm"
     runs: dict[str, CommandRun]
     meets_targets: bool
 
 
-Checks = dict[str, bool | float | None]
+# -- reduce_path.py: one launch (reduce_path_launches/<run>/*.json)
+Checks = dict[str, bool | float | None]  # "<impl>/before": median ratio, "<a>==<b> bitwise", "expected_ratio"
 
 
 class LaunchInfo(Record):
-    phase: str
+    phase: str  # "timing" | "numerics"
     master_addr: str | None
     master_port: str | None
     world_size: int
@@ -178,7 +189,7 @@ class LaunchInfo(Record):
     backend: str
     wall_s: float
     load_average_at_end: Load
-
+    # added by the driver once the launch is over
     shm_buffers_removed: int | None = None
     load_average_at_start: Load | None = None
     driver_wall_s: float | None = None
@@ -211,11 +222,11 @@ class PostScale(Record):
 
 class TimedBucket(Bucket):
     checks: Checks
-    step_times_s: dict[str, list[float]]
-    cpu_times_s: dict[str, list[float]]
+    step_times_s: dict[str, list[float]]  # impl -> per round, the slowest rank's
+    cpu_times_s: dict[str, list[float]]  # impl -> per round, all ranks' CPU time
     rank_median_s: list[dict[str, float]]
-    isolated_post_scale: list[PostScale]
-    allocations: list[dict[str, Allocation]]
+    isolated_post_scale: list[PostScale]  # per rank
+    allocations: list[dict[str, Allocation]]  # per rank, impl ->
     partition_elements: list[int]
 
 
@@ -239,8 +250,8 @@ class Errors(Record):
 
 
 class KindResult(Record):
-    paths: dict[str, Errors]
-    bitwise_equal_all_ranks: dict[str, bool]
+    paths: dict[str, Errors]  # "contiguous" | "avg_scatter[<impl>]" ->
+    bitwise_equal_all_ranks: dict[str, bool]  # "<path>==<path>" ->
 
 
 class NumericsResult(Record):
@@ -249,7 +260,7 @@ class NumericsResult(Record):
     communication_dtype: str
     gradient_dtype: str
     elements: int
-    kinds: dict[str, KindResult]
+    kinds: dict[str, KindResult]  # "exact" | "random" | "small" ->
 
 
 class LaunchFile(ResultFile, LaunchInfo):
@@ -270,6 +281,7 @@ class NumericsLaunch(LaunchFile):
     results: list[NumericsResult]
 
 
+# -- reduce_path.py: the run (reduce_path.json, reduce_path-<version>.json)
 class Spread(Record):
     p25: float
     p75: float
@@ -322,7 +334,7 @@ class TimingRow(Record):
     numel_each: int
     buckets: int
     bucket: Bucket
-    wall_ms: dict[str, Quantiles]
+    wall_ms: dict[str, Quantiles]  # impl ->
     wall_ratio_vs_before: dict[str, PairedRatio]
     cpu_ms: dict[str, Quantiles]
     cpu_ratio_vs_before: dict[str, PairedRatio]
@@ -360,7 +372,7 @@ class RunInfo(Record):
     load_average_at_start: Load
     waited_for_load_s: float
     load_average_at_end: Load | None = None
-    launches: int | None = None
+    launches: int | None = None  # timing only
     failed_launches: int | None = None
     added_launches: list[str] | None = None
 
@@ -376,10 +388,10 @@ class ReducePath(Benchmark):
     FILES = "reduce_path*.json"
     JSON_INDENT = 1
     environment: Environment
-    tree: str | None = None
+    tree: str | None = None  # recorded from 2026-12-04 on
     backend: str
     waited_for_load_s: float
-    patches: dict[str, str]
+    patches: dict[str, str]  # implementation -> the patch it is made of
     recommended: str
     target: Target
     impls: list[str]
@@ -395,6 +407,6 @@ class ReducePath(Benchmark):
     load_average_at_end: Load
     after_over_before: float | None = None
     paired_calls: int | None = None
-    meets_target: bool | None = None
-    divisor_at_least_as_exact_as_rescale: bool | None = None
+    meets_target: bool | None = None  # timing only
+    divisor_at_least_as_exact_as_rescale: bool | None = None  # with a "rescale" patch only
     conclusion: str
