@@ -23,6 +23,7 @@ from patch_and_test.core.series import parse_version
 from repro.harness.report import Record
 from repro.gradscale.space import SCRIPTS
 from repro.harness.env import dist_version
+from repro.harness.launch import kill_groups
 
 REPRODUCERS = SCRIPTS  # the gradient-scale family's programs
 AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
@@ -154,11 +155,11 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_groups([proc])
             out.write(f"\nerror: killed after {timeout:.0f} s\n")
             code = 2
         except BaseException:
-            _kill_group(proc)
+            kill_groups([proc])
             raise
         finally:
             if previous is not None:
@@ -168,11 +169,3 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
 
 def _exit_on_sigterm(signum: int, frame) -> None:
     raise SystemExit(128 + signum)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
