@@ -1,6 +1,5 @@
-"""The checks the pipeline runs against an installed DeepSpeed, each a logged subprocess: the reproducers (judged by
-exit code and report) and pytest suites (judged test by test from their JUnit XML).
-"""
+"""The pipeline's checks, each a logged subprocess: the reproducers (by exit code and report), pytest suites (by
+JUnit XML)."""
 
 from __future__ import annotations
 
@@ -46,7 +45,6 @@ def alst_pin_problem() -> str | None:
 
 
 def alst_unavailable(deepspeed_version: str) -> str | None:
-    """Why the ALST reproducer cannot run here, or None when it can."""
     if parse_version(deepspeed_version) < parse_version(ALST_MIN_VERSION):
         return f"DeepSpeed {deepspeed_version} has no UlyssesSPAttentionHF (from {ALST_MIN_VERSION})"
     if importlib.util.find_spec("transformers") is None:
@@ -58,7 +56,6 @@ OUTCOMES = ("passed", "failed", "error", "skipped")  # a test's outcome, as JUni
 
 
 def outcome_counts(outcomes: dict[str, str]) -> dict[str, int]:
-    """How many tests had each outcome (every outcome named, zeros included), in ``OUTCOMES`` order."""
     return {k: sum(1 for o in outcomes.values() if o == k) for k in OUTCOMES}
 
 
