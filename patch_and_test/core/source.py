@@ -251,20 +251,15 @@ def _commit_fixed(repo: Path, message: str) -> None:
     git_out(repo, "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message, env=_fixed_env())
 
 
-def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
-    entries = [(sha, path) for mode, sha, path in _tree_entries(repo, commit) if mode != "160000"]  # no submodules
-    if not entries:
-        return ()
-    check = git_out(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
-                    input="".join(f"{sha}\n" for sha, _ in entries))
-    return tuple(path for (_, path), line in zip(entries, check.splitlines()) if line.endswith(" missing"))
-
-
 def checkout_sparse(clone: Path, commit: str, branch: str | None = None) -> tuple[str, ...]:
     """Check ``commit`` out onto ``branch`` (None: detached), leaving out (and returning) paths without blobs."""
-    missing = missing_blob_paths(clone, commit)
+    entries = [(sha, path) for mode, sha, path in _tree_entries(clone, commit) if mode != "160000"]  # no submodules
+    check = git_out(clone, "cat-file", "--batch-check=%(objectname) %(objecttype)", input="".join(
+        f"{sha}\n" for sha, _ in entries)) if entries else ""
+    missing = tuple(path for (_, path), line in zip(entries, check.splitlines()) if line.endswith(" missing"))
     if missing:
-        patterns = ["/*"] + ["!/" + _sparse_escape(p) for p in missing]
+        # gitignore-style patterns: escape the characters that would otherwise be wildcards.
+        patterns = ["/*"] + ["!/" + "".join("\\" + c if c in "*?[]!#\\" else c for c in p) for p in missing]
         git_out(clone, "sparse-checkout", "set", "--no-cone", "--stdin", input="\n".join(patterns) + "\n")
     elif git(clone, "config", "--bool", "core.sparseCheckout", check=False).stdout.strip() == "true":
         # A reused copy excluded paths for another commit: this one has every blob.
@@ -284,11 +279,6 @@ def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tu
             "Local only (zero3-sp-gradfix): lets git am commit on a history with missing blobs.\n"
             "The series' base-commit is the parent of this commit.")
     return git_out(clone, "rev-parse", "HEAD").strip(), missing
-
-
-def _sparse_escape(path: str) -> str:
-    # gitignore-style patterns: escape the characters that would otherwise be wildcards.
-    return "".join("\\" + c if c in "*?[]!#\\" else c for c in path)
 
 
 def clone_shared(source: Path, dest: Path) -> None:  # reads source's objects, writes only into dest
