@@ -66,8 +66,7 @@ class SeriesUsed(Record):
         return f"{self.name} v{self.version}"
 
     @property
-    def sdist_patches(self) -> list[str]:
-        """The patches that go onto a tree without tests/ and docs/ (a PyPI sdist): every one that needs neither."""
+    def sdist_patches(self) -> list[str]:  # what goes onto a PyPI sdist, which has neither tests/ nor docs/
         return [p.file for p in self.patches if not set(p.needs) & {"tests", "docs"}]
 
 
@@ -91,7 +90,7 @@ class ReleaseRow(Record):
 
 
 def row_problem(row: ReleaseRow, series: SeriesUsed | None) -> str | None:
-    """Why the row fails, or None when it holds: the series applied and the tree went unfixed -> fixed. Pure."""
+    """Why the row fails, or None when it holds: the series applied and the tree went unfixed -> fixed."""
     if row.series is None:
         return "no series in patches/series.toml covers this version"
     if series is None:
@@ -169,7 +168,7 @@ class ReleasesReport(JsonReport):
 
 
 def patch_label(file: str, series: SeriesUsed | None) -> str:
-    """``0001-Scale-....patch`` -> ``0001 fix`` (its number and role)."""
+    """``0001-Scale-....patch`` -> ``0001 fix``."""
     role = next((p.role for p in series.patches if p.file == file), "?") if series else "?"
     return f"{file.split('-', 1)[0]} {role}"
 
