@@ -1,6 +1,5 @@
-"""The checks the pipeline runs against an installed DeepSpeed, each a logged subprocess: the reproducers (judged by
-exit code and report) and pytest suites (judged test by test from their JUnit XML).
-"""
+"""The pipeline's checks, each a logged subprocess: the reproducers (by exit code and report), pytest suites (by
+JUnit XML)."""
 
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from patch_and_test.core.series import parse_version
 from repro.harness.report import Record
 from repro.gradscale.space import SCRIPTS
 from repro.harness.env import dist_version
+from repro.harness.launch import kill_groups
 
 REPRODUCERS = SCRIPTS  # the gradient-scale family's programs
 AUDIT = "parity_audit"  # same contract as the reproducers; its --timeout bounds the whole audit
@@ -45,7 +45,6 @@ def alst_pin_problem() -> str | None:
 
 
 def alst_unavailable(deepspeed_version: str) -> str | None:
-    """Why the ALST reproducer cannot run here, or None when it can."""
     if parse_version(deepspeed_version) < parse_version(ALST_MIN_VERSION):
         return f"DeepSpeed {deepspeed_version} has no UlyssesSPAttentionHF (from {ALST_MIN_VERSION})"
     if importlib.util.find_spec("transformers") is None:
@@ -57,7 +56,6 @@ OUTCOMES = ("passed", "failed", "error", "skipped")  # a test's outcome, as JUni
 
 
 def outcome_counts(outcomes: dict[str, str]) -> dict[str, int]:
-    """How many tests had each outcome (every outcome named, zeros included), in ``OUTCOMES`` order."""
     return {k: sum(1 for o in outcomes.values() if o == k) for k in OUTCOMES}
 
 
@@ -154,11 +152,11 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_groups([proc])
             out.write(f"\nerror: killed after {timeout:.0f} s\n")
             code = 2
         except BaseException:
-            _kill_group(proc)
+            kill_groups([proc])
             raise
         finally:
             if previous is not None:
@@ -168,11 +166,3 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
 
 def _exit_on_sigterm(signum: int, frame) -> None:
     raise SystemExit(128 + signum)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()

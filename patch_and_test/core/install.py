@@ -66,25 +66,20 @@ build_shm_op()
 
 
 def prebuild_comm_op(out) -> None:
-    """JIT-build DeepSpeed's CPU shared-memory comm op for the ranks, one compiler at a time."""
-    env = {
-        **os.environ, "MAX_JOBS": "1",
-        "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")])
-    }
-    _run([sys.executable, "-c", _PREBUILD], out, env=env, cwd=PACKAGE_ROOT)
+    env = dict(os.environ, MAX_JOBS="1",
+               PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+    _run([sys.executable, "-c", _PREBUILD], out, env=env, cwd=PACKAGE_ROOT)  # one compiler at a time
 
 
 def _build_wheel(tree: Path, rev: str, wheel_dir: Path, installer: Installer, out) -> Path:
     tmp = wheel_dir.with_name(wheel_dir.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     # Build from a clean export of the commit, not the work tree: what is cached is exactly that commit.
     export = tmp / "src"
-    export.mkdir()
+    export.mkdir(parents=True)
     archive = git(tree, "archive", "--format=tar", rev, text=False).stdout
     subprocess.run(["tar", "-x", "-C", str(export)], input=archive, check=True)
-    env = {**os.environ, "DS_BUILD_OPS": "0"}
-    _run(installer.wheel_cmd(export, tmp), out, env=env, cwd=export)
+    _run(installer.wheel_cmd(export, tmp), out, env={**os.environ, "DS_BUILD_OPS": "0"}, cwd=export)
     built = sorted(tmp.glob("deepspeed-*.whl"))
     if not built:
         raise InstallFailed(f"building {tree} produced no deepspeed wheel (see {out.name})")

@@ -36,12 +36,7 @@ def version(name: str, path: Path = PINS_FILE) -> str:
         raise KeyError(f"{name} is not pinned in {path}") from None
 
 
-def requirement(name: str, path: Path = PINS_FILE) -> str:
-    """``name==version``, as pip and uv take it."""
-    return f"{name}=={version(name, path)}"
-
-
 def torch_requirement(environ: Mapping[str, str] = os.environ, path: Path = PINS_FILE) -> str:
     """The torch the envs install: ``torch`` + ``$TORCH_SPEC`` where it is set, else the pin."""
     spec = environ.get("TORCH_SPEC", "").strip()
-    return f"torch{spec}" if spec else requirement("torch", path)
+    return f"torch{spec}" if spec else f"torch=={version('torch', path)}"

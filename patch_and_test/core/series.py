@@ -1,6 +1,5 @@
-"""Pick the patch series for a DeepSpeed tree (``patches/series.toml``), tell whether the tree already has the
-fix, apply it with ``git am``: all or nothing, a failure puts the tree back as it was.
-"""
+"""The patch series (``patches/series.toml``): pick one for a tree, tell whether it has the fix, ``git am`` it
+all or nothing."""
 
 from __future__ import annotations
 
@@ -31,10 +30,8 @@ ROLES: dict[str, tuple[str, ...]] = {"fix": (), "test": ("tests", ), "companion"
 
 
 def parse_version(text: str) -> Version:
-    """``0.19.6``, ``v0.19.6``, ``0.19.6+fe7b53c``, ``0.19.6.dev0`` -> (0, 19, 6): the package's one version parser.
-
-    A dev, pre or local suffix maps to the release it leads up to (master's version.txt names the next release);
-    a version without three numbers (``0.19``) is refused."""
+    """``v0.19.6``, ``0.19.6+fe7b53c``, ``0.19.6.dev0`` -> (0, 19, 6): a suffix maps to the release it leads up to
+    (master's version.txt names the next release); fewer than three numbers are refused."""
     try:
         parsed = packaging.version.Version(text.strip())
     except packaging.version.InvalidVersion:
@@ -45,8 +42,7 @@ def parse_version(text: str) -> Version:
 
 
 def public_version(text: str) -> str:
-    """A version as a reader can install it: without its local part (``0.19.8+unknown``, ``0.19.6+fe7b53c`` ->
-    the release's number), or as given when it is no version."""
+    """A version without its local part (``0.19.8+unknown`` -> ``0.19.8``), as a reader installs it; else as given."""
     try:
         return packaging.version.Version(text).public
     except packaging.version.InvalidVersion:
@@ -82,11 +78,6 @@ def touched_files(*patches: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def patch_subject(path: Path) -> str:
-    """The subject of a patch file (its commit's title); the file's name when it has none or is missing."""
-    return (email_subject(path.read_text(errors="replace")) if path.exists() else None) or path.name
-
-
 @dataclass(frozen=True)
 class Patch:
     file: str  # file name inside the series directory
@@ -95,15 +86,15 @@ class Patch:
 
     @property
     def subject(self) -> str:
-        return patch_subject(self.path)
+        """Its commit's title; the file's name when it has none or is missing."""
+        return (email_subject(self.path.read_text(errors="replace")) if self.path.exists() else None) or self.path.name
 
     @property
     def files(self) -> list[str]:
         return touched_files(self.path)
 
     @property
-    def needs_tests(self) -> bool:
-        """Whether the patch needs the tree's tests/ (a PyPI sdist has none): roles test and companion."""
+    def needs_tests(self) -> bool:  # a PyPI sdist has no tests/: roles test and companion
         return bool(self.needs_dirs)
 
     @property
@@ -132,13 +123,11 @@ class Series:
         return f">={format_version(self.min_version)},<{format_version(self.below_version)}"
 
     @property
-    def fix_patches(self) -> tuple[Patch, ...]:
-        """Every patch that applies to a tree without tests/ (a PyPI sdist): the fix, and a backport's marker."""
+    def fix_patches(self) -> tuple[Patch, ...]:  # what applies to a PyPI sdist: the fix, and a backport's marker
         return tuple(p for p in self.patches if not p.needs_tests)
 
     @property
     def test_patches(self) -> tuple[Patch, ...]:
-        """Every patch that needs tests/: the regression test and any companion."""
         return tuple(p for p in self.patches if p.needs_tests)
 
     @property
@@ -166,18 +155,12 @@ class Manifest:
         raise errors.BadInput(f"no series named {name!r} in {self.path} (have: {names})")
 
     @property
-    def supported_range(self) -> str:
-        """Lowest to highest; the series may leave gaps (none today)."""
-        low = min(s.min_version for s in self.series)
-        high = max(s.below_version for s in self.series)
-        return f">={format_version(low)},<{format_version(high)}"
+    def bounds(self) -> tuple[Version, Version]:
+        return min(s.min_version for s in self.series), max(s.below_version for s in self.series)
 
-
-def _version_field(raw: dict, key: str, where: str) -> Version:
-    try:
-        return parse_version(str(raw[key]))
-    except KeyError:
-        raise errors.BadInput(f"{where}: missing {key!r}") from None
+    @property
+    def supported_range(self) -> str:  # the series may leave gaps (none today)
+        return ">={},<{}".format(*map(format_version, self.bounds))
 
 
 def load_manifest(path: Path | str | None = None) -> Manifest:
@@ -209,7 +192,9 @@ def load_manifest(path: Path | str | None = None) -> Manifest:
         base_commit = str(raw.get("base_commit", ""))
         if not re.fullmatch(r"[0-9a-f]{40}", base_commit):
             raise errors.BadInput(f"{where}: base_commit must be a full 40-hex commit id")
-        low, below = (_version_field(raw, key, where) for key in ("min_version", "below_version"))
+        if missing := {"min_version", "below_version"} - raw.keys():
+            raise errors.BadInput(f"{where}: missing {sorted(missing)[-1]!r}")
+        low, below = (parse_version(str(raw[key])) for key in ("min_version", "below_version"))
         series.append(
             Series(name=name, version=int(raw.get("version", 1)), min_version=low, below_version=below,
                    base_commit=base_commit, base_ref=str(raw.get("base_ref", "")), directory=directory,
@@ -230,8 +215,7 @@ def series_for_version(version: str | Version, manifest: Manifest | None = None)
     for series in manifest.series:
         if series.covers(parsed):
             return series
-    low = min(s.min_version for s in manifest.series)
-    high = max(s.below_version for s in manifest.series)
+    low, high = manifest.bounds
     gap = " (a gap between series: see the manifest)" if low <= parsed < high else ""
     raise errors.UnknownVersion(f"DeepSpeed {format_version(parsed)} is not supported{gap}: "
                                 f"supported versions are {manifest.supported_range} "
@@ -356,16 +340,14 @@ def _restore(root: Path, head: str, ref: str) -> None:
 
 
 def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = None) -> ApplyResult:
-    """``git am`` the series onto ``repo`` (its current branch); all or nothing. Patches that need folders the tree
-    lacks (or, with ``skip_tests``, tests/) are skipped and reported. Raises NotACheckout, DirtyCheckout,
-    AlreadyFixed or SeriesDoesNotApply (the tree then back as before)."""
+    """``git am`` the series onto ``repo``'s branch, all or nothing; patches needing folders the tree lacks (or, with
+    ``skip_tests``, tests/) are skipped and reported."""
     root = work_tree_root(Path(repo))
     ensure_clean(root)
     if tree_has_fix(root):
         raise errors.AlreadyFixed(f"{root}: {STAGE3} __avg_scatter_grads already accounts for "
                                   f"sequence_parallel_size; nothing to apply")
-    to_apply: list[Patch] = []
-    skipped: list[SkippedPatch] = []
+    to_apply, skipped = [], []
     for patch in series.patches:
         if not patch.path.is_file():
             raise errors.BadInput(f"series {series.name}: patch file missing: {patch.path}")
@@ -420,10 +402,8 @@ def mailinfo(patch: Path, scratch: Path) -> tuple[dict[str, str], str, Path]:
 
 def commit_patches(repo: Path, base: str, patches: Sequence[Path], scratch: Path,
                    env: dict | None = None) -> list[str]:
-    """The commits ``git am`` makes of ``patches`` on ``base`` (author, date and message from each patch), made with
-    plumbing on an index of ``base``'s tree in ``scratch``: no work tree, and blobs of paths the patches do not
-    touch may be missing (the mirror's). The committer: ``env``'s, else git's. Nothing is checked out and no ref
-    moves. SeriesDoesNotApply names the patch and says git apply's error."""
+    """The commits ``git am`` would make of ``patches`` on ``base``, made with plumbing on an index in ``scratch``: no
+    work tree, no ref moves, and blobs the patches do not touch may be missing (the mirror's)."""
     scratch.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **(env or {}), "GIT_INDEX_FILE": str(scratch / "index")}
     git(repo, "read-tree", base, env=env)
@@ -445,10 +425,8 @@ def commit_patches(repo: Path, base: str, patches: Sequence[Path], scratch: Path
 
 def differences_from_git_am(repo: Path, ours_base: str, ours: Sequence[str], am_base: str, am: Sequence[str],
                             dropped: Iterable[str] = ()) -> list[str]:
-    """How commits made otherwise (``ours`` on ``ours_base``) differ from ``git am``'s (``am`` on ``am_base``), one
-    line each: a tree with other content (``dropped`` paths aside: a local commit left them out of git am's base),
-    a diff from the parent that is not the same bytes, another author, date or message. Empty when they are the
-    same commits but for ids and committers."""
+    """How ``ours`` differ from ``git am``'s commits but for ids and committers, one line each (``dropped`` paths
+    aside: a local commit left them out of git am's base)."""
     if len(ours) != len(am):
         return [f"differs from git am: {len(ours)} commits where it made {len(am)}"]
     dropped = tuple(d.rstrip("/") for d in dropped)
@@ -468,8 +446,7 @@ def differences_from_git_am(repo: Path, ours_base: str, ours: Sequence[str], am_
 
 
 def differences_from_patches(repo: Path, commits: Sequence[str], patches: Sequence[Path]) -> list[str]:
-    """Each commit whose diff is not its patch's (``git patch-id --stable``: the same changes, whatever the
-    context lines' offsets and the index lines), one line each; empty when every diff is its patch's."""
+    """Each commit whose diff is not its patch's by ``git patch-id --stable`` (blind to offsets and index lines)."""
 
     def patch_id(text: str) -> str:
         return git(repo, "patch-id", "--stable", input=text).stdout.split(" ")[0]

@@ -1,6 +1,5 @@
-"""Get a DeepSpeed source tree to patch (a PyPI sdist, a user's checkout, a mirror commit, the newest-upstream
-graft), always as a working copy in the cache that one caller holds alone; a user's repo is only read.
-"""
+"""A DeepSpeed tree to patch (PyPI sdist, checkout, mirror commit, newest-upstream graft): always a cached working
+copy one caller holds alone; a user's repo is only read."""
 
 from __future__ import annotations
 
@@ -72,8 +71,7 @@ class SourceTree:
         return SourceRecord(**{**fields, "path": str(self.path)})
 
 
-def cache_dir() -> Path:
-    return cache_root()  # the package's one cache (repro.harness.env)
+cache_dir = cache_root  # the package's one cache (repro.harness.env)
 
 
 def mirror_path() -> Path:
@@ -93,9 +91,7 @@ class LockEntry:
 
 
 @dataclass(frozen=True)
-class NewestUpstream:
-    """The lock's ``[newest-upstream]``: which release is grafted onto which master commit."""
-
+class NewestUpstream:  # the lock's [newest-upstream]: which release is grafted onto which master commit
     release: str
     history: str  # a full commit id of the mirror's master
 
@@ -120,8 +116,7 @@ def load_lock(path: Path | None = None) -> dict[str, LockEntry]:
     return {version: LockEntry(version, entry["filename"], entry["sha256"]) for version, entry in entries.items()}
 
 
-def newest_locked() -> str:
-    """The newest release the lock pins: the job's and the tests' default DeepSpeed."""
+def newest_locked() -> str:  # the job's and the tests' default DeepSpeed
     return max(load_lock(), key=parse_version)
 
 
@@ -136,7 +131,6 @@ def pip_command() -> list[str]:
 
 
 def _pip(what: str, *args: str) -> str:
-    """pip's stdout; a BadInput "pip ``what`` failed" with pip's last line of output when it fails."""
     result = subprocess.run([*pip_command(), *args], capture_output=True, text=True)
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -145,7 +139,6 @@ def _pip(what: str, *args: str) -> str:
 
 
 def download_sdist(version: str, dest: Path, package: str = "deepspeed") -> Path:
-    """pip download the sdist of package==version into dest (no dependencies, no wheels)."""
     dest.mkdir(parents=True, exist_ok=True)
     _pip(f"download {package}=={version}", "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest),
          f"{package}=={version}")
@@ -161,7 +154,6 @@ def released_versions() -> list[str]:
 
 
 def parse_index_versions(text: str) -> list[str]:
-    """The versions on the ``Available versions: a, b, ...`` line that ``pip index versions`` prints. Pure."""
     for line in text.splitlines():
         if line.startswith("Available versions:"):
             return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
@@ -169,7 +161,6 @@ def parse_index_versions(text: str) -> list[str]:
 
 
 def sdist_path(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None) -> Path:
-    """Where the cache keeps the sdist of ``version`` (whether or not it is there yet)."""
     entry = (lock if lock is not None else load_lock()).get(version)
     return (cache or cache_dir()) / "sdists" / (entry.filename if entry else f"deepspeed-{version}.tar.gz")
 
@@ -217,10 +208,8 @@ def _unpack(archive: Path, dest: Path) -> None:
             if rel.startswith("/") or ".." in Path(rel).parts or member.issym() or member.islnk():
                 raise errors.BadInput(f"{archive.name}: refusing member {member.name!r}")
             member.name = rel
-            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: let tarfile vet the member too
-                tar.extract(member, dest, filter="data")
-            else:
-                tar.extract(member, dest)
+            # Python >= 3.11.4: let tarfile vet the member too.
+            tar.extract(member, dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
 
 
 def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry] | None = None, *,
@@ -253,32 +242,24 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
 
 
 def sdist_digest(tree: SourceTree) -> str | None:
-    """The sha256 of the archive a PyPI tree was unpacked from, as its base commit's message records it."""
     found = re.search(r"\.tar\.gz sha256 ([0-9a-f]{64})$", git_out(tree.path, "show", "-s", "--format=%B", tree.base),
                       re.MULTILINE)
     return found.group(1) if found else None
 
 
 def _commit_fixed(repo: Path, message: str) -> None:
-    """Commit the index with the fixed identity and date, no hooks, no signing."""
     git_out(repo, "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message, env=_fixed_env())
-
-
-def missing_blob_paths(repo: Path, commit: str) -> tuple[str, ...]:
-    """Paths of ``commit`` whose blobs the repo (with its alternates) does not have."""
-    entries = [(sha, path) for mode, sha, path in _tree_entries(repo, commit) if mode != "160000"]  # no submodules
-    if not entries:
-        return ()
-    check = git_out(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)",
-                    input="".join(f"{sha}\n" for sha, _ in entries))
-    return tuple(path for (_, path), line in zip(entries, check.splitlines()) if line.endswith(" missing"))
 
 
 def checkout_sparse(clone: Path, commit: str, branch: str | None = None) -> tuple[str, ...]:
     """Check ``commit`` out onto ``branch`` (None: detached), leaving out (and returning) paths without blobs."""
-    missing = missing_blob_paths(clone, commit)
+    entries = [(sha, path) for mode, sha, path in _tree_entries(clone, commit) if mode != "160000"]  # no submodules
+    check = git_out(clone, "cat-file", "--batch-check=%(objectname) %(objecttype)", input="".join(
+        f"{sha}\n" for sha, _ in entries)) if entries else ""
+    missing = tuple(path for (_, path), line in zip(entries, check.splitlines()) if line.endswith(" missing"))
     if missing:
-        patterns = ["/*"] + ["!/" + _sparse_escape(p) for p in missing]
+        # gitignore-style patterns: escape the characters that would otherwise be wildcards.
+        patterns = ["/*"] + ["!/" + "".join("\\" + c if c in "*?[]!#\\" else c for c in p) for p in missing]
         git_out(clone, "sparse-checkout", "set", "--no-cone", "--stdin", input="\n".join(patterns) + "\n")
     elif git(clone, "config", "--bool", "core.sparseCheckout", check=False).stdout.strip() == "true":
         # A reused copy excluded paths for another commit: this one has every blob.
@@ -300,13 +281,7 @@ def prepare_working_copy(clone: Path, commit: str, branch: str) -> tuple[str, tu
     return git_out(clone, "rev-parse", "HEAD").strip(), missing
 
 
-def _sparse_escape(path: str) -> str:
-    # gitignore-style patterns: escape the characters that would otherwise be wildcards.
-    return "".join("\\" + c if c in "*?[]!#\\" else c for c in path)
-
-
-def clone_shared(source: Path, dest: Path) -> None:
-    """``git clone --shared --no-checkout``: reads ``source``'s objects, writes only into ``dest``."""
+def clone_shared(source: Path, dest: Path) -> None:  # reads source's objects, writes only into dest
     git_out(None, "clone", "-q", "--shared", "--no-checkout", str(source), str(dest))
 
 
@@ -328,7 +303,6 @@ def _claim(first: Path) -> tuple[Path, IO]:
 
 
 def _copy(source: Path, commit: str, name: str, branch: str, cache: Path | None, **fields) -> SourceTree:
-    """A working copy of ``source`` at ``commit`` on ``branch``, claimed by this caller."""
     key = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
     dest, claim = _claim((cache or cache_dir()) / "checkouts" / f"{name}-{key}")
     try:
@@ -394,19 +368,14 @@ def grafted_entries(history: list[tuple[str, str, str]], release: list[tuple[str
 
 
 def _excluded(rel: str) -> bool:
-    parts = rel.split("/")
-    return ("__pycache__" in parts or rel.endswith((".pyc", ".so"))
+    return ("__pycache__" in rel.split("/") or rel.endswith((".pyc", ".so"))
             or rel == "deepspeed/git_version_info_installed.py")
 
 
 def _tree_entries(repo: Path, commit: str) -> list[tuple[str, str, str]]:
     """(mode, object, path) of every entry of ``commit``'s tree."""
-    entries = []
-    for record in filter(None, git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0")):
-        meta, path = record.split("\t", 1)
-        mode, _kind, sha = meta.split()
-        entries.append((mode, sha, path))
-    return entries
+    records = filter(None, git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0"))
+    return [(meta.split()[0], meta.split()[2], path) for meta, path in (r.split("\t", 1) for r in records)]
 
 
 def _hash_files(repo: Path, root: Path, paths: tuple[str, ...]) -> list[tuple[str, str, str]]:

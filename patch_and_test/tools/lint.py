@@ -200,8 +200,7 @@ def lint_series(series: Series, tree: source.SourceTree) -> LintedSeries:
 
 def trees_for(manifest: Manifest, tree: Path | None,
               unlinted: list[str] | None = None) -> list[tuple[Series, source.SourceTree]]:
-    """(series, tree to lint it on) pairs. Without the mirror, a series whose range has no locked
-    sdist cannot be linted: it is named in ``unlinted`` (with why) instead."""
+    """(series, tree to lint it on) pairs; without the mirror, a series with no locked sdist goes to ``unlinted``."""
     if tree is not None:
         copy = source.from_checkout(tree)
         return [(series_for_tree(copy.path, manifest), copy)]

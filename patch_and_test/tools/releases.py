@@ -66,8 +66,7 @@ class SeriesUsed(Record):
         return f"{self.name} v{self.version}"
 
     @property
-    def sdist_patches(self) -> list[str]:
-        """The patches that go onto a tree without tests/ and docs/ (a PyPI sdist): every one that needs neither."""
+    def sdist_patches(self) -> list[str]:  # what goes onto a PyPI sdist, which has neither tests/ nor docs/
         return [p.file for p in self.patches if not set(p.needs) & {"tests", "docs"}]
 
 
@@ -91,7 +90,7 @@ class ReleaseRow(Record):
 
 
 def row_problem(row: ReleaseRow, series: SeriesUsed | None) -> str | None:
-    """Why the row fails, or None when it holds: the series applied and the tree went unfixed -> fixed. Pure."""
+    """Why the row fails, or None when it holds: the series applied and the tree went unfixed -> fixed."""
     if row.series is None:
         return "no series in patches/series.toml covers this version"
     if series is None:
@@ -159,7 +158,6 @@ class ReleasesReport(JsonReport):
 
     @property
     def held(self) -> int:
-        """How many rows hold."""
         return len([r for r in self.rows if r.version not in self.failures])
 
     def summary(self) -> str:
@@ -170,24 +168,12 @@ class ReleasesReport(JsonReport):
 
 
 def patch_label(file: str, series: SeriesUsed | None) -> str:
-    """``0001-Scale-....patch`` -> ``0001 fix`` (its number and role)."""
+    """``0001-Scale-....patch`` -> ``0001 fix``."""
     role = next((p.role for p in series.patches if p.file == file), "?") if series else "?"
     return f"{file.split('-', 1)[0]} {role}"
 
 
-class TableRow(templating.Model):
-    version: str
-    tag: str
-    sha256: str
-    series: str
-    applied: str
-    before: str
-    after: str
-    verdict: str
-    note: str
-
-
-def table_rows(report: ReleasesReport) -> list[TableRow]:
+def table_rows(report: ReleasesReport) -> list[dict[str, str]]:
     out = []
     failures = report.failures
     for row in report.rows:
@@ -203,18 +189,17 @@ def table_rows(report: ReleasesReport) -> list[TableRow]:
             notes.append("sha256 pinned in deepspeed-sdists.lock")
         tag = {True: f"v{row.version}", False: "**none**", None: "?"}[row.mirror_tag]
         out.append(
-            TableRow(version=f"**{row.version}**" if row.mirror_tag is False else row.version, tag=tag,
-                     sha256=f"`{row.sha256[:SHORT_SHA]}`", series=series.label if series else (row.series or "none"),
-                     applied=", ".join(patch_label(f, series) for f in row.applied) or "none",
-                     before="unfixed" if not row.fixed_before else "**fixed**",
-                     after="fixed" if row.fixed_after else "**unfixed**",
-                     verdict="**FAILS**" if row.version in failures else "holds",
-                     note="; ".join(notes).replace("|", "\\|")))
+            dict(version=f"**{row.version}**" if row.mirror_tag is False else row.version, tag=tag,
+                 sha256=f"`{row.sha256[:SHORT_SHA]}`", series=series.label if series else (row.series or "none"),
+                 applied=", ".join(patch_label(f, series) for f in row.applied) or "none",
+                 before="unfixed" if not row.fixed_before else "**fixed**",
+                 after="fixed" if row.fixed_after else "**unfixed**",
+                 verdict="**FAILS**" if row.version in failures else "holds",
+                 note="; ".join(notes).replace("|", "\\|")))
     return out
 
 
 def render_markdown(report: ReleasesReport, json_link: str) -> str:
-    """docs/releases.md from the report alone. Pure."""
     return templating.render("releases.md.j2", report=report, rows=table_rows(report), json_link=json_link,
                              short=SHORT_SHA)
 
@@ -232,7 +217,7 @@ def series_used(series: Series) -> SeriesUsed:
 
 
 def select_versions(available: list[str], low: str, high: str) -> list[str]:
-    """The releases from ``low`` to ``high`` (both included), oldest first; unreadable ones skipped. Pure."""
+    """The releases from ``low`` to ``high`` (both included), oldest first; unreadable ones skipped."""
     lo, hi = parse_version(low), parse_version(high)
     picked = []
     for text in available:
@@ -300,7 +285,6 @@ def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] |
 
 
 def _tool_version(cmd: list[str]) -> str:
-    """The version word of ``git --version`` / ``pip --version`` (not their paths)."""
     words = subprocess.run(cmd, capture_output=True, text=True).stdout.split()
     return next((w for w in words if w[:1].isdigit()), "unknown")
 
@@ -328,13 +312,11 @@ def build(versions: list[str], listed_by: str, version_from: str | None, version
 
 
 def kept_markdown(markdown_path: Path, json_path: Path = DEFAULT_JSON) -> str:
-    """The Markdown of the kept JSON, downloading nothing (``zero3-sp docs``)."""
     return render_markdown(ReleasesReport.load(json_path), json_link(json_path, markdown_path))
 
 
 def problems(manifest: Manifest, json_path: Path = DEFAULT_JSON) -> list[str]:
-    """What rendering the kept table again cannot mend, one line each: series in ``patches/`` other than the ones
-    the table applied, rows that fail; [] when it holds as it is."""
+    """What rendering the kept table again cannot mend: series changed in ``patches/`` since, rows that fail."""
     report = ReleasesReport.load(json_path)
     now = {s.name: series_used(s) for s in manifest.series}
     found = [

@@ -1,6 +1,4 @@
-"""Regenerate a patch series from a DeepSpeed branch as version N (format-patch, cover letter, range-diff,
-``patches/series.toml``); --repo is only read.
-"""
+"""``zero3-sp reroll``: a DeepSpeed branch as version N of a series (what b4 would do; series.toml is ours)."""
 
 from __future__ import annotations
 
@@ -77,7 +75,6 @@ def split_scaffolding(repo: Path, upstream: str, head: str) -> tuple[str, list[s
 
 
 def check_signoffs(repo: Path, commits: list[str]) -> None:
-    """DeepSpeed's DCO check: each commit signed off by its author (same name and email)."""
     for commit in commits:
         author = git_out(repo, "log", "-1", "--format=%an <%ae>", commit).strip()
         trailers = git_out(repo, "log", "-1", "--format=%(trailers:key=Signed-off-by,valueonly)", commit)
@@ -88,9 +85,7 @@ def check_signoffs(repo: Path, commits: list[str]) -> None:
 
 
 def read_cover(path: Path) -> tuple[str, str]:
-    """(subject, body) of a cover text file: the first line, a blank line, the body."""
-    text = path.read_text()
-    subject, _, body = text.partition("\n")
+    subject, _, body = path.read_text().partition("\n")  # the subject line, a blank line, the body
     if not subject.strip():
         raise errors.BadInput(f"{path}: the first line must be the cover letter's subject")
     return subject.strip(), body.strip("\n")
@@ -140,8 +135,7 @@ COMPANION_TESTS = ("tests/unit/ulysses_alst/", )
 
 
 def _role(repo: Path, commit: str) -> str:
-    """companion: tests/ and docs/, or the ALST tests alone; test: other tests/ only; marker: stage3.py alone,
-    adding the capability marker; fix: code, and maybe tests/ (see series.ROLES); docs/ with code is refused."""
+    """A commit's role (series.ROLES) from what it touches; docs/ with code is refused."""
     paths = [path for _, path in _touched(repo, commit)]
     in_tests = [p.startswith("tests/") for p in paths]
     in_docs = [p.startswith("docs/") for p in paths]
@@ -161,7 +155,7 @@ def _role(repo: Path, commit: str) -> str:
 
 def update_manifest(manifest: Path, name: str, version: int, upstream: str, base_ref: str | None,
                     patches: list[tuple[str, str]]) -> None:
-    """Rewrite version, base and patch list of one [[series]] block, leaving the rest as written."""
+    """Rewrite version, base and patch list of one [[series]] block, leaving the rest as written (comments too)."""
     text = manifest.read_text()
     blocks = re.split(r"(?m)^(?=\[\[series\]\])", text)
     for i, block in enumerate(blocks):
@@ -256,7 +250,7 @@ def reroll(repo: Path, branch: str, series_name: str, version: int, *, upstream:
 
 
 def _rebuild_previous(repo: Path, old_patches: list[Path], old_letter: str, tmpdir: Path) -> tuple[str, str, Path]:
-    """Rebuild the previous version's commits in a scratch clone: (local base, head, clone)."""
+    """The previous version's commits, rebuilt in a scratch clone: (local base, head, clone)."""
     match = re.search(r"^base-commit: ([0-9a-f]{40})$", old_letter, re.M)
     if not match:
         raise errors.BadInput(f"{old_patches[0]}: the previous version has no base-commit: line")
