@@ -10,6 +10,7 @@ import gc
 import importlib.util
 import inspect
 import itertools
+import math
 import os
 import statistics
 import random
@@ -22,17 +23,14 @@ from typing import Callable
 import torch
 
 from repro.harness.launch import RankContext, RankResult
-from repro.harness.engine import destroy_engine, ds_config, mangled_name
-from repro.gradscale.model import ProbeModel, rank_inputs
-from repro.gradscale.model import expected_gradient
+from repro.harness.engine import destroy_engine, ds_config, mangled_name, spy
+from repro.gradscale.model import ProbeModel, expected_gradient, rank_inputs
 from repro.gradscale.space import ParamSpec, ZeroConfig
 from repro.harness.scales import ReducePath
 from repro.harness.topology import build_mpu
 
 AVG, CONTIGUOUS = ReducePath.AVG_SCATTER.value, ReducePath.CONTIGUOUS.value  # ZeRO-3's two reduce methods
 
-# dtype -> (explicit mantissa bits, smallest normal exponent)
-FORMATS = {torch.float32: (23, -126), torch.bfloat16: (7, -126), torch.float16: (10, -14)}
 BITS_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 # Input kinds. "exact": per element an exponent shared by all ranks and a small integer per rank, so that every
@@ -44,11 +42,12 @@ _EXACT_EXPONENTS = range(-6, 3)
 
 def ulp_of(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The spacing of ``dtype`` at each element of ``reference`` (float64), exactly."""
-    mantissa_bits, emin = FORMATS[dtype]
+    info = torch.finfo(dtype)
+    emin = math.log2(info.smallest_normal)  # below it (subnormals) the spacing stays that of the smallest normal
     ref = reference.double().abs()
     _, exponent = torch.frexp(ref)  # ref = m * 2**exponent, m in [0.5, 1): floor(log2 ref) = exponent - 1
     floor_log2 = torch.where(ref > 0, exponent.double() - 1, torch.full_like(ref, emin))
-    return torch.exp2(floor_log2.clamp(min=emin) - mantissa_bits)
+    return torch.exp2(floor_log2.clamp(min=emin)) * info.eps
 
 
 def ulp_error(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -199,14 +198,9 @@ def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: st
                                       config=ds_config(zero, **precision_overrides(dtype)))
     try:
         opt, hook = engine.optimizer, make_hook(engine)
-        name = mangled_name(opt, method)
-        original = getattr(type(opt), name)
-
-        def wrapped(first, *dtype):  # (first, comm_dtype) from 0.17 on; (first) before
-            hook(opt, first, dtype[0] if dtype else opt.communication_data_type)
-            return original(opt, first, *dtype)
-
-        setattr(opt, name, wrapped)  # the hook, then the original, on every call for this engine
+        # (first, comm_dtype) from 0.17 on; (first) before
+        spy(opt, mangled_name(opt, method),
+            lambda first, *dtype: hook(opt, first, dtype[0] if dtype else opt.communication_data_type))
         loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
         engine.backward(loss)
     finally:
