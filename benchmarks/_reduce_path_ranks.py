@@ -4,11 +4,13 @@ errors against the float64 oracle. Method: docs/code/benchmarks.md.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import gc
 import importlib.util
 import inspect
 import itertools
+import math
 import os
 import statistics
 import random
@@ -21,17 +23,14 @@ from typing import Callable
 import torch
 
 from repro.harness.launch import RankContext, RankResult
-from repro.harness.engine import destroy_engine, ds_config, mangled_name
-from repro.gradscale.model import ProbeModel, rank_inputs
-from repro.gradscale.model import expected_gradient
+from repro.harness.engine import destroy_engine, ds_config, mangled_name, spy
+from repro.gradscale.model import ProbeModel, expected_gradient, rank_inputs
 from repro.gradscale.space import ParamSpec, ZeroConfig
 from repro.harness.scales import ReducePath
 from repro.harness.topology import build_mpu
 
 AVG, CONTIGUOUS = ReducePath.AVG_SCATTER.value, ReducePath.CONTIGUOUS.value  # ZeRO-3's two reduce methods
 
-# dtype -> (explicit mantissa bits, smallest normal exponent)
-FORMATS = {torch.float32: (23, -126), torch.bfloat16: (7, -126), torch.float16: (10, -14)}
 BITS_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 # Input kinds. "exact": per element an exponent shared by all ranks and a small integer per rank, so that every
@@ -43,11 +42,12 @@ _EXACT_EXPONENTS = range(-6, 3)
 
 def ulp_of(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The spacing of ``dtype`` at each element of ``reference`` (float64), exactly."""
-    mantissa_bits, emin = FORMATS[dtype]
+    info = torch.finfo(dtype)
+    emin = math.log2(info.smallest_normal)  # below it (subnormals) the spacing stays that of the smallest normal
     ref = reference.double().abs()
     _, exponent = torch.frexp(ref)  # ref = m * 2**exponent, m in [0.5, 1): floor(log2 ref) = exponent - 1
     floor_log2 = torch.where(ref > 0, exponent.double() - 1, torch.full_like(ref, emin))
-    return torch.exp2(floor_log2.clamp(min=emin) - mantissa_bits)
+    return torch.exp2(floor_log2.clamp(min=emin)) * info.eps
 
 
 def ulp_error(value: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -130,10 +130,7 @@ def bitwise_equal(a: list[torch.Tensor], b: list[torch.Tensor], dtype: torch.dty
                                                       y.to(dtype).view(view)) for x, y in zip(a, b))
 
 
-@dataclasses.dataclass(frozen=True)
-class Impl:
-    avg_scatter: Callable
-    contiguous: Callable
+Impl = collections.namedtuple("Impl", "avg_scatter contiguous")  # one tree's two reduce methods
 
 
 def load_impls(spec: dict[str, str]) -> dict[str, Impl]:
@@ -200,7 +197,10 @@ def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: st
     engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.0), mpu=mpu,
                                       config=ds_config(zero, **precision_overrides(dtype)))
     try:
-        _wrap(engine.optimizer, method, make_hook(engine))
+        opt, hook = engine.optimizer, make_hook(engine)
+        # (first, comm_dtype) from 0.17 on; (first) before
+        spy(opt, mangled_name(opt, method),
+            lambda first, *dtype: hook(opt, first, dtype[0] if dtype else opt.communication_data_type))
         loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
         engine.backward(loss)
     finally:
@@ -218,51 +218,34 @@ def precision_overrides(dtype: str) -> dict:
     return table.get(dtype, comm)
 
 
-@dataclasses.dataclass(frozen=True)
-class TimingPlan:
-    cases: dict[str, tuple[int, int]]  # label -> (number of parameters, elements each)
-    dtypes: tuple[str, ...]
-    warmup: int
-    iters: int
-
-
-def timing_program(plan: TimingPlan, impl_spec: dict[str, str]) -> Callable[[RankContext], RankResult]:
+def timing_program(impl_spec: dict[str, str], dtypes: tuple[str, ...], cases: dict[str, tuple[int, int]], warmup: int,
+                   iters: int) -> Callable[[RankContext], RankResult]:
+    """``cases``: label -> (number of parameters, elements each)."""
 
     def program(ctx: RankContext) -> RankResult:
         impls = load_impls(impl_spec)
         mpu = build_mpu(ctx.topology)
-        cases = []
-        for label, (count, numel) in plan.cases.items():
+        out = []
+        for label, (count, numel) in cases.items():
             specs = tuple(ParamSpec(f"p{i:04d}", numel) for i in range(count))
-            for dtype in plan.dtypes:
+            for dtype in dtypes:
                 buckets: list[dict] = []
                 _one_backward(
                     specs, ZeroConfig(3), mpu, dtype, ctx, AVG,
                     lambda engine: lambda opt, params, comm_dtype: buckets.append(
-                        _time_bucket(opt, list(params), comm_dtype, impls, plan, ctx)))
+                        _time_bucket(opt, list(params), comm_dtype, impls, warmup, iters, ctx)))
                 if not buckets:
                     raise RuntimeError(f"{label}/{dtype}: the backward never reduced on {AVG}")
-                cases.append({"case": label, "params": count, "numel_each": numel, "dtype": dtype, "buckets": buckets})
-        return RankResult(0, {"phase": "timing", "cases": cases, **_launch_info()} if ctx.rank == 0 else None)
+                out.append({"case": label, "params": count, "numel_each": numel, "dtype": dtype, "buckets": buckets})
+        return _report(ctx, "timing", cases=out)
 
     return program
 
 
-def _launch_info() -> dict:
-    """The rendezvous address of this launch: DeepSpeed's CPU comm op names its /dev/shm buffers after it."""
-    return {"master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT")}
-
-
-def _wrap(optimizer, method: str, before_original: Callable) -> None:
-    """Run ``before_original`` on every call of ``method`` for this engine, then the original."""
-    name = mangled_name(optimizer, method)
-    original = getattr(type(optimizer), name)
-
-    def wrapped(first, *dtype):  # (first, comm_dtype) from 0.17 on; (first) before
-        before_original(optimizer, first, dtype[0] if dtype else optimizer.communication_data_type)
-        return original(optimizer, first, *dtype)
-
-    setattr(optimizer, name, wrapped)
+def _report(ctx: RankContext, phase: str, **data) -> RankResult:
+    """Rank 0's report, with the rendezvous address: DeepSpeed's CPU comm op names its /dev/shm buffers after it."""
+    info = {"master_addr": os.environ.get("MASTER_ADDR"), "master_port": os.environ.get("MASTER_PORT")}
+    return RankResult(0, {"phase": phase, **data, **info} if ctx.rank == 0 else None)
 
 
 def _clocked(call: Callable, *args) -> tuple[float, float]:
@@ -275,7 +258,7 @@ def _clocked(call: Callable, *args) -> tuple[float, float]:
     return wall, cpu
 
 
-def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Impl], plan: TimingPlan,
+def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Impl], warmup: int, iters: int,
                  ctx: RankContext) -> dict:
     from deepspeed import comm as dist
 
@@ -292,14 +275,23 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
     for n in names:
         restore()
         outputs[n] = [o.detach().double().cpu().clone() for o in impls[n].avg_scatter(opt, params, comm_dtype)]
-    checks = _scale_checks(outputs, ctx.topology.sp, comm_dtype)
+    # Relations between the implementations' outputs on this rank's partitions.
+    ref = torch.cat([o.flatten() for o in outputs["before"]])
+    nonzero, checks = ref.abs() > 0, {}
+    for n in names:
+        if n != "before":
+            mine = torch.cat([o.flatten() for o in outputs[n]])
+            checks[f"{n}/before"] = float((mine[nonzero] / ref[nonzero]).median()) if bool(nonzero.any()) else None
+    for a, b in itertools.combinations(names, 2):
+        checks[f"{a}=={b} bitwise"] = bitwise_equal(outputs[a], outputs[b], comm_dtype)
+    checks["expected_ratio"] = float(ctx.topology.sp)
 
     times: dict[str, list[float]] = {n: [] for n in names}  # wall clock of the call on this rank
     cpu: dict[str, list[float]] = {n: [] for n in names}  # CPU time of this process (all threads)
     gc.collect()
     gc.disable()
     try:
-        for it in range(plan.warmup + plan.iters):
+        for it in range(warmup + iters):
             # A fresh order each round, the same on every rank (seeded by the round): docs/code/benchmarks.md.
             order = list(names)
             random.Random(it).shuffle(order)
@@ -308,7 +300,7 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
                 _sync()
                 dist.barrier()
                 elapsed, used = _clocked(impls[n].avg_scatter, opt, params, comm_dtype)
-                if it >= plan.warmup:
+                if it >= warmup:
                     times[n].append(elapsed)
                     cpu[n].append(used)
     finally:
@@ -318,20 +310,23 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
         n: _allocations(lambda n=n: impls[n].avg_scatter(opt, params, comm_dtype), restore, ctx)
         for n in names
     }
-    isolated = _isolated_post_scale(outputs["before"], comm_dtype, float(ctx.topology.sp), plan.iters * 2)
+    # What the rescale form adds, alone and with no collective: ``[g.mul(sp) for g in partitions]``.
+    parts, scale = [p.to(comm_dtype).contiguous() for p in outputs["before"]], float(ctx.topology.sp)
+    wall, used = zip(*[_clocked(lambda: [g.mul(scale) for g in parts]) for _ in range(2 * iters)])
+    isolated = dict(wall_median_s=statistics.median(wall), cpu_median_s=statistics.median(used), repeats=2 * iters,
+                    tensors=len(parts), elements=sum(p.numel() for p in parts))
     restore()
 
     partition_group = getattr(opt, "_get_param_partition_group", None)  # from 0.19.3 (AutoEP); dp before
     process_group = partition_group(params[0]) if partition_group else opt.dp_process_group
-    world = dist.get_world_size(group=process_group)
-    rank = dist.get_rank(group=process_group)
+    world, rank = dist.get_world_size(group=process_group), dist.get_rank(group=process_group)
     partition_elements = sum(end - start
                              for start, end in (partition_slice(p.grad.numel(), world, rank) for p in params))
     per_rank = _gather(
         dict(times=times, cpu=cpu, allocations=allocations, partition_elements=partition_elements, isolated=isolated))
     # Per round: the step's time is its slowest rank's; the work done, all ranks' CPU time together.
-    step_times = {n: [max(r["times"][n][i] for r in per_rank) for i in range(plan.iters)] for n in names}
-    cpu_times = {n: [sum(r["cpu"][n][i] for r in per_rank) for i in range(plan.iters)] for n in names}
+    step_times = {n: [max(r["times"][n][i] for r in per_rank) for i in range(iters)] for n in names}
+    cpu_times = {n: [sum(r["cpu"][n][i] for r in per_rank) for i in range(iters)] for n in names}
     rank_median = [{n: statistics.median(r["times"][n]) for n in names} for r in per_rank]
     isolated_all, allocations_all, elements_all = ([r[k] for r in per_rank]
                                                    for k in ("isolated", "allocations", "partition_elements"))
@@ -341,31 +336,6 @@ def _time_bucket(opt, params: list, comm_dtype: torch.dtype, impls: dict[str, Im
                 sequence_parallel_size=ctx.topology.sp, checks=checks, step_times_s=step_times, cpu_times_s=cpu_times,
                 rank_median_s=rank_median, isolated_post_scale=isolated_all, allocations=allocations_all,
                 partition_elements=elements_all, itemsize=torch.empty(0, dtype=comm_dtype).element_size())
-
-
-def _isolated_post_scale(partitions: list[torch.Tensor], comm_dtype: torch.dtype, scale: float, repeats: int) -> dict:
-    """What the rescale form adds, alone and with no collective: ``[g.mul(scale) for g in partitions]``."""
-    parts = [p.to(comm_dtype).contiguous() for p in partitions]
-    wall, cpu = zip(*[_clocked(lambda: [g.mul(scale) for g in parts]) for _ in range(repeats)])
-    return dict(wall_median_s=statistics.median(wall), cpu_median_s=statistics.median(cpu), repeats=repeats,
-                tensors=len(parts), elements=sum(p.numel() for p in parts))
-
-
-def _scale_checks(outputs: dict[str, list[torch.Tensor]], sp: int, comm_dtype: torch.dtype) -> dict:
-    """Relations between the implementations' outputs on this rank's partitions."""
-    names = list(outputs)
-    checks = {}
-    if "before" in outputs:
-        ref = torch.cat([o.flatten() for o in outputs["before"]])
-        for n in names:
-            if n != "before":
-                mine = torch.cat([o.flatten() for o in outputs[n]])
-                nonzero = ref.abs() > 0
-                checks[f"{n}/before"] = float((mine[nonzero] / ref[nonzero]).median()) if bool(nonzero.any()) else None
-    for a, b in itertools.combinations(names, 2):
-        checks[f"{a}=={b} bitwise"] = bitwise_equal(outputs[a], outputs[b], comm_dtype)
-    checks["expected_ratio"] = float(sp)
-    return checks
 
 
 def _allocations(call: Callable, restore: Callable, ctx: RankContext) -> dict:
@@ -407,22 +377,16 @@ def _allocations(call: Callable, restore: Callable, ctx: RankContext) -> dict:
 NUMERICS_SPECS = tuple(ParamSpec(f"n{i}", n) for i, n in enumerate((4096, 4097, 1000, 333, 64, 3, 16384, 20011)))
 
 
-@dataclasses.dataclass(frozen=True)
-class NumericsPlan:
-    dtypes: tuple[str, ...]
-    kinds: tuple[str, ...]
-
-
-def numerics_program(plan: NumericsPlan, impl_spec: dict[str, str]) -> Callable[[RankContext], RankResult]:
+def numerics_program(impl_spec: dict[str, str], dtypes: tuple[str, ...],
+                     kinds: tuple[str, ...]) -> Callable[[RankContext], RankResult]:
 
     def program(ctx: RankContext) -> RankResult:
         impls = load_impls(impl_spec)
         mpu = build_mpu(ctx.topology)
-        specs = NUMERICS_SPECS
-        bucket = sum(s.numel for s in specs) * 2
+        bucket = sum(s.numel for s in NUMERICS_SPECS) * 2
         zero = ZeroConfig(3, reduce_scatter=False, contiguous_gradients=True, reduce_bucket_size=bucket)
         results = []
-        for dtype in plan.dtypes:
+        for dtype in dtypes:
             seen: list[dict] = []
             names: dict[int, str] = {}
 
@@ -431,19 +395,18 @@ def numerics_program(plan: NumericsPlan, impl_spec: dict[str, str]) -> Callable[
                 index = {id(p): i for i, (_, p) in enumerate(ordered)}
                 names.update({i: n for i, (n, _) in enumerate(ordered)})
                 return lambda opt, buffer, comm_dtype: seen.append(
-                    _numerics_bucket(opt, buffer, comm_dtype, impls, plan, ctx, index))
+                    _numerics_bucket(opt, buffer, comm_dtype, impls, kinds, ctx, index))
 
-            _one_backward(specs, zero, mpu, dtype, ctx, CONTIGUOUS, numerics_hook)
+            _one_backward(NUMERICS_SPECS, zero, mpu, dtype, ctx, CONTIGUOUS, numerics_hook)
             if not seen:
                 raise RuntimeError(f"numerics/{dtype}: the backward never reduced on the contiguous path")
-            merged = _merge_ranks(_gather(seen))
-            results.append({"dtype": dtype, "param_names": names, **merged})
-        return RankResult(0, {"phase": "numerics", "results": results, **_launch_info()} if ctx.rank == 0 else None)
+            results.append({"dtype": dtype, "param_names": names, **_merge_ranks(_gather(seen))})
+        return _report(ctx, "numerics", results=results)
 
     return program
 
 
-def _numerics_bucket(opt, buffer, comm_dtype: torch.dtype, impls: dict[str, Impl], plan: NumericsPlan,
+def _numerics_bucket(opt, buffer, comm_dtype: torch.dtype, impls: dict[str, Impl], kinds: tuple[str, ...],
                      ctx: RankContext, index: dict[int, int]) -> dict:
     from deepspeed import comm as dist
 
@@ -452,14 +415,12 @@ def _numerics_bucket(opt, buffer, comm_dtype: torch.dtype, impls: dict[str, Impl
     ordered = sorted(params, key=lambda p: p.ds_id)  # as __reduce_and_partition_ipg_grads hands them over
     grads = {id(p): p.grad for p in params}
     saved = {k: g.detach().clone() for k, g in grads.items()}
-    process_group = bucket.process_group
-    world = dist.get_world_size(group=process_group)
-    rank = dist.get_rank(group=process_group)
+    world, rank = dist.get_world_size(group=bucket.process_group), dist.get_rank(group=bucket.process_group)
     if world != ctx.world_size:
         raise RuntimeError(f"partition group has {world} ranks, expected the whole world ({ctx.world_size})")
 
     per_kind = {}
-    for kind in plan.kinds:
+    for kind in kinds:
         local = {
             pid: [rank_gradient(kind, g.numel(), r, index[pid], comm_dtype) for r in range(world)]
             for pid, g in grads.items()

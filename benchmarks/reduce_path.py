@@ -35,6 +35,7 @@ DEFAULT_CASES = ("many_small=512x4096", "few_large=4x2097152")
 DEFAULT_TOPOLOGIES = ("2:2", "4:2", "4:4", "3:3")
 METRICS = {"wall": "step_times_s", "cpu": "cpu_times_s"}
 SPREAD = tuple(Spread.model_fields)
+LAUNCHES = {"timing": TimingLaunch, "numerics": NumericsLaunch}
 
 
 def launch_main(argv: list[str]) -> int:
@@ -44,7 +45,7 @@ def launch_main(argv: list[str]) -> int:
     import _reduce_path_ranks as ranks
 
     def add(parser) -> None:
-        parser.add_argument("--phase", choices=["timing", "numerics"], required=True)
+        parser.add_argument("--phase", choices=list(LAUNCHES), required=True)
         parser.add_argument("--impl", action="append", default=[], metavar="NAME=DIR")
         parser.add_argument("--case", action="append", default=[], metavar="LABEL=COUNTxNUMEL")
         parser.add_argument("--dtypes", default="fp32,bf16")
@@ -65,16 +66,15 @@ def launch_main(argv: list[str]) -> int:
                 if not (m := re.fullmatch(r"(\d+)x(\d+)", spec)):
                     raise SystemExit(f"error: a case is COUNTxNUMEL, got {spec!r}")
                 cases[label] = int(m.group(1)), int(m.group(2))
-            program = ranks.timing_program(ranks.TimingPlan(cases, dtypes, x["warmup"], x["iters"]), impl_spec)
+            program = ranks.timing_program(impl_spec, dtypes, cases, x["warmup"], x["iters"])
         else:
-            program = ranks.numerics_program(ranks.NumericsPlan(dtypes, tuple(x["kinds"].split(","))), impl_spec)
+            program = ranks.numerics_program(impl_spec, dtypes, tuple(x["kinds"].split(",")))
 
         def sink(report: dict, wall: float) -> None:
             report.update(world_size=args.world_size, sp=args.sp, dp=args.dp, backend=args.backend,
                           wall_s=round(wall, 2), load_average_at_end=os.getloadavg())
-            result = (TimingLaunch if x["phase"] == "timing" else NumericsLaunch).model_validate(report)
             if args.json:
-                result.write(args.json)
+                LAUNCHES[x["phase"]].model_validate(report).write(args.json)
 
         return launch.run(args, program, sink)
 
@@ -105,7 +105,7 @@ def prepare_impls(python: str, patches: dict[str, Path], workdir: Path) -> dict[
     installed = Path(out.stdout.strip())
     impls = {"before": str(installed)}
     for name, patch in patches.items():
-        touched = set(re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), flags=re.M))
+        touched = re.findall(r"^diff --git a/(\S+) b/", patch.read_text(), flags=re.M)
         code = {t for t in touched if t.startswith("deepspeed/")}
         if not code or not code <= set(PATCHED_FILES):
             raise SystemExit(f"error: {patch} changes {sorted(code) or 'no DeepSpeed file'}; this benchmark "
@@ -141,7 +141,7 @@ def run_launch(python: str, phase: str, world: int, sp: int, backend: str, impls
             f"error: {phase} launch (world {world}, sp {sp}) failed with exit code {proc.returncode} after "
             f"{time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
         return None
-    report = (TimingLaunch if phase == "timing" else NumericsLaunch).load(out)
+    report = LAUNCHES[phase].load(out)
     addr, port = report.master_addr, report.master_port
     report = report.model_copy(
         update=dict(shm_buffers_removed=remove_shm_buffers(addr, port) if addr and port else 0,
@@ -158,84 +158,73 @@ def _quantiles(values: list[float]) -> dict:
 
 def summarize_timing(launches: list[dict], impl_names: list[str]) -> list[dict]:
     """Pool every launch's rounds per (case, dtype); ratios paired per round (wall: slowest rank; cpu: all ranks)."""
+    groups: dict = {}  # (case, dtype) -> [(the case, its largest bucket) per launch]
+    for case in (case for launch in launches for case in launch["cases"]):
+        bucket = max(case["buckets"], key=lambda b: b["bucket_elements"])
+        groups.setdefault((case["case"], case["dtype"]), []).append((case, bucket))
+    return [_summarize_row(group, impl_names) for group in groups.values()]
+
+
+def _summarize_row(group: list[tuple[dict, dict]], impl_names: list[str]) -> dict:
     others = [n for n in impl_names if n != "before"]
-    rows: dict = {}
-    for launch in launches:
-        for case in launch["cases"]:
-            key = (case["case"], case["dtype"])
-            if key not in rows:
-                series = {m: {n: [] for n in impl_names} for m in METRICS}
-                per_launch = {m: {n: [] for n in others} for m in METRICS}
-                rows[key] = dict(case=case["case"], dtype=case["dtype"], params=case["params"],
-                                 numel_each=case["numel_each"], buckets=len(case["buckets"]), series=series,
-                                 per_launch=per_launch, allocations=[], checks=[], isolated=[], isolated_cpu=[])
-            row = rows[key]
-            bucket = max(case["buckets"], key=lambda b: b["bucket_elements"])
-            for metric, field in METRICS.items():
-                st = bucket[field]
-                for n in impl_names:
-                    row["series"][metric][n].append(st[n])
-                for n in others:
-                    row["per_launch"][metric][n].append(statistics.median(st[n]) / statistics.median(st["before"]))
-            row["allocations"].append(bucket["allocations"][0])
-            row["checks"].append(bucket["checks"])
-            row["isolated"].append(max(r["wall_median_s"] for r in bucket["isolated_post_scale"]))
-            row["isolated_cpu"].append(sum(r["cpu_median_s"] for r in bucket["isolated_post_scale"]))
-            row["bucket"] = {k: bucket[k] for k in Bucket.model_fields}
-            row["partition_elements_rank0"] = bucket["partition_elements"][0]
-    return [_summarize_row(row, impl_names, others) for row in rows.values()]
-
-
-def _summarize_row(row: dict, impl_names: list[str], others: list[str]) -> dict:
-    b = row["bucket"]
-    summary = {k: row[k] for k in ("case", "dtype", "params", "numel_each", "buckets", "bucket")}
-    for metric in METRICS:
-        series = row["series"][metric]
+    case, buckets = group[0][0], [bucket for _, bucket in group]
+    b = {k: buckets[-1][k] for k in Bucket.model_fields}
+    summary = {k: case[k] for k in ("case", "dtype", "params", "numel_each")}
+    summary.update(buckets=len(case["buckets"]), bucket=b)
+    before = {}  # metric -> the median unpatched call, s
+    for metric, field in METRICS.items():
+        series = {n: [bk[field][n] for bk in buckets] for n in impl_names}  # per launch, per round
         pooled = {n: [x for launch in series[n] for x in launch] for n in impl_names}
+        before[metric] = statistics.median(pooled["before"])
         summary[f"{metric}_ms"] = {n: _quantiles(v) for n, v in pooled.items()}
         for q in summary[f"{metric}_ms"].values():  # in ms; n stays a count
             q.update({k: round(1e3 * x, 3) for k, x in q.items() if k != "n"})
-        ratios = {}
+        ratios = summary[f"{metric}_ratio_vs_before"] = {}
         for n in others:
             q = _quantiles([a / c for la, lb in zip(series[n], series["before"]) for a, c in zip(la, lb)])
-            of_medians = statistics.median(pooled[n]) / statistics.median(pooled["before"])
+            per_launch = [statistics.median(la) / statistics.median(lb) for la, lb in zip(series[n], series["before"])]
             ratios[n] = {k: round(q[k], 4) for k in SPREAD}
-            ratios[n].update(median_paired=round(q["median"], 4), rounds=q["n"], ratio_of_medians=round(of_medians, 4),
-                             per_launch_ratio_of_medians=[round(x, 4) for x in row["per_launch"][metric][n]])
-        summary[f"{metric}_ratio_vs_before"] = ratios
-    iso_wall, iso_cpu = statistics.median(row["isolated"]), statistics.median(row["isolated_cpu"])
-    before_wall = statistics.median([x for launch in row["series"]["wall"]["before"] for x in launch])
-    before_cpu = statistics.median([x for launch in row["series"]["cpu"]["before"] for x in launch])
+            ratios[n].update(median_paired=round(q["median"], 4), rounds=q["n"],
+                             ratio_of_medians=round(statistics.median(pooled[n]) / before[metric],
+                                                    4), per_launch_ratio_of_medians=[round(x, 4) for x in per_launch])
+    isolated = [max(r["wall_median_s"] for r in bk["isolated_post_scale"]) for bk in buckets]
+    iso_wall = statistics.median(isolated)
+    iso_cpu = statistics.median([sum(r["cpu_median_s"] for r in bk["isolated_post_scale"]) for bk in buckets])
+    before_wall, before_cpu = before["wall"], before["cpu"]
     summary["isolated_post_scale"] = dict(
         what="[g.mul(sp) for g in this rank's partitions], alone, no collective: the work rescale adds",
         wall_ms_slowest_rank=round(1e3 * iso_wall, 3), cpu_ms_all_ranks=round(1e3 * iso_cpu, 3),
         share_of_before_wall=round(iso_wall / before_wall, 4), share_of_before_cpu=round(iso_cpu / before_cpu, 4),
-        per_launch_wall_ms=[round(1e3 * x, 3) for x in row["isolated"]])
+        per_launch_wall_ms=[round(1e3 * x, 3) for x in isolated])
     scale_runs = b["sequence_parallel_size"] != 1
-    alloc0 = row["allocations"][0]
-    before = alloc0["before"]
-    summary["bytes_rank0"] = {n: _bytes(alloc0[n], before) for n in impl_names}
-    summary["bytes_method"] = before["method"]
+    allocations = [bk["allocations"][0] for bk in buckets]  # rank 0's
+    alloc0 = allocations[0]
+    a0 = alloc0["before"]
+    summary["bytes_rank0"] = {}
+    for n, a in zip(impl_names, [alloc0[n] for n in impl_names]):
+        summary["bytes_rank0"][n] = dict(allocated=a["bytes"], allocating_events=a["count"], peak=a["peak_bytes"],
+                                         extra_vs_before=a["bytes"] - a0["bytes"],
+                                         extra_events_vs_before=a["count"] - a0["count"],
+                                         extra_peak_vs_before=a["peak_bytes"] - a0["peak_bytes"])
+    summary["bytes_method"] = a0["method"]
     summary["analytic_extra_bytes_rank0"] = dict(
-        rescale=row["partition_elements_rank0"] * b["itemsize"] if scale_runs else 0,
+        rescale=buckets[-1]["partition_elements"][0] * b["itemsize"] if scale_runs else 0,
         rescale_new_tensors=b["bucket_params"] if scale_runs else 0, divisor=0, divisor_new_tensors=0,
         formula="sum over the bucket's parameters of this rank's partition elements x itemsize of the "
         "communication dtype (one g.mul(scale) output each); 0 for divisor (the scale is folded "
         "into the existing in-place pre-divide)")
-    summary["allocations_same_in_every_launch"] = all(a == alloc0 for a in row["allocations"])
-    summary["checks"] = row["checks"][0]
-    summary["checks_same_in_every_launch"] = all(c == row["checks"][0] for c in row["checks"])
+    summary["allocations_same_in_every_launch"] = all(a == alloc0 for a in allocations)
+    summary["checks"] = buckets[0]["checks"]
+    summary["checks_same_in_every_launch"] = all(bk["checks"] == buckets[0]["checks"] for bk in buckets)
     return summary
 
 
-def _bytes(a: dict, before: dict) -> dict:
-    return dict(allocated=a["bytes"], allocating_events=a["count"], peak=a["peak_bytes"],
-                extra_vs_before=a["bytes"] - before["bytes"], extra_events_vs_before=a["count"] - before["count"],
-                extra_peak_vs_before=a["peak_bytes"] - before["peak_bytes"])
+def _row(*cells) -> str:
+    return "| " + " | ".join(map(str, cells)) + " |"
 
 
 def _table(title: str, *head: str) -> list[str]:
-    return [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return [title, "", _row(*head), "|" + "---|" * len(head)]
 
 
 def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
@@ -243,18 +232,20 @@ def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
     out = []
     for metric, title in (("wall", "Wall time per call (slowest rank)"),
                           ("cpu", "CPU time per call (all ranks, all threads)")):
-        head = ["case", "precision", "bucket (comm dtype)"] + [f"{n} ms (median)" for n in impl_names]
-        head += [f"{n}/before: paired median [p25, p75]; per launch" for n in others]
-        lines = _table(f"{title}; ratios are per round, same bucket, random order each round:", *head)
+        lines = _table(f"{title}; ratios are per round, same bucket, random order each round:", "case", "precision",
+                       "bucket (comm dtype)", *[f"{n} ms (median)" for n in impl_names],
+                       *[f"{n}/before: paired median [p25, p75]; per launch" for n in others])
         for r in rows:
-            bucket = f"{r['params']} x {r['numel_each']} ({r['bucket']['communication_dtype']})"
-            cells = [r["case"], r["dtype"], bucket]
+            cells = [
+                r["case"], r["dtype"], f"{r['params']} x {r['numel_each']} ({r['bucket']['communication_dtype']})"
+            ]
             cells += [f"{r[f'{metric}_ms'][n]['median']:.2f}" for n in impl_names]
-            for n in others:
-                q = r[f"{metric}_ratio_vs_before"][n]
-                cells.append(f"{q['median_paired']:.3f} [{q['p25']:.3f}, {q['p75']:.3f}]; " +
-                             ", ".join(f"{x:.3f}" for x in q["per_launch_ratio_of_medians"]))
-            lines.append("| " + " | ".join(cells) + " |")
+            cells += [
+                f"{q['median_paired']:.3f} [{q['p25']:.3f}, {q['p75']:.3f}]; " +
+                ", ".join(f"{x:.3f}" for x in q["per_launch_ratio_of_medians"])
+                for q in (r[f"{metric}_ratio_vs_before"][n] for n in others)
+            ]
+            lines.append(_row(*cells))
         out.append("\n".join(lines))
     lines = _table(
         "The rescale form's added work alone (`[g.mul(sp) for g in partitions]` on the same partitions, "
@@ -270,13 +261,12 @@ def timing_markdown(rows: list[dict], impl_names: list[str]) -> str:
     lines = _table("Extra memory allocated by one call on rank 0, against before:", "case", "precision", "method",
                    *[f"{n}: extra bytes measured / analytic, extra alloc events" for n in others])
     for r in rows:
-        an = r["analytic_extra_bytes_rank0"]
-        cells = [r["case"], r["dtype"], r["bytes_method"]]
-        for n in others:
-            b = r["bytes_rank0"][n]
-            cells.append(f"{b['extra_vs_before']} / {an.get(n, 0)} ({an.get(n + '_new_tensors', 0)} tensors), "
-                         f"{b['extra_events_vs_before']:+d} events, peak {b['extra_peak_vs_before']:+d}")
-        lines.append("| " + " | ".join(cells) + " |")
+        an, b = r["analytic_extra_bytes_rank0"], r["bytes_rank0"]
+        cells = [
+            f"{b[n]['extra_vs_before']} / {an.get(n, 0)} ({an.get(n + '_new_tensors', 0)} tensors), "
+            f"{b[n]['extra_events_vs_before']:+d} events, peak {b[n]['extra_peak_vs_before']:+d}" for n in others
+        ]
+        lines.append(_row(r["case"], r["dtype"], r["bytes_method"], *cells))
     out.append("\n".join(lines))
     return "\n\n".join(out)
 
@@ -297,12 +287,9 @@ def numerics_rows(launches: list[dict]) -> list[dict]:
 def numerics_flags(launches: list[dict]) -> list[dict]:
     flags = []
     for head, data in _per_kind(launches):
-        flags.append(head | {p: v for p, v in data["bitwise_equal_all_ranks"].items() if _numerics_pair(p)})
+        pairs = data["bitwise_equal_all_ranks"].items()
+        flags.append(head | {p: v for p, v in pairs if "contiguous" in p or ("rescale" in p and "divisor" in p)})
     return flags
-
-
-def _numerics_pair(pair: str) -> bool:
-    return "contiguous" in pair or ("rescale" in pair and "divisor" in pair)
 
 
 def numerics_markdown(rows: list[dict], flags: list[dict]) -> str:
@@ -311,56 +298,75 @@ def numerics_markdown(rows: list[dict], flags: list[dict]) -> str:
         "over every rank's partition; max/mean over the elements whose oracle is not 0; 'oracle 0, path not' "
         "counts elements where the ranks' gradients cancel exactly and the path does not give 0.", "world", "sp", "dp",
         "comm dtype", "inputs", "path", "max ULP", "mean ULP", "exact", "<= 0.5 ULP", "oracle 0, path not", "scale")
+    layout = ("world", "sp", "dp", "dtype", "kind")
     for r in rows:
-        lines.append(f"| {r['world']} | {r['sp']} | {r['dp']} | {r['dtype']} | {r['kind']} | {r['path']} | "
-                     f"{r['max_ulp']:.3g} | {r['mean_ulp']:.3g} | {100 * r['exact_fraction']:.1f}% | "
-                     f"{100 * r['correctly_rounded_fraction']:.1f}% | "
-                     f"{r['zero_oracle_missed']}/{r['zero_oracle']} | "
-                     f"{'-' if r['scale'] is None else format(r['scale'], '.4g')} |")
+        scale = "-" if r["scale"] is None else format(r["scale"], ".4g")
+        lines.append(
+            _row(*[r[k] for k in layout], r["path"], f"{r['max_ulp']:.3g}", f"{r['mean_ulp']:.3g}",
+                 f"{100 * r['exact_fraction']:.1f}%", f"{100 * r['correctly_rounded_fraction']:.1f}%",
+                 f"{r['zero_oracle_missed']}/{r['zero_oracle']}", scale))
     pairs = sorted({k for f in flags for k in f if "==" in k})
     lines += ["", *_table("Bitwise equal on every rank:", "world", "sp", "dp", "comm dtype", "inputs", *pairs)]
-    for f in flags:
-        lines.append(f"| {f['world']} | {f['sp']} | {f['dp']} | {f['dtype']} | {f['kind']} | " +
-                     " | ".join("yes" if f.get(p) else "no" for p in pairs) + " |")
+    lines += [_row(*[f[k] for k in layout], *["yes" if f.get(p) else "no" for p in pairs]) for f in flags]
     return "\n".join(lines)
+
+
+def markdown(payload: dict) -> str:
+    """reduce_path.md: the run's tables and its conclusion."""
+
+    def run_line(info: dict) -> str:
+        start, end = ("/".join(f"{x:.2f}" for x in load) if load else "?"
+                      for load in (info["load_average_at_start"], info.get("load_average_at_end")))
+        return (f"Run {info['started']}; load average (1/5/15 min) at start {start}, at end {end}; "
+                f"{os.cpu_count()} CPUs.")
+
+    md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", "", f"Tree: {payload['tree']}.", ""]
+    if "timing" in payload:
+        md += ["## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "", run_line(payload["timing_run"]), ""]
+        md += [timing_markdown(payload["timing"], list(payload["timing"][0]["wall_ms"])), ""]
+    if "numerics" in payload:
+        md += ["## Numerics against the float64 oracle", "", run_line(payload["numerics_run"]), ""]
+        md += [numerics_markdown(payload["numerics"], payload["numerics_bitwise"]), ""]
+    return "\n".join(md + [payload["conclusion"], ""])
 
 
 def driver_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--python", default=default_python(), help="interpreter with torch + the DeepSpeed to patch")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--python", default=default_python(), help="interpreter with torch + the DeepSpeed to patch")
+    add(
         "--patch", action="append", default=None, metavar="NAME=FILE",
         help="another implementation to time beside the installed one and 'divisor' (the fix "
         "patch of the installed release's series); repeatable")
-    parser.add_argument(
+    add(
         "--backend", choices=["gloo", "nccl", "auto"], default="auto",
         help="gloo: CPU ranks; nccl: one GPU per rank; auto: nccl when there is a GPU for every "
         "rank, else gloo (default auto)")
-    parser.add_argument("--repeats", type=int, default=3, help="timing launches (default 3)")
-    parser.add_argument("--warmup", type=int, default=5, help="warm-up rounds per launch and case")
-    parser.add_argument("--iters", type=int, default=30, help="timed rounds per launch and case")
-    parser.add_argument("--case", action="append", default=None, metavar="LABEL=COUNTxNUMEL",
-                        help=f"timing bucket (default {' '.join(DEFAULT_CASES)})")
-    parser.add_argument("--timing-dtypes", default="fp32,bf16-model,bf16",
-                        help="precision settings timed (see _reduce_path_ranks.precision_overrides)")
-    parser.add_argument("--numerics-dtypes", default="bf16,fp16,fp32",
-                        help="precisions whose gradients are compared with the oracle (default %(default)s)")
-    parser.add_argument("--topology", action="append", default=None, metavar="WORLD:SP",
-                        help=f"numerics layouts (default {' '.join(DEFAULT_TOPOLOGIES)})")
-    parser.add_argument("--no-aa-control", dest="aa_control", action="store_false",
-                        help=f"do not time the unpatched code a second time as '{AA}' (the A/A noise control)")
-    parser.add_argument("--add-timing-launch", action="append", default=[], metavar="JSON",
-                        help="pool this saved timing launch report (reduce_path_launches/*/timing*.json) too")
-    parser.add_argument("--skip-timing", action="store_true", help="measure the numerics only")
-    parser.add_argument("--skip-numerics", action="store_true", help="measure the timing only")
-    parser.add_argument("--keep-other", action="store_true",
-                        help="keep the skipped section (timing or numerics) from the existing --out file")
-    parser.add_argument("--max-load", type=float, default=None,
-                        help="wait (up to --max-wait s) for the 1-minute load average to drop below this first")
-    parser.add_argument("--max-wait", type=float, default=600.0,
-                        help="the longest wait for --max-load, s; then it times anyway (default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="per launch, s")
-    parser.add_argument("--out", type=Path, default=None, help=f"JSON path (default {RESULTS}/reduce_path.json)")
+    add("--repeats", type=int, default=3, help="timing launches (default 3)")
+    add("--warmup", type=int, default=5, help="warm-up rounds per launch and case")
+    add("--iters", type=int, default=30, help="timed rounds per launch and case")
+    add("--case", action="append", default=None, metavar="LABEL=COUNTxNUMEL",
+        help=f"timing bucket (default {' '.join(DEFAULT_CASES)})")
+    add("--timing-dtypes", default="fp32,bf16-model,bf16",
+        help="precision settings timed (see _reduce_path_ranks.precision_overrides)")
+    add("--numerics-dtypes", default="bf16,fp16,fp32",
+        help="precisions whose gradients are compared with the oracle (default %(default)s)")
+    add("--topology", action="append", default=None, metavar="WORLD:SP",
+        help=f"numerics layouts (default {' '.join(DEFAULT_TOPOLOGIES)})")
+    add("--no-aa-control", dest="aa_control", action="store_false",
+        help=f"do not time the unpatched code a second time as '{AA}' (the A/A noise control)")
+    add("--add-timing-launch", action="append", default=[], metavar="JSON",
+        help="pool this saved timing launch report (reduce_path_launches/*/timing*.json) too")
+    add("--skip-timing", action="store_true", help="measure the numerics only")
+    add("--skip-numerics", action="store_true", help="measure the timing only")
+    add("--keep-other", action="store_true",
+        help="keep the skipped section (timing or numerics) from the existing --out file")
+    add("--max-load", type=float, default=None,
+        help="wait (up to --max-wait s) for the 1-minute load average to drop below this first")
+    add("--max-wait", type=float, default=600.0,
+        help="the longest wait for --max-load, s; then it times anyway (default %(default)s)")
+    add("--timeout", type=float, default=900.0, help="per launch, s")
+    add("--out", type=Path, default=None, help=f"JSON path (default {RESULTS}/reduce_path.json)")
     args = parser.parse_args(argv)
 
     env = environment(args.python)
@@ -371,7 +377,10 @@ def driver_main(argv: list[str]) -> int:
     if "before" in patches:
         raise SystemExit("error: 'before' is the installed DeepSpeed; name the patches otherwise")
     backend = resolve_backend(args.backend, 2)
-    waited = _wait_for_quiet(args.max_load, args.max_wait)
+    start, max_load = time.monotonic(), float("inf") if args.max_load is None else args.max_load
+    while os.getloadavg()[0] >= max_load and time.monotonic() - start < args.max_wait:
+        time.sleep(10)
+    waited = round(time.monotonic() - start, 1) if args.max_load is not None else 0.0
     out_path = args.out or RESULTS / "reduce_path.json"
     shown = {n: _shown(p) for n, p in patches.items()}
     payload: dict = dict(benchmark="reduce_path", environment=env, tree=tree, backend=backend,
@@ -383,6 +392,11 @@ def driver_main(argv: list[str]) -> int:
         for section, skipped in (("timing", args.skip_timing), ("numerics", args.skip_numerics)):
             if skipped:
                 payload.update({k: v for k, v in old.items() if k.split("_")[0] == section and v is not None})
+
+    def run_info() -> dict:
+        return dict(started=time.strftime("%Y-%m-%d %H:%M:%S"), load_average_at_start=os.getloadavg(),
+                    waited_for_load_s=waited)
+
     with tempfile.TemporaryDirectory(prefix="reduce-path-impls-") as tmp:
         impls = prepare_impls(args.python, patches, Path(tmp))
         if args.aa_control:  # the unpatched code again, timed like the others: this machine's noise floor and bias
@@ -395,29 +409,26 @@ def driver_main(argv: list[str]) -> int:
             extra = ["--warmup", str(args.warmup), "--iters", str(args.iters), "--dtypes", args.timing_dtypes]
             extra += [a for case in args.case or DEFAULT_CASES for a in ("--case", case)]
             launches = [TimingLaunch.load(Path(f)) for f in args.add_timing_launch]
-            failed = 0
-            payload["timing_run"] = _run_info(waited)
+            payload["timing_run"] = run_info()
             for i in range(args.repeats):
                 report = run_launch(args.python, "timing", 2, 2, backend, impls, work / f"timing{i}.json", extra,
                                     args.timeout)
-                if report is None:
-                    failed += 1
-                    continue
-                launches.append(report)
-                print(
-                    f"timing launch {i + 1}/{args.repeats}: {report.driver_wall_s} s, load "
-                    f"{report.load_average_at_start[0]:.2f} -> {report.load_average_at_end[0]:.2f}", flush=True)
+                if report is not None:
+                    launches.append(report)
+                    print(
+                        f"timing launch {i + 1}/{args.repeats}: {report.driver_wall_s} s, load "
+                        f"{report.load_average_at_start[0]:.2f} -> {report.load_average_at_end[0]:.2f}", flush=True)
             payload["timing_run"].update(load_average_at_end=os.getloadavg(), launches=len(launches),
-                                         failed_launches=failed, added_launches=list(args.add_timing_launch))
+                                         failed_launches=args.repeats + len(args.add_timing_launch) - len(launches),
+                                         added_launches=list(args.add_timing_launch))
             if not launches:
                 raise SystemExit("error: no timing launch succeeded")
             raw = [lr.to_dict() for lr in launches]
             payload.update(timing=summarize_timing(raw, names), timing_launches=[_info(lr) for lr in raw],
                            timing_raw=launches)
         if not args.skip_numerics:
-            launches = []
-            payload["numerics_run"] = _run_info(waited)
-            numerics_impls = {n: p for n, p in impls.items() if n != AA}
+            launches, numerics_impls = [], {n: p for n, p in impls.items() if n != AA}
+            payload["numerics_run"] = run_info()
             for topo in args.topology or DEFAULT_TOPOLOGIES:
                 world, sp = (int(x) for x in topo.split(":"))
                 backend_here = backend if backend == "gloo" or gpu_count() >= world else "gloo"
@@ -426,10 +437,9 @@ def driver_main(argv: list[str]) -> int:
                                     args.timeout)
                 if report is None:
                     raise SystemExit(f"error: the numerics launch for world {world}, sp {sp} failed")
-                launches.append(report)
+                launches.append(report.to_dict())
                 print(f"numerics world {world} sp {sp}: {report.driver_wall_s} s", flush=True)
             payload["numerics_run"]["load_average_at_end"] = os.getloadavg()
-            launches = [lr.to_dict() for lr in launches]
             payload.update(numerics=numerics_rows(launches), numerics_bitwise=numerics_flags(launches),
                            numerics_launches=[_info(lr) for lr in launches])
     payload["load_average_at_end"] = os.getloadavg()
@@ -442,16 +452,9 @@ def driver_main(argv: list[str]) -> int:
                                       if r["case"] == TARGET_CASE)
     conclusion = payload["conclusion"] = _conclusion(payload)
     path = write_result(ReducePath.model_validate(payload), out_path)
-    md = ["# ZeRO-3 reduce path: cost and numerics of the sp fix", "", f"Tree: {tree}.", ""]
-    if "timing" in payload:
-        md += ["## Time of `__avg_scatter_grads` (2 ranks, sp=2, dp=1)", "", _run_line(payload["timing_run"]), ""]
-        md += [timing_markdown(payload["timing"], list(payload["timing"][0]["wall_ms"])), ""]
-    if "numerics" in payload:
-        md += ["## Numerics against the float64 oracle", "", _run_line(payload["numerics_run"]), ""]
-        md += [numerics_markdown(payload["numerics"], payload["numerics_bitwise"]), ""]
-    md += [conclusion, ""]
-    path.with_suffix(".md").write_text("\n".join(md))
-    print("\n".join(md[4:]))
+    md = markdown(payload)
+    path.with_suffix(".md").write_text(md)
+    print(md.split("\n", 4)[4])
     print(f"{conclusion}; {path}")
     print(f"tree: {tree}")
     # The last line, for scripts: the fix's time on many small parameters over the unpatched code's.
@@ -471,42 +474,6 @@ def recommended_ratio(payload: dict) -> float | None:
         if r["case"] == TARGET_CASE and RECOMMENDED in r["wall_ratio_vs_before"]
     ]
     return max(ratios) if ratios else None
-
-
-def _run_info(waited: float) -> dict:
-    return dict(started=time.strftime("%Y-%m-%d %H:%M:%S"), load_average_at_start=os.getloadavg(),
-                waited_for_load_s=waited)
-
-
-def _run_line(info: dict) -> str:
-    start, end = ("/".join(f"{x:.2f}" for x in load) if load else "?"
-                  for load in (info["load_average_at_start"], info.get("load_average_at_end")))
-    return f"Run {info['started']}; load average (1/5/15 min) at start {start}, at end {end}; {os.cpu_count()} CPUs."
-
-
-def _wait_for_quiet(max_load: float | None, max_wait: float) -> float:
-    if max_load is None:
-        return 0.0
-    start = time.monotonic()
-    while os.getloadavg()[0] >= max_load and time.monotonic() - start < max_wait:
-        time.sleep(10)
-    return round(time.monotonic() - start, 1)
-
-
-def _divisor_less_exact(rows: list[dict]) -> list[str]:
-    """Rows where avg_scatter[divisor] is worse than avg_scatter[rescale] on any of the four measures."""
-    by_key: dict = {}
-    for r in rows:
-        by_key.setdefault((r["world"], r["sp"], r["dtype"], r["kind"]), {})[r["path"]] = r
-    worse = []
-    for (world, sp, dtype, kind), paths in by_key.items():
-        fix, var = paths.get("avg_scatter[rescale]"), paths.get("avg_scatter[divisor]")
-        if fix is None or var is None:
-            continue
-        if (any(var[k] > fix[k] for k in ("max_ulp", "mean_ulp"))
-                or any(var[k] < fix[k] for k in ("exact_fraction", "correctly_rounded_fraction"))):
-            worse.append(f"{dtype} {kind} world={world} sp={sp}")
-    return worse
 
 
 def _conclusion(payload: dict) -> str:
@@ -529,7 +496,16 @@ def _conclusion(payload: dict) -> str:
         parts.append("exact inputs, bitwise equal to the contiguous path: " +
                      "; ".join(f"{n} {all_equal(f'contiguous==avg_scatter[{n}]')}" for n in forms))
         if "rescale" in forms:
-            worse = _divisor_less_exact(payload.get("numerics", []))
+            # Rows where avg_scatter[divisor] is worse than avg_scatter[rescale] on any of the four measures.
+            by_key: dict = {}
+            for r in payload.get("numerics", []):
+                by_key.setdefault((r["world"], r["sp"], r["dtype"], r["kind"]), {})[r["path"]] = r
+            worse = []
+            for (world, sp, dtype, kind), paths in by_key.items():
+                fix, var = paths.get("avg_scatter[rescale]"), paths.get("avg_scatter[divisor]")
+                if fix and var and (any(var[k] > fix[k] for k in ("max_ulp", "mean_ulp"))
+                                    or any(var[k] < fix[k] for k in ("exact_fraction", "correctly_rounded_fraction"))):
+                    worse.append(f"{dtype} {kind} world={world} sp={sp}")
             payload["divisor_at_least_as_exact_as_rescale"] = not worse
             parts.append("divisor at least as exact as rescale (max and mean ULP, exact and correctly rounded "
                          f"fractions) in every row: {'yes' if not worse else 'no: ' + ', '.join(worse)}")

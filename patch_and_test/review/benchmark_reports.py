@@ -1,9 +1,5 @@
-"""What the benchmarks (benchmarks/) write: one report model per result file, each with its schema under
-docs/schemas/. They live here, below the benchmarks, because review reads their files (bundle verify, PR.md).
-
-The kept runs predate the ``schema`` key: ``ResultFile.from_dict`` adds it, so a model reads them as they are;
-``bundle verify`` picks the model by file name (``FILES``). docs/code/benchmarks.md
-"""
+"""The benchmarks' result models (schemas: docs/schemas/); here because review reads their files (bundle verify,
+PR.md). ``bundle verify`` picks the model by file name (``FILES``). docs/code/benchmarks.md"""
 
 from __future__ import annotations
 
@@ -30,7 +26,7 @@ class ResultFile(JsonReport):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
-        return super().from_dict({"schema": cls.SCHEMA, **data})  # the kept runs have no schema key
+        return super().from_dict({"schema": cls.SCHEMA, **data})  # the kept runs predate the schema key
 
 
 class Benchmark(ResultFile):
