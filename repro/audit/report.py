@@ -7,10 +7,11 @@ import collections
 import platform
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from pydantic import Field, computed_field
+from pydantic import Field, computed_field, create_model
 
-from repro.audit.expect import (CATEGORIES, EXPECTATIONS, TOLERANCES, Judgement, KnownDiscrepancy, judge_row,
-                                point_category, point_holds, reduce_path)
+from repro.audit.expect import (CATEGORIES, EXPECTATIONS, TOLERANCES, Judgement, KnownDiscrepancy, KnownEntry,
+                                judge_row, point_category, point_holds, reduce_path)
+from repro.audit.space import AuditPoint
 from repro.harness import scales
 from repro.harness.report import JsonReport, Record, text_table
 
@@ -22,25 +23,7 @@ SP_BUG_CODE = ("deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3._
                "multiplies sp back (the averaging_world_size rescale, 0.19.3+, ignores sequence_parallel_size)")
 
 Status = Literal["ran", "rejected", "error"]
-Category = Literal["match", "sp_bug", "known", "unexplained", "rejected", "error"]
-
-
-class PointFields(Record):
-    """A configuration point's fields (``repro.audit.space.AuditPoint.fields``)."""
-
-    stage: int
-    reduce_scatter: bool | None
-    contiguous_gradients: bool | None
-    bucket: Literal["fits", "overflow"] | None
-    sp: int
-    dp: int
-    dtype: Literal["fp32", "bf16"]
-    gas: int
-    predivide: Literal["1", "world", "3"]
-    prescale: bool
-    world: int
-    predivide_factor: float
-    reduce_bucket_size: int | None
+Category = Literal[CATEGORIES]
 
 
 class _ByExpectation(Record):
@@ -93,7 +76,7 @@ class MeasuredPoint(Record):
     """One configuration point as a rank ran it."""
 
     id: str
-    point: PointFields
+    point: AuditPoint
     status: Status
     message: str  # DeepSpeed's exception for rejected / error points
     optimizer: str
@@ -121,27 +104,7 @@ class TopologyRun(Record):
     message: str
 
 
-class KnownEntry(Record):
-    """A known discrepancy the rows were judged with, as the report records it."""
-
-    id: str
-    title: str
-    factor: str
-    versions: str = ""
-    writeup: str
-    upstream: str
-    measured_on: tuple[str, ...]
-
-
-class Counts(Record):
-    points: int
-    ran: int
-    match: int
-    sp_bug: int
-    known: int
-    unexplained: int
-    rejected: int
-    error: int
+Counts = create_model("Counts", __base__=Record, points=int, ran=int, **{c: int for c in CATEGORIES})
 
 
 class Disagreement(Record):
@@ -175,8 +138,8 @@ class Summary(Record):
 
 def raw_point(point_id: str, fields: Mapping[str, Any], status: str, message: str, optimizer: str, seconds: float,
               rows: Sequence[MeasuredRow]) -> MeasuredPoint:
-    return MeasuredPoint(id=point_id, point=PointFields(**fields), status=status, message=message, optimizer=optimizer,
-                         seconds=round(seconds, 4), rows=tuple(rows))
+    return MeasuredPoint(id=point_id, point=AuditPoint.model_validate(fields), status=status, message=message,
+                         optimizer=optimizer, seconds=round(seconds, 4), rows=tuple(rows))
 
 
 def _measured(point: MeasuredPoint | Mapping[str, Any]) -> MeasuredPoint:

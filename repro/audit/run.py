@@ -258,8 +258,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
                         MeasuredRow(param=g.name, numel=g.numel, path=g.path, grad_dtype=g.dtype, ratio=f.ratio,
                                     residual=f.residual, max_rel_dev=max_dev))
                 points_out.append(
-                    raw_point(p.id, p.fields(), outcome.status, outcome.message, outcome.optimizer, outcome.seconds,
-                              rows))
+                    raw_point(p.id, p, outcome.status, outcome.message, outcome.optimizer, outcome.seconds, rows))
             topos_out.append(dict(world_size=ctx.world_size, sp=sp, dp=ctx.world_size // sp, points=len(points)))
         # Unlinked after the last collective: the mapping stays valid for the rest of the run.
         if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):

@@ -15,7 +15,7 @@ def _fields(**kw):
     base = dict(stage=3, reduce_scatter=False, contiguous_gradients=False, bucket="fits", sp=2, dp=1, dtype="fp32",
                 gas=1, predivide="1", prescale=False)
     base.update(kw)
-    return AuditPoint(**base).fields()
+    return AuditPoint(**base).model_dump()
 
 
 def _known(**kw):

@@ -60,7 +60,7 @@ def test_point_config():
         "gradient_predivide_factor": 3.0,
         "prescale_gradients": True
     }
-    assert AuditPoint.from_fields(p.fields()) == p
+    assert AuditPoint.model_validate(p.model_dump()) == p
 
 
 def test_quick_is_a_subset_covering_every_level():
