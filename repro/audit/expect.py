@@ -4,7 +4,6 @@ Pure logic, no torch, no DeepSpeed; docs/parity-audit.md ("Judging") explains th
 from __future__ import annotations
 
 import ast
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -139,41 +138,78 @@ def reduce_path(observed: str) -> ReducePath:
     return ReducePath(observed)
 
 
-@dataclasses.dataclass(frozen=True)
-class Judgement:
+class _ByExpectation(Record):
+    """One value per expectation, keyed like the JSON: ``x["fixed"]`` / ``x["buggy"]``."""
+
+    def __getitem__(self, expect: str):
+        if expect not in EXPECTATIONS:
+            raise KeyError(expect)
+        return getattr(self, expect)
+
+
+class Targets(_ByExpectation):
+    """The scale each expectation predicts (None: "not a scale", see expect.NOT_A_SCALE)."""
+
+    fixed: float | None
+    buggy: float | None
+
+
+class Verdicts(_ByExpectation):
+    """Whether the row is where each expectation puts it."""
+
+    fixed: bool
+    buggy: bool
+
+
+class MeasuredRow(Record):
+    """What a rank measures for one parameter at one point (judged later, see ``judge``)."""
+
+    param: str
+    numel: int
+    path: str  # the observed reduce code path
+    grad_dtype: str
+    ratio: float  # <observed, oracle> / <oracle, oracle>
+    residual: float  # ||observed - ratio * oracle|| / ||oracle||
+    max_rel_dev: float  # max_i |observed_i - ratio * oracle_i| / |ratio * oracle_i|
+
+
+class Row(MeasuredRow):
+    """A judged row: the measurement and where the expectations put it."""
+
+    label: str  # the ratio as a fraction within tolerance ("1", "1/2", ...) or "other"
     known: tuple[str, ...]  # ids of the known discrepancies covering the row
-    target: dict[str, float | None]  # expectation -> expected scale (None: "not a scale", see NOT_A_SCALE)
-    ok: dict[str, bool]  # expectation -> observed where the expectation puts it
-    at_oracle: bool  # observed at 1.0
-    at_sp_bug: bool  # __avg_scatter_grads, sp > 1, observed at 1/sp
+    target: Targets
+    ok: Verdicts
+    at_oracle: bool  # at 1.0
+    at_sp_bug: bool  # __avg_scatter_grads, sp > 1, at 1/sp
 
 
-def judge_row(point_fields: dict[str, Any], path: str, param: str, ratio: float, residual: float,
-              known: Sequence[KnownDiscrepancy], version: str | None = None) -> Judgement:
-    fields = dict(point_fields, path=path, param=param)
+def judge_row(point_fields: dict[str, Any], row: MeasuredRow, known: Sequence[KnownDiscrepancy],
+              version: str | None = None) -> Row:
+    fields = dict(point_fields, path=row.path, param=row.param)
     covering = [k for k in known if k.covers(fields, version)]
     factor = math.prod(k.factor_for(fields) for k in covering)
     not_a_scale = any(not k.is_scale for k in covering)
     sp, dtype = fields["sp"], fields["dtype"]
-    at_oracle = at_scale(ratio, residual, 1.0, dtype)
-    target: dict[str, float | None] = {}
-    ok = {}
-    observed_path = reduce_path(path)
+    at_oracle = at_scale(row.ratio, row.residual, 1.0, dtype)
+    target, ok = {}, {}
+    observed_path = reduce_path(row.path)
     for e in EXPECTATIONS:
         scale = expected_scale(observed_path, sp, e) * factor
-        at = at_scale(ratio, residual, scale, dtype)
+        at = at_scale(row.ratio, row.residual, scale, dtype)
         target[e] = None if not_a_scale else scale
         ok[e] = not (at or at_oracle) if not_a_scale else at
-    sp_bug = bug_scales(observed_path, sp) and at_scale(ratio, residual, 1.0 / sp, dtype)
-    return Judgement(tuple(k.id for k in covering), target, ok, at_oracle, sp_bug)
+    return Row(**row.model_dump(), label=scales.label(row.ratio, row.residual, tol=TOLERANCES[dtype]),
+               known=tuple(k.id for k in covering), target=target, ok=ok, at_oracle=at_oracle,
+               at_sp_bug=bug_scales(observed_path, sp) and at_scale(row.ratio, row.residual, 1.0 / sp, dtype))
 
 
 # Point categories, in the order the summary lists them.
 CATEGORIES = ("match", "sp_bug", "known", "unexplained", "rejected", "error")
 
 
-def point_category(status: str, rows: Iterable[Judgement]) -> str:
-    """What a point showed, whatever the expectation (docs/parity-audit.md); ``rows``: Judgements or judged rows."""
+def point_category(status: str, rows: Iterable[Row]) -> str:
+    """What a point showed, whatever the expectation (docs/parity-audit.md)."""
     if status != "ran":
         return status
     rows = list(rows)
@@ -188,7 +224,7 @@ def point_category(status: str, rows: Iterable[Judgement]) -> str:
     return "unexplained"
 
 
-def point_holds(status: str, rows: Iterable[Judgement], expect: str) -> bool:
+def point_holds(status: str, rows: Iterable[Row], expect: str) -> bool:
     """Rejected points keep the expectation, errors do not, run points when every row is where it predicts."""
     rows = list(rows)
     return status == "rejected" or (status == "ran" and bool(rows) and all(r.ok[expect] for r in rows))

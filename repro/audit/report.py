@@ -9,8 +9,8 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from pydantic import Field, computed_field, create_model
 
-from repro.audit.expect import (CATEGORIES, EXPECTATIONS, TOLERANCES, Judgement, KnownDiscrepancy, KnownEntry,
-                                judge_row, point_category, point_holds, reduce_path)
+from repro.audit.expect import (CATEGORIES, TOLERANCES, KnownDiscrepancy, KnownEntry, MeasuredRow, Row, judge_row,
+                                point_category, point_holds, reduce_path)
 from repro.audit.space import AuditPoint
 from repro.harness import scales
 from repro.harness.report import JsonReport, Record, text_table
@@ -24,52 +24,6 @@ SP_BUG_CODE = ("deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3._
 
 Status = Literal["ran", "rejected", "error"]
 Category = Literal[CATEGORIES]
-
-
-class _ByExpectation(Record):
-    """One value per expectation, keyed like the JSON: ``x["fixed"]`` / ``x["buggy"]``."""
-
-    def __getitem__(self, expect: str):
-        if expect not in EXPECTATIONS:
-            raise KeyError(expect)
-        return getattr(self, expect)
-
-
-class Targets(_ByExpectation):
-    """The scale each expectation predicts (None: "not a scale", see expect.NOT_A_SCALE)."""
-
-    fixed: float | None
-    buggy: float | None
-
-
-class Verdicts(_ByExpectation):
-    """Whether the row is where each expectation puts it."""
-
-    fixed: bool
-    buggy: bool
-
-
-class MeasuredRow(Record):
-    """What a rank measures for one parameter at one point (judged later, see ``judge``)."""
-
-    param: str
-    numel: int
-    path: str  # the observed reduce code path
-    grad_dtype: str
-    ratio: float  # <observed, oracle> / <oracle, oracle>
-    residual: float  # ||observed - ratio * oracle|| / ||oracle||
-    max_rel_dev: float  # max_i |observed_i - ratio * oracle_i| / |ratio * oracle_i|
-
-
-class Row(MeasuredRow):
-    """A judged row: the measurement and where the expectations put it."""
-
-    label: str  # the ratio as a fraction within tolerance ("1", "1/2", ...) or "other"
-    known: tuple[str, ...]  # ids of the known discrepancies covering the row
-    target: Targets
-    ok: Verdicts
-    at_oracle: bool  # at 1.0
-    at_sp_bug: bool  # __avg_scatter_grads, sp > 1, at 1/sp
 
 
 class MeasuredPoint(Record):
@@ -154,14 +108,7 @@ def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownD
     """Label and judge every row, categorize the point; ``version``: the DeepSpeed version it ran on (for the known
     discrepancies' version ranges). Idempotent: a report read back from JSON can be judged again."""
     p = _measured(point)
-    fields = p.point.model_dump()
-    rows = []
-    for r in p.rows:
-        j: Judgement = judge_row(fields, r.path, r.param, r.ratio, r.residual, known, version)
-        label = scales.label(r.ratio, r.residual, tol=TOLERANCES[p.point.dtype])
-        rows.append(
-            Row(**r.model_dump(), label=label, known=j.known, target=Targets(**j.target), ok=Verdicts(**j.ok),
-                at_oracle=j.at_oracle, at_sp_bug=j.at_sp_bug))
+    rows = [judge_row(p.point.model_dump(), r, known, version) for r in p.rows]
     return Point(**dict(p.model_dump(), rows=rows), category=point_category(p.status, rows),
                  holds=point_holds(p.status, rows, expect))
 
