@@ -23,7 +23,6 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 REJECTION_TYPES = (AssertionError, ValueError, NotImplementedError)
 
 STAGE_1_2_METHODS = ("gradient_reduction_w_predivide", "average_tensor", "buffered_reduce_fallback")
-STAGE_0_PATH = "engine.allreduce_bucket"
 
 
 def run_topology(points: list[AuditPoint], topology: Topology, rank: int, device: str) -> list[MeasuredPoint]:
@@ -98,7 +97,7 @@ def _path(point: AuditPoint, param, z3_paths, calls: list[str]) -> str:
             raise RuntimeError("a gradient went through neither ZeRO-3 reduce path")
         return str(z3_paths[id(param)])
     if point.stage == 0:
-        return STAGE_0_PATH if calls else "engine (no allreduce_bucket call)"
+        return "engine.allreduce_bucket" if calls else "engine (no allreduce_bucket call)"
     for method, suffix in zip(STAGE_1_2_METHODS, ("", "[reduce_scatter]", "")):
         if method in calls:
             return f"stage_1_and_2.{method}{suffix}"

@@ -125,11 +125,6 @@ def full_space(topos: Sequence[Topo]) -> list[AuditPoint]:
     return points
 
 
-def quick_space(topos: Sequence[Topo]) -> list[AuditPoint]:
-    """A covering subset of the full space, every factor level present; see ``quick_rule``."""
-    return [p for p in full_space(topos) if quick_rule(p)]
-
-
 def quick_rule(p: AuditPoint) -> bool:
     """Which full-space points the quick mode keeps (docs/parity-audit.md); world size 1 keeps only each stage's
     default path: nothing is reduced there."""
@@ -160,7 +155,7 @@ def select(mode: str, topos: Sequence[Topo], stages: Iterable[int] | None = None
            gas: Iterable[int] | None = None, patterns: Iterable[str] | None = None) -> list[AuditPoint]:
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} not in {MODES}")
-    points = quick_space(topos) if mode == "quick" else full_space(topos)
+    points = [p for p in full_space(topos) if mode == "full" or quick_rule(p)]
     stages, dtypes, gas = (set(x) if x else None for x in (stages, dtypes, gas))
     patterns = list(patterns or [])
     return [

@@ -3,7 +3,7 @@ import collections
 import pytest
 
 from repro.audit.space import (AuditPoint, DTYPES, GAS_VALUES, PREDIVIDE_LEVELS, STAGES, Topo, full_space,
-                               group_by_topology, quick_space, select, topologies)
+                               group_by_topology, select, topologies)
 
 ALL = topologies()
 
@@ -64,7 +64,7 @@ def test_point_config():
 
 
 def test_quick_is_a_subset_covering_every_level():
-    full, quick = full_space(ALL), quick_space(ALL)
+    full, quick = full_space(ALL), select("quick", ALL)
     assert set(quick) <= set(full) and len(quick) < len(full) / 5
     assert {p.stage for p in quick} == set(STAGES)
     assert {p.dtype for p in quick} == set(DTYPES) and {p.gas for p in quick} == set(GAS_VALUES)
