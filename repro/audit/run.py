@@ -83,11 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _repro_args(parser.parse_args(argv))
         known = [] if args.extra["no_known"] else load_known(args.extra["known"], root=REPO_ROOT)
+        previous = None if args.extra["from_json"] is None else AuditReport.load(args.extra["from_json"])
     except (UsageError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    if args.extra["from_json"] is not None:
-        return _rejudge(args, known)
+    if previous is not None:  # --from-json: judge again, run nothing
+        report = previous.rejudge(known, _known_file(args), args.expect)
+        _emit(report, args)
+        return report.exit_code
     if launch.CHILD_DIR_VAR in os.environ:  # a rank this audit spawned for one topology
         return launch.run(args, _rank_program(args, [args.sp], known), lambda report, wall: None)
     explicit_ws, explicit_sp = args.extra["world_size_given"], args.extra["sp_given"]
@@ -207,28 +210,16 @@ def _emit(report: AuditReport, args: ReproArgs) -> None:
         report.write(args.json)
 
 
-def _rejudge(args: ReproArgs, known) -> int:
-    try:
-        previous = AuditReport.load(args.extra["from_json"])
-    except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    report = previous.rejudge(known, _known_file(args), args.expect)
-    _emit(report, args)
-    return report.exit_code
-
-
 def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
 
     def program(ctx: launch.RankContext) -> launch.RankResult:
         from repro.audit.measure import run_topology
-        from repro.harness.topology import Topology
 
         points_out, topos_out = [], []
-        for sp in sps:
-            points = _points(args, [Topo(ctx.world_size, sp)])
-            points_out += run_topology(points, Topology.create(ctx.world_size, sp), ctx.rank, ctx.device)
-            topos_out.append(dict(world_size=ctx.world_size, sp=sp, dp=ctx.world_size // sp, points=len(points)))
+        for topo in (Topo.create(ctx.world_size, sp) for sp in sps):
+            points = _points(args, [topo])
+            points_out += run_topology(points, topo, ctx.rank, ctx.device)
+            topos_out.append(dict(world_size=topo.world_size, sp=topo.sp, dp=topo.dp, points=len(points)))
         # Unlinked after the last collective: the mapping stays valid for the rest of the run.
         if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
             launch.remove_shm_buffers(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], ctx.rank)
@@ -242,7 +233,3 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         return launch.RankResult(code, partial if ctx.rank == 0 else None)
 
     return program
-
-
-if __name__ == "__main__":
-    sys.exit(main())
