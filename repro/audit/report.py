@@ -105,8 +105,7 @@ def _measured(point: MeasuredPoint | Mapping[str, Any]) -> MeasuredPoint:
 
 def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownDiscrepancy], expect: str,
                 version: str | None = None) -> Point:
-    """Label and judge every row, categorize the point; ``version``: the DeepSpeed version it ran on (for the known
-    discrepancies' version ranges). Idempotent: a report read back from JSON can be judged again."""
+    """Judge every row, categorize the point (``version``: DeepSpeed's, for known-discrepancy ranges); idempotent."""
     p = _measured(point)
     rows = [judge_row(p.point.model_dump(), r, known, version) for r in p.rows]
     return Point(**dict(p.model_dump(), rows=rows), category=point_category(p.status, rows),
@@ -138,12 +137,13 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
             Disagreement(path=path, cause=cause, code=code, rows=len(labels), points=len(ids),
                          stages=sorted(set(stages)), ratios=dict(sorted(collections.Counter(labels).items())),
                          examples=ids[:5]))
-    by_category = {c: counts.get(c, 0) for c in CATEGORIES}
-    known_counts = {k.id: known_points.get(k.id, 0) for k in known}
-    return Summary(counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
-                                 **by_category), failing_points=[p.id for p in points if not p.holds],
-                   known_points=known_counts, disagreements=disagreements, rejected=_by_message(points, "rejected"),
-                   errors=_by_message(points, "error"), max_rel_err=dict(sorted(worst.items())))
+    return Summary(
+        counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
+                      **{c: counts.get(c, 0)
+                         for c in CATEGORIES}), failing_points=[p.id for p in points if not p.holds],
+        known_points={k.id: known_points.get(k.id, 0)
+                      for k in known}, disagreements=disagreements, rejected=_by_message(points, "rejected"),
+        errors=_by_message(points, "error"), max_rel_err=dict(sorted(worst.items())))
 
 
 def _cause(point: Point, row: Row) -> str:

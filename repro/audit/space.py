@@ -69,22 +69,18 @@ class AuditPoint(Record):
         return self
 
     @property
-    def world_size(self) -> int:
-        return self.sp * self.dp
-
-    @property
     def topo(self) -> Topo:
-        return Topo(self.world_size, self.sp)
+        return Topo(self.world, self.sp)
 
     @computed_field
     @property
     def world(self) -> int:
-        return self.world_size
+        return self.sp * self.dp
 
     @computed_field
     @property
     def predivide_factor(self) -> float:
-        return {"1": 1.0, "world": float(self.world_size), "3": 3.0}[self.predivide]
+        return {"1": 1.0, "world": float(self.world), "3": 3.0}[self.predivide]
 
     @computed_field
     @property
@@ -131,7 +127,7 @@ def quick_rule(p: AuditPoint) -> bool:
     base = p.dtype == "fp32" and p.gas == 1 and p.predivide == "1" and not p.prescale
     default_path = p.stage == 0 or (p.reduce_scatter and p.contiguous_gradients and p.bucket == "fits")
     mixed_bucket = p.stage == 3 and not p.reduce_scatter and p.contiguous_gradients and p.bucket == "overflow"
-    if p.world_size == 1:
+    if p.world == 1:
         return base and default_path
     if base:
         return True

@@ -39,7 +39,7 @@ def test_world_one_has_no_world_factor_level():
 
 def test_point_config():
     p = AuditPoint(3, False, True, "overflow", 2, 2, "bf16", 2, "world", False)
-    assert p.world_size == 4 and p.predivide_factor == 4.0 and p.reduce_bucket_size == 16
+    assert p.world == 4 and p.predivide_factor == 4.0 and p.reduce_bucket_size == 16
     assert p.id == "z3.rs0.cg1.overflow/sp2dp2/bf16/gas2/pdf=world/postscale"
     assert p.zero_section() == {
         "stage": 3,
