@@ -3,15 +3,18 @@ Pure logic, no torch, no DeepSpeed; docs/parity-audit.md ("Judging") explains th
 
 from __future__ import annotations
 
-import dataclasses
+import ast
 import math
-import operator
-import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from pydantic import field_validator, model_validator
+
 from repro.harness.files import load_toml
 from repro.harness import scales
+from repro.harness.report import Record
 from repro.harness.scales import EXPECTATIONS, ReducePath, bug_scales, error_at, expected_scale
 
 KNOWN_SCHEMA = "zero3-sp-gradfix/known-discrepancies/v1"
@@ -21,35 +24,29 @@ TOLERANCES = scales.TOLERANCES["audit"]  # dtype -> norm-wise relative error all
 
 
 def at_scale(ratio: float, residual: float, scale: float, dtype: str) -> bool:
-    """The row is at ``scale`` x the oracle within its dtype's tolerance (``scales.error_at``)."""
     return error_at(ratio, residual, scale) <= TOLERANCES[dtype]
 
 
 _FACTOR_VARS = ("sp", "dp", "world", "predivide", "gas")
-_FACTOR_TOKEN = re.compile(r"\s*([*/])?\s*([A-Za-z_]+|\d+(?:\.\d+)?)\s*")
 
 
 def eval_factor(expr: str, fields: dict[str, Any]) -> float:
     """Evaluate ``a / b * c`` over numbers and sp, dp, world, predivide (the factor), gas."""
-    pos, value, first = 0, 1.0, True
-    while pos < len(expr):
-        match = _FACTOR_TOKEN.match(expr, pos)
-        if not match or match.end() == pos:
-            raise ValueError(f"bad factor expression {expr!r} at {expr[pos:]!r}")
-        op, term = match.groups()
-        if first == (op is not None):
-            raise ValueError(f"bad factor expression {expr!r}")
-        if term[0].isdigit():
-            number = float(term)
-        elif term in _FACTOR_VARS:
-            number = float(fields["predivide_factor" if term == "predivide" else term])
-        else:
-            raise ValueError(f"unknown variable {term!r} in factor {expr!r}; use one of {_FACTOR_VARS}")
-        value = number if first else (value * number if op == "*" else value / number)
-        first, pos = False, match.end()
-    if first:
-        raise ValueError("empty factor expression")
-    return value
+
+    def value(node) -> float:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+            left, right = value(node.left), value(node.right)
+            return left * right if isinstance(node.op, ast.Mult) else left / right
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return float(node.value)
+        if isinstance(node, ast.Name) and node.id in _FACTOR_VARS:
+            return float(fields["predivide_factor" if node.id == "predivide" else node.id])
+        raise ValueError(f"bad factor expression {expr!r}: numbers, * and / over {_FACTOR_VARS}")
+
+    try:
+        return value(ast.parse(expr.strip(), mode="eval").body)
+    except SyntaxError:
+        raise ValueError(f"bad factor expression {expr!r}") from None
 
 
 # Fields a predicate may test: the point's, plus the row's observed path and parameter name.
@@ -59,43 +56,46 @@ PREDICATE_KEYS = ("stage", "reduce_scatter", "contiguous_gradients", "bucket", "
 NOT_A_SCALE = "not-a-scale"
 
 
-def parse_version(text: str):
-    """'0.19.8' -> Version('0.19.8'); a local or pre-release suffix ('0.19.8+abc', '0.19.6.dev0') and an epoch are
-    dropped: only the release numbers compare (PEP 440, missing ones are 0)."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(".".join(map(str, Version(text.strip()).release)))
-    except InvalidVersion:
-        raise ValueError(f"not a version: {text!r}") from None
-
-
-_VERSION_CLAUSE = re.compile(r"^\s*(<=|>=|==|<|>)\s*([0-9][0-9A-Za-z.+]*)\s*$")
-_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
-
-
 def version_matches(version: str, spec: str) -> bool:
-    """``spec``: comma-separated clauses, each ``<``, ``<=``, ``>``, ``>=`` or ``==`` a version."""
-    v = parse_version(version)
-    for clause in spec.split(","):
-        if not (match := _VERSION_CLAUSE.match(clause)):
-            raise ValueError(f"bad version clause {clause!r} in {spec!r}")
-        if not _COMPARE[match.group(1)](v, parse_version(match.group(2))):
-            return False
-    return True
+    """``spec``: comma-separated ``<``, ``<=``, ``>``, ``>=`` or ``==`` clauses; only release numbers compare."""
+    specs = SpecifierSet(spec)
+    if bad := [s for s in specs if s.operator not in ("<", "<=", ">", ">=", "==")]:
+        raise ValueError(f"bad version clause {str(bad[0])!r} in {spec!r}")
+    return specs.contains(".".join(map(str, Version(version.strip()).release)))
 
 
-@dataclasses.dataclass(frozen=True)
-class KnownDiscrepancy:
+class KnownEntry(Record):
+    """A known discrepancy the rows were judged with, as the report records it."""
+
     id: str
     title: str
-    when: dict[str, tuple]  # field -> allowed values; every listed field must match
-    factor: str  # the observed ratio is factor x what the expectation predicts, or NOT_A_SCALE
+    factor: str
+    versions: str = ""
     writeup: str
-    code: tuple[str, ...]
     upstream: str
     measured_on: tuple[str, ...]
-    versions: str = ""  # DeepSpeed versions it applies to, e.g. ">=0.14.5,<0.19.8"; "" = all
+
+
+class KnownDiscrepancy(KnownEntry):
+    """An entry of the known-discrepancy file: ``factor`` x the expected scale (or NOT_A_SCALE) where ``when``
+    (field -> allowed values, all must match) covers a row, on the DeepSpeed ``versions`` ("": all)."""
+
+    when: dict[str, tuple]
+    code: tuple[str, ...]
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _predicate(cls, when: dict) -> dict:
+        if bad := [k for k in when if k not in PREDICATE_KEYS]:
+            raise ValueError(f"unknown predicate keys {bad}; allowed: {PREDICATE_KEYS}")
+        return {k: tuple(v) if isinstance(v, (list, tuple)) else (v, ) for k, v in when.items()}
+
+    @model_validator(mode="after")
+    def _syntax(self) -> KnownDiscrepancy:
+        self.factor_for({"sp": 2, "dp": 1, "world": 2, "predivide_factor": 2.0, "gas": 1})
+        if self.versions:
+            version_matches("0.0.0", self.versions)
+        return self
 
     def covers(self, fields: dict[str, Any], version: str | None = None) -> bool:
         if self.versions and version is not None and not version_matches(version, self.versions):
@@ -110,87 +110,104 @@ class KnownDiscrepancy:
         return eval_factor(self.factor, fields) if self.is_scale else 1.0
 
 
-_REQUIRED = ("id", "title", "when", "factor", "writeup", "code", "upstream", "measured_on")
-
-
 def load_known(path: Path | str = DEFAULT_KNOWN_FILE, root: Path | None = None) -> list[KnownDiscrepancy]:
     """Read and validate the known-discrepancy file; ``root``: where write-up paths must exist."""
     path = Path(path)
     data = load_toml(path)
     if data.get("schema") != KNOWN_SCHEMA:
         raise ValueError(f"{path}: not a {KNOWN_SCHEMA} file (schema={data.get('schema')!r})")
-    out, seen = [], set()
+    out: list[KnownDiscrepancy] = []
     for entry in data.get("discrepancy", []):
-        if missing := [k for k in _REQUIRED if k not in entry]:
-            raise ValueError(f"{path}: discrepancy {entry.get('id', '?')!r} lacks {missing}")
-        if entry["id"] in seen:
-            raise ValueError(f"{path}: duplicate id {entry['id']!r}")
-        seen.add(entry["id"])
-        if bad := [k for k in entry["when"] if k not in PREDICATE_KEYS]:
-            raise ValueError(f"{path}: {entry['id']}: unknown predicate keys {bad}; allowed: {PREDICATE_KEYS}")
-        when = {k: tuple(v) if isinstance(v, list) else (v, ) for k, v in entry["when"].items()}
-        item = KnownDiscrepancy(id=entry["id"], title=entry["title"], when=when, factor=entry["factor"],
-                                writeup=entry["writeup"], code=tuple(entry["code"]), upstream=entry["upstream"],
-                                measured_on=tuple(entry["measured_on"]), versions=entry.get("versions", ""))
-        if item.is_scale:  # syntax check
-            eval_factor(item.factor, {"sp": 2, "dp": 1, "world": 2, "predivide_factor": 2.0, "gas": 1})
-        if item.versions:
-            version_matches("0.0.0", item.versions)  # syntax check
+        try:
+            item = KnownDiscrepancy.model_validate(entry)
+        except ValueError as err:
+            raise ValueError(f"{path}: discrepancy {entry.get('id', '?')!r}: {err}") from None
+        if item.id in {k.id for k in out}:
+            raise ValueError(f"{path}: duplicate id {item.id!r}")
         if root is not None and not (Path(root) / item.writeup).is_file():
             raise ValueError(f"{path}: {item.id}: write-up {item.writeup} does not exist")
         out.append(item)
     return out
 
 
-_REDUCE_PATHS = frozenset(p.value for p in ReducePath)
-
-
 def reduce_path(observed: str) -> ReducePath:
     """The ``ReducePath`` of a row's observed path (ZeRO-3's method names; ``stage_1_and_2.*``; ``engine.*``)."""
-    if observed in _REDUCE_PATHS:
-        return ReducePath(observed)
     for prefix, path in (("stage_1_and_2", ReducePath.STAGE_1_2), ("engine", ReducePath.STAGE_0)):
         if observed.startswith(prefix):
             return path
-    raise ValueError(f"not a reduce path the audit observes: {observed!r}")
+    return ReducePath(observed)
 
 
-@dataclasses.dataclass(frozen=True)
-class Judgement:
+class _ByExpectation(Record):
+    """One value per expectation, keyed like the JSON: ``x["fixed"]`` / ``x["buggy"]``."""
+
+    def __getitem__(self, expect: str):
+        return getattr(self, expect)
+
+
+class Targets(_ByExpectation):
+    """The scale each expectation predicts (None: "not a scale", see expect.NOT_A_SCALE)."""
+
+    fixed: float | None
+    buggy: float | None
+
+
+class Verdicts(_ByExpectation):
+    """Whether the row is where each expectation puts it."""
+
+    fixed: bool
+    buggy: bool
+
+
+class MeasuredRow(Record):
+    """What a rank measures for one parameter at one point (judged later, see ``judge``)."""
+
+    param: str
+    numel: int
+    path: str  # the observed reduce code path
+    grad_dtype: str
+    ratio: float  # <observed, oracle> / <oracle, oracle>
+    residual: float  # ||observed - ratio * oracle|| / ||oracle||
+    max_rel_dev: float  # max_i |observed_i - ratio * oracle_i| / |ratio * oracle_i|
+
+
+class Row(MeasuredRow):
+    """A judged row: the measurement and where the expectations put it."""
+
+    label: str  # the ratio as a fraction within tolerance ("1", "1/2", ...) or "other"
     known: tuple[str, ...]  # ids of the known discrepancies covering the row
-    target: dict[str, float | None]  # expectation -> expected scale (None: "not a scale", see NOT_A_SCALE)
-    ok: dict[str, bool]  # expectation -> observed where the expectation puts it
-    at_oracle: bool  # observed at 1.0
-    at_sp_bug: bool  # __avg_scatter_grads, sp > 1, observed at 1/sp
+    target: Targets
+    ok: Verdicts
+    at_oracle: bool  # at 1.0
+    at_sp_bug: bool  # __avg_scatter_grads, sp > 1, at 1/sp
 
 
-def judge_row(point_fields: dict[str, Any], path: str, param: str, ratio: float, residual: float,
-              known: Sequence[KnownDiscrepancy], version: str | None = None) -> Judgement:
-    fields = dict(point_fields, path=path, param=param)
+def judge_row(point_fields: dict[str, Any], row: MeasuredRow, known: Sequence[KnownDiscrepancy],
+              version: str | None = None) -> Row:
+    fields = dict(point_fields, path=row.path, param=row.param)
     covering = [k for k in known if k.covers(fields, version)]
     factor = math.prod(k.factor_for(fields) for k in covering)
     not_a_scale = any(not k.is_scale for k in covering)
     sp, dtype = fields["sp"], fields["dtype"]
-    at_oracle = at_scale(ratio, residual, 1.0, dtype)
-    target: dict[str, float | None] = {}
-    ok = {}
-    observed_path = reduce_path(path)
+    at_oracle = at_scale(row.ratio, row.residual, 1.0, dtype)
+    target, ok = {}, {}
+    observed_path = reduce_path(row.path)
     for e in EXPECTATIONS:
         scale = expected_scale(observed_path, sp, e) * factor
-        at = at_scale(ratio, residual, scale, dtype)
+        at = at_scale(row.ratio, row.residual, scale, dtype)
         target[e] = None if not_a_scale else scale
         ok[e] = not (at or at_oracle) if not_a_scale else at
-    sp_bug = bug_scales(observed_path, sp) and at_scale(ratio, residual, 1.0 / sp, dtype)
-    return Judgement(tuple(k.id for k in covering), target, ok, at_oracle, sp_bug)
+    return Row(**row.model_dump(), label=scales.label(row.ratio, row.residual, tol=TOLERANCES[dtype]),
+               known=tuple(k.id for k in covering), target=target, ok=ok, at_oracle=at_oracle,
+               at_sp_bug=bug_scales(observed_path, sp) and at_scale(row.ratio, row.residual, 1.0 / sp, dtype))
 
 
 # Point categories, in the order the summary lists them.
 CATEGORIES = ("match", "sp_bug", "known", "unexplained", "rejected", "error")
 
 
-def point_category(status: str, rows: Iterable[Judgement]) -> str:
-    """One word (``CATEGORIES``, docs/parity-audit.md) for what a point showed, whatever the expectation;
-    ``rows``: ``Judgement``s or judged rows of ``repro.audit.report`` (the same attributes)."""
+def point_category(status: str, rows: Iterable[Row]) -> str:
+    """What a point showed, whatever the expectation (docs/parity-audit.md)."""
     if status != "ran":
         return status
     rows = list(rows)
@@ -205,11 +222,7 @@ def point_category(status: str, rows: Iterable[Judgement]) -> str:
     return "unexplained"
 
 
-def point_holds(status: str, rows: Iterable[Judgement], expect: str) -> bool:
+def point_holds(status: str, rows: Iterable[Row], expect: str) -> bool:
     """Rejected points keep the expectation, errors do not, run points when every row is where it predicts."""
-    if status == "rejected":
-        return True
-    if status != "ran":
-        return False
     rows = list(rows)
-    return bool(rows) and all(r.ok[expect] for r in rows)
+    return status == "rejected" or (status == "ran" and bool(rows) and all(r.ok[expect] for r in rows))

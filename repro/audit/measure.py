@@ -1,18 +1,21 @@
-"""Run one audit point through a real DeepSpeed engine and observe, changing nothing, which code reduced each
+"""Run audit points through a real DeepSpeed engine and observe, changing nothing, which code reduced each
 gradient; a point DeepSpeed refuses while building the engine is "rejected", any other failure an "error"."""
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import gc
 import time
 
 import torch
 
+from repro.audit.report import MeasuredPoint, MeasuredRow, raw_point
 from repro.audit.space import AuditPoint
-from repro.gradscale.model import ProbeModel, rank_inputs
-from repro.gradscale.space import ParamSpec
+from repro.gradscale.model import ProbeModel, expected_gradients, rank_inputs
+from repro.gradscale.space import SMALL_AND_LARGE, ParamSpec
 from repro.harness.engine import destroy_engine, ds_config, full_gradients, spy, watch_reduce_paths
+from repro.harness.scales import fit
+from repro.harness.topology import Topology, build_mpu
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -20,45 +23,38 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 REJECTION_TYPES = (AssertionError, ValueError, NotImplementedError)
 
 STAGE_1_2_METHODS = ("gradient_reduction_w_predivide", "average_tensor", "buffered_reduce_fallback")
-STAGE_0_PATH = "engine.allreduce_bucket"
 
 
-@dataclasses.dataclass
-class MeasuredGrad:
-    name: str
-    numel: int
-    full_grad: torch.Tensor  # float64, cpu
-    path: str  # the code path that reduced it (observed)
-    dtype: str  # dtype DeepSpeed returned it in
+def run_topology(points: list[AuditPoint], topology: Topology, rank: int, device: str) -> list[MeasuredPoint]:
+    """Every point of one (world, sp), each against the plain-torch oracle of its gas and dtype."""
+    _reset_sp_state()
+    mpu = build_mpu(topology)
+    oracle = functools.cache(
+        lambda gas, dtype: expected_gradients(SMALL_AND_LARGE, topology, micro_steps=gas, model_dtype=DTYPES[dtype]))
+    return [run_point(p, SMALL_AND_LARGE, rank, device, mpu, oracle(p.gas, p.dtype)) for p in points]
 
 
-@dataclasses.dataclass
-class PointOutcome:
-    status: str  # "ran" | "rejected" | "error"
-    message: str = ""
-    optimizer: str = ""
-    grads: list[MeasuredGrad] = dataclasses.field(default_factory=list)
-    seconds: float = 0.0
-
-
-def run_point(point: AuditPoint, specs: tuple[ParamSpec, ...], rank: int, device: str, mpu) -> PointOutcome:
+def run_point(point: AuditPoint, specs: tuple[ParamSpec, ...], rank: int, device: str, mpu,
+              expected: dict[str, torch.Tensor]) -> MeasuredPoint:
     import deepspeed
 
     start = time.monotonic()
     model = ProbeModel(specs)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     config = ds_config(point.zero_section(), **point.config_overrides())
+    status, message, optimizer_name, rows = "ran", "", "", []
     try:
         engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=config)
     except REJECTION_TYPES as exc:
-        outcome = PointOutcome("rejected", _one_line(exc))
+        status, message = "rejected", _one_line(exc)
     except Exception as exc:  # noqa: BLE001 - reported per point, the audit goes on
-        outcome = PointOutcome("error", f"deepspeed.initialize: {_one_line(exc)}")
+        status, message = "error", f"deepspeed.initialize: {_one_line(exc)}"
     else:
         try:
-            outcome = _measure(engine, point, specs, rank, device)
+            optimizer_name, rows = type(engine.optimizer).__name__, _measure(engine, point, specs, rank, device,
+                                                                             expected)
         except Exception as exc:  # noqa: BLE001
-            outcome = PointOutcome("error", _one_line(exc))
+            status, message = "error", _one_line(exc)
         finally:
             try:
                 destroy_engine(engine)
@@ -68,11 +64,10 @@ def run_point(point: AuditPoint, specs: tuple[ParamSpec, ...], rank: int, device
     # Freeze what survives this point's collection: DeepSpeed's own gc.collect() calls then skip it.
     gc.collect()
     gc.freeze()
-    outcome.seconds = time.monotonic() - start
-    return outcome
+    return raw_point(point.id, point, status, message, optimizer_name, time.monotonic() - start, rows)
 
 
-def _measure(engine, point: AuditPoint, specs, rank: int, device: str) -> PointOutcome:
+def _measure(engine, point: AuditPoint, specs, rank: int, device: str, expected) -> list[MeasuredRow]:
     z3_paths = watch_reduce_paths(engine.optimizer) if point.stage == 3 else None
     calls: list[str] = []
     if point.stage in (1, 2):
@@ -85,13 +80,15 @@ def _measure(engine, point: AuditPoint, specs, rank: int, device: str) -> PointO
         engine.backward(loss)
         if micro < point.gas - 1:
             engine.step()  # not a boundary: the engine only counts the micro-step
-    grads = [
-        MeasuredGrad(spec.name, spec.numel,
-                     grad.detach().double().cpu().clone(), _path(point, param, z3_paths, calls),
-                     str(grad.dtype).replace("torch.", ""))
-        for spec, (_, param, grad) in zip(specs, full_gradients(engine, [f"weights.{s.name}" for s in specs]))
-    ]
-    return PointOutcome("ran", optimizer=type(engine.optimizer).__name__, grads=grads)
+    rows = []
+    for spec, (_, param, grad) in zip(specs, full_gradients(engine, [f"weights.{s.name}" for s in specs])):
+        observed, oracle = grad.detach().double().cpu(), expected[spec.name]
+        f = fit(observed, oracle)
+        rows.append(
+            MeasuredRow(param=spec.name, numel=spec.numel, path=_path(point, param, z3_paths, calls),
+                        grad_dtype=str(grad.dtype).replace("torch.", ""), ratio=f.ratio, residual=f.residual,
+                        max_rel_dev=_max_rel_dev(observed, oracle, f.ratio)))
+    return rows
 
 
 def _path(point: AuditPoint, param, z3_paths, calls: list[str]) -> str:
@@ -100,7 +97,7 @@ def _path(point: AuditPoint, param, z3_paths, calls: list[str]) -> str:
             raise RuntimeError("a gradient went through neither ZeRO-3 reduce path")
         return str(z3_paths[id(param)])
     if point.stage == 0:
-        return STAGE_0_PATH if calls else "engine (no allreduce_bucket call)"
+        return "engine.allreduce_bucket" if calls else "engine (no allreduce_bucket call)"
     for method, suffix in zip(STAGE_1_2_METHODS, ("", "[reduce_scatter]", "")):
         if method in calls:
             return f"stage_1_and_2.{method}{suffix}"
@@ -108,11 +105,29 @@ def _path(point: AuditPoint, param, z3_paths, calls: list[str]) -> str:
 
 
 def _watch_methods(obj, names, calls: list[str]) -> None:
-    """Record calls of ``obj``'s own methods by name."""
     for name in (n for n in names if getattr(type(obj), n, None) is not None):
         spy(obj, name, lambda *_, _name=name, **__: calls.append(_name))
+
+
+def _max_rel_dev(observed, expected, ratio: float) -> float:
+    target = expected.double() * ratio
+    return float(((observed.double() - target).abs() / target.abs().clamp_min(1e-30)).max()) if target.numel() else 0.0
 
 
 def _one_line(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _reset_sp_state() -> None:
+    """Forget the previous topology's sp groups (``groups.mpu``, 0.17+'s ``parallel_state_sp`` globals) before
+    building the next one's mpu: one process group runs several sp values under an external launcher."""
+    from deepspeed.utils import groups
+
+    groups.mpu = None
+    try:
+        from deepspeed.runtime.sequence_parallel import parallel_state_sp
+    except ImportError:
+        return
+    parallel_state_sp._SEQUENCE_PARALLEL_GROUP = None
+    parallel_state_sp._SEQUENCE_DATA_PARALLEL_GROUP = None

@@ -7,10 +7,11 @@ import collections
 import platform
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from pydantic import Field, computed_field
+from pydantic import Field, computed_field, create_model
 
-from repro.audit.expect import (CATEGORIES, EXPECTATIONS, TOLERANCES, Judgement, KnownDiscrepancy, judge_row,
+from repro.audit.expect import (CATEGORIES, TOLERANCES, KnownDiscrepancy, KnownEntry, MeasuredRow, Row, judge_row,
                                 point_category, point_holds, reduce_path)
+from repro.audit.space import AuditPoint
 from repro.harness import scales
 from repro.harness.report import JsonReport, Record, text_table
 
@@ -22,78 +23,14 @@ SP_BUG_CODE = ("deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3._
                "multiplies sp back (the averaging_world_size rescale, 0.19.3+, ignores sequence_parallel_size)")
 
 Status = Literal["ran", "rejected", "error"]
-Category = Literal["match", "sp_bug", "known", "unexplained", "rejected", "error"]
-
-
-class PointFields(Record):
-    """A configuration point's fields (``repro.audit.space.AuditPoint.fields``)."""
-
-    stage: int
-    reduce_scatter: bool | None
-    contiguous_gradients: bool | None
-    bucket: Literal["fits", "overflow"] | None
-    sp: int
-    dp: int
-    dtype: Literal["fp32", "bf16"]
-    gas: int
-    predivide: Literal["1", "world", "3"]
-    prescale: bool
-    world: int
-    predivide_factor: float
-    reduce_bucket_size: int | None
-
-
-class _ByExpectation(Record):
-    """One value per expectation, keyed like the JSON: ``x["fixed"]`` / ``x["buggy"]``."""
-
-    def __getitem__(self, expect: str):
-        if expect not in EXPECTATIONS:
-            raise KeyError(expect)
-        return getattr(self, expect)
-
-
-class Targets(_ByExpectation):
-    """The scale each expectation predicts (None: "not a scale", see expect.NOT_A_SCALE)."""
-
-    fixed: float | None
-    buggy: float | None
-
-
-class Verdicts(_ByExpectation):
-    """Whether the row is where each expectation puts it."""
-
-    fixed: bool
-    buggy: bool
-
-
-class MeasuredRow(Record):
-    """What a rank measures for one parameter at one point (judged later, see ``judge``)."""
-
-    param: str
-    numel: int
-    path: str  # the observed reduce code path
-    grad_dtype: str
-    ratio: float  # <observed, oracle> / <oracle, oracle>
-    residual: float  # ||observed - ratio * oracle|| / ||oracle||
-    max_rel_dev: float  # max_i |observed_i - ratio * oracle_i| / |ratio * oracle_i|
-
-
-class Row(MeasuredRow):
-    """A judged row: the measurement and where the expectations put it."""
-
-    label: str  # the ratio as a fraction within tolerance ("1", "1/2", ...) or "other"
-    known: tuple[str, ...]  # ids of the known discrepancies covering the row
-    target: Targets
-    ok: Verdicts
-    at_oracle: bool  # at 1.0
-    at_sp_bug: bool  # __avg_scatter_grads, sp > 1, at 1/sp
+Category = Literal[CATEGORIES]
 
 
 class MeasuredPoint(Record):
     """One configuration point as a rank ran it."""
 
     id: str
-    point: PointFields
+    point: AuditPoint
     status: Status
     message: str  # DeepSpeed's exception for rejected / error points
     optimizer: str
@@ -121,27 +58,7 @@ class TopologyRun(Record):
     message: str
 
 
-class KnownEntry(Record):
-    """A known discrepancy the rows were judged with, as the report records it."""
-
-    id: str
-    title: str
-    factor: str
-    versions: str = ""
-    writeup: str
-    upstream: str
-    measured_on: tuple[str, ...]
-
-
-class Counts(Record):
-    points: int
-    ran: int
-    match: int
-    sp_bug: int
-    known: int
-    unexplained: int
-    rejected: int
-    error: int
+Counts = create_model("Counts", __base__=Record, points=int, ran=int, **{c: int for c in CATEGORIES})
 
 
 class Disagreement(Record):
@@ -175,8 +92,8 @@ class Summary(Record):
 
 def raw_point(point_id: str, fields: Mapping[str, Any], status: str, message: str, optimizer: str, seconds: float,
               rows: Sequence[MeasuredRow]) -> MeasuredPoint:
-    return MeasuredPoint(id=point_id, point=PointFields(**fields), status=status, message=message, optimizer=optimizer,
-                         seconds=round(seconds, 4), rows=tuple(rows))
+    return MeasuredPoint(id=point_id, point=AuditPoint.model_validate(fields), status=status, message=message,
+                         optimizer=optimizer, seconds=round(seconds, 4), rows=tuple(rows))
 
 
 def _measured(point: MeasuredPoint | Mapping[str, Any]) -> MeasuredPoint:
@@ -188,17 +105,9 @@ def _measured(point: MeasuredPoint | Mapping[str, Any]) -> MeasuredPoint:
 
 def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownDiscrepancy], expect: str,
                 version: str | None = None) -> Point:
-    """Label and judge every row, categorize the point; ``version``: the DeepSpeed version it ran on (for the known
-    discrepancies' version ranges). Idempotent: a report read back from JSON can be judged again."""
+    """Judge every row, categorize the point (``version``: DeepSpeed's, for known-discrepancy ranges); idempotent."""
     p = _measured(point)
-    fields = p.point.model_dump()
-    rows = []
-    for r in p.rows:
-        j: Judgement = judge_row(fields, r.path, r.param, r.ratio, r.residual, known, version)
-        label = scales.label(r.ratio, r.residual, tol=TOLERANCES[p.point.dtype])
-        rows.append(
-            Row(**r.model_dump(), label=label, known=j.known, target=Targets(**j.target), ok=Verdicts(**j.ok),
-                at_oracle=j.at_oracle, at_sp_bug=j.at_sp_bug))
+    rows = [judge_row(p.point.model_dump(), r, known, version) for r in p.rows]
     return Point(**dict(p.model_dump(), rows=rows), category=point_category(p.status, rows),
                  holds=point_holds(p.status, rows, expect))
 
@@ -228,12 +137,13 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
             Disagreement(path=path, cause=cause, code=code, rows=len(labels), points=len(ids),
                          stages=sorted(set(stages)), ratios=dict(sorted(collections.Counter(labels).items())),
                          examples=ids[:5]))
-    by_category = {c: counts.get(c, 0) for c in CATEGORIES}
-    known_counts = {k.id: known_points.get(k.id, 0) for k in known}
-    return Summary(counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
-                                 **by_category), failing_points=[p.id for p in points if not p.holds],
-                   known_points=known_counts, disagreements=disagreements, rejected=_by_message(points, "rejected"),
-                   errors=_by_message(points, "error"), max_rel_err=dict(sorted(worst.items())))
+    return Summary(
+        counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
+                      **{c: counts.get(c, 0)
+                         for c in CATEGORIES}), failing_points=[p.id for p in points if not p.holds],
+        known_points={k.id: known_points.get(k.id, 0)
+                      for k in known}, disagreements=disagreements, rejected=_by_message(points, "rejected"),
+        errors=_by_message(points, "error"), max_rel_err=dict(sorted(worst.items())))
 
 
 def _cause(point: Point, row: Row) -> str:

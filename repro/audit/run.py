@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import os
 import sys
 import time
 from pathlib import Path
 
 from repro.audit.expect import DEFAULT_KNOWN_FILE, load_known
-from repro.audit.report import AuditReport, MeasuredRow, raw_point, render_summary
+from repro.audit.report import AuditReport, render_summary
 from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,
                                select, topologies)
 from repro.harness import launch
@@ -84,43 +83,36 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _repro_args(parser.parse_args(argv))
         known = [] if args.extra["no_known"] else load_known(args.extra["known"], root=REPO_ROOT)
+        previous = None if args.extra["from_json"] is None else AuditReport.load(args.extra["from_json"])
     except (UsageError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    if args.extra["from_json"] is not None:
-        return _rejudge(args, known)
+    if previous is not None:  # --from-json: judge again, run nothing
+        report = previous.rejudge(known, _known_file(args), args.expect)
+        _emit(report, args)
+        return report.exit_code
     if launch.CHILD_DIR_VAR in os.environ:  # a rank this audit spawned for one topology
         return launch.run(args, _rank_program(args, [args.sp], known), lambda report, wall: None)
     explicit_ws, explicit_sp = args.extra["world_size_given"], args.extra["sp_given"]
-    if launch.external_launcher_env():
-        world = args.world_size
-        sps = [args.sp] if explicit_sp else [t.sp for t in topologies([world])]
-        topos = [Topo(world, sp) for sp in sps if Topo(world, sp) in topologies([world])]
-        if not topos:
-            print(
-                f"error: world size {world} (sp {sps}) is outside the audit's space "
-                f"(sp in {SP_VALUES}, dp in {DP_VALUES})", file=sys.stderr)
-            return EXIT_ERROR
-        if args.extra["list"]:
-            return _list(args, topos)
-
-        def sink(partial: dict, wall: float) -> None:
-            topo_runs = [dict(t, exit_code=0, wall_time_s=None, message="") for t in partial["topologies"]]
-            report = _final(args, known, topo_runs, partial["points"], partial["meta"], "external")
-            report.wall_time_s = round(wall, 3)
-            _emit(report, args)
-
-        return launch.run(args, _rank_program(args, [t.sp for t in topos], known), sink)
-    topos = topologies([args.world_size] if explicit_ws else None, [args.sp] if explicit_sp else None)
+    external = launch.external_launcher_env()
+    topos = topologies([args.world_size] if explicit_ws or external else None, [args.sp] if explicit_sp else None)
     if not topos:
+        world, sp = args.world_size if explicit_ws or external else "any", args.sp if explicit_sp else "any"
         print(
-            f"error: no topology of the audit's space has world size {args.world_size if explicit_ws else 'any'} "
-            f"and sp {args.sp if explicit_sp else 'any'} (sp in {SP_VALUES}, dp in {DP_VALUES}, "
-            f"at most 4 ranks)", file=sys.stderr)
+            f"error: no topology of the audit's space has world size {world} and sp {sp} (sp in {SP_VALUES}, "
+            f"dp in {DP_VALUES}, at most 4 ranks)", file=sys.stderr)
         return EXIT_ERROR
     if args.extra["list"]:
         return _list(args, topos)
-    return _parent(args, topos, known)
+    if not external:
+        return _parent(args, topos, known)
+
+    def sink(partial: dict, wall: float) -> None:
+        report = _final(args, known, _external_runs(partial["topologies"]), partial["points"], partial["meta"])
+        report.wall_time_s = round(wall, 3)
+        _emit(report, args)
+
+    return launch.run(args, _rank_program(args, [t.sp for t in topos], known), sink)
 
 
 def _repro_args(ns: argparse.Namespace) -> ReproArgs:
@@ -149,7 +141,6 @@ def _parent(args: ReproArgs, topos, known) -> int:
     if not groups:
         print("error: the filters select no point", file=sys.stderr)
         return EXIT_ERROR
-    backend_choice = args.extra["backend_choice"]
     topo_runs, points, meta = [], [], {}
     for topo, topo_points in groups.items():
         left = deadline - time.monotonic()
@@ -159,15 +150,14 @@ def _parent(args: ReproArgs, topos, known) -> int:
                 dict(entry, exit_code=EXIT_ERROR, wall_time_s=0.0,
                      message=f"not started: {left:.0f} s left of the {args.timeout:.0f} s deadline"))
             continue
-        backend = resolve_backend(backend_choice, topo.world_size)
+        backend = resolve_backend(args.extra["backend_choice"], topo.world_size)
         child_args = dataclasses.replace(args, world_size=topo.world_size, sp=topo.sp, timeout=left, backend=backend,
                                          json=None)
         child_argv = [
             "--world-size", f"{topo.world_size}", "--sp", f"{topo.sp}", "--backend", backend, "--expect", args.expect,
-            "--timeout", f"{left:.1f}", "--known", f"{args.extra['known']}"
+            "--timeout", f"{left:.1f}", "--known", f"{args.extra['known']}", *["--no-known"] * args.extra["no_known"],
+            *_selection_argv(args), *["--keep-logs"] * args.keep_logs
         ]
-        child_argv += ["--no-known"] * args.extra["no_known"] + _selection_argv(args) + ["--keep-logs"
-                                                                                         ] * args.keep_logs
         received: list[dict] = []
         print(
             f"[parity-audit] launch {topo.label()} (world {topo.world_size}, {backend}): {len(topo_points)} points, "
@@ -190,24 +180,26 @@ def _parent(args: ReproArgs, topos, known) -> int:
         print(f"[parity-audit] {topo.label()}: exit {code}, {wall:.1f} s", file=sys.stderr, flush=True)
     if all(t["exit_code"] == EXIT_SKIP for t in topo_runs):
         return EXIT_SKIP
-    report = _final(args, known, topo_runs, points, meta or _local_meta(args), "local")
+    local_meta = dict(deepspeed_version=dist_version("deepspeed") or "none", torch_version=dist_version("torch")
+                      or "none", backend=args.backend, device="cpu")
+    report = _final(args, known, topo_runs, points, meta or local_meta)
     report.wall_time_s = round(time.monotonic() - started, 3)
     _emit(report, args)
     return report.exit_code
+
+
+def _external_runs(topos: list[dict]) -> list[dict]:
+    return [dict(t, exit_code=0, wall_time_s=None, message="") for t in topos]
 
 
 def _known_file(args: ReproArgs) -> str:
     return "(none: --no-known)" if args.extra["no_known"] else relative_to(str(args.extra["known"]), REPO_ROOT)
 
 
-def _final(args: ReproArgs, known, topo_runs, points, meta, launcher: str) -> AuditReport:
+def _final(args: ReproArgs, known, topo_runs, points, meta) -> AuditReport:
+    launcher = "external" if launch.external_launcher_env() else "local"
     return AuditReport.build(known=known, known_file=_known_file(args), expect=args.expect, points=points,
                              script=SCRIPT, launcher=launcher, mode=args.extra["mode"], topologies=topo_runs, **meta)
-
-
-def _local_meta(args: ReproArgs) -> dict:
-    return dict(deepspeed_version=dist_version("deepspeed") or "none", torch_version=dist_version("torch") or "none",
-                backend=args.backend, device="cpu")
 
 
 def _emit(report: AuditReport, args: ReproArgs) -> None:
@@ -218,84 +210,26 @@ def _emit(report: AuditReport, args: ReproArgs) -> None:
         report.write(args.json)
 
 
-def _rejudge(args: ReproArgs, known) -> int:
-    try:
-        previous = AuditReport.load(args.extra["from_json"])
-    except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    report = previous.rejudge(known, _known_file(args), args.expect)
-    _emit(report, args)
-    return report.exit_code
-
-
 def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
 
     def program(ctx: launch.RankContext) -> launch.RankResult:
-        from repro.audit.measure import DTYPES as TORCH_DTYPES
-        from repro.audit.measure import run_point
-        from repro.gradscale.model import expected_gradients
-        from repro.gradscale.space import SMALL_AND_LARGE
-        from repro.harness.scales import fit
-        from repro.harness.topology import Topology, build_mpu
+        from repro.audit.measure import run_topology
 
         points_out, topos_out = [], []
-        for sp in sps:
-            topology = Topology.create(ctx.world_size, sp)
-            _reset_sp_state()
-            mpu = build_mpu(topology)
-            points = _points(args, [Topo(ctx.world_size, sp)])
-            oracle = functools.cache(lambda gas, dtype: expected_gradients(SMALL_AND_LARGE, topology, micro_steps=gas,
-                                                                           model_dtype=TORCH_DTYPES[dtype]))
-            for p in points:
-                expected = oracle(p.gas, p.dtype)
-                outcome = run_point(p, SMALL_AND_LARGE, ctx.rank, ctx.device, mpu)
-                rows = []
-                for g in outcome.grads:
-                    f = fit(g.full_grad, expected[g.name])
-                    max_dev = _max_rel_dev(g.full_grad, expected[g.name], f.ratio)
-                    rows.append(
-                        MeasuredRow(param=g.name, numel=g.numel, path=g.path, grad_dtype=g.dtype, ratio=f.ratio,
-                                    residual=f.residual, max_rel_dev=max_dev))
-                points_out.append(
-                    raw_point(p.id, p.fields(), outcome.status, outcome.message, outcome.optimizer, outcome.seconds,
-                              rows))
-            topos_out.append(dict(world_size=ctx.world_size, sp=sp, dp=ctx.world_size // sp, points=len(points)))
+        for topo in (Topo.create(ctx.world_size, sp) for sp in sps):
+            points = _points(args, [topo])
+            points_out += run_topology(points, topo, ctx.rank, ctx.device)
+            topos_out.append(dict(world_size=topo.world_size, sp=topo.sp, dp=topo.dp, points=len(points)))
         # Unlinked after the last collective: the mapping stays valid for the rest of the run.
         if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
             launch.remove_shm_buffers(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], ctx.rank)
         fields = launch.launch_fields(ctx, SCRIPT)  # the four the audit takes from its ranks; _final adds the rest
         meta = {k: fields[k] for k in ("deepspeed_version", "torch_version", "backend", "device")}
         partial = dict(topologies=topos_out, points=[p.model_dump(mode="json") for p in points_out], meta=meta)
-        if ctx.external_launcher:
-            # Every rank judges its own (identical) measurements: its exit code is the verdict.
-            topo_runs = [dict(t, exit_code=0, wall_time_s=None, message="") for t in topos_out]
-            code = _final(args, known, topo_runs, points_out, meta, "external").exit_code
-        else:
-            code = 0  # the parent judges the merged report
+        # Under an external launcher every rank judges its own (identical) measurements: its exit code is the
+        # verdict; a local launch's parent judges the merged report.
+        code = _final(args, known, _external_runs(topos_out), points_out,
+                      meta).exit_code if ctx.external_launcher else 0
         return launch.RankResult(code, partial if ctx.rank == 0 else None)
 
     return program
-
-
-def _max_rel_dev(observed, expected, ratio: float) -> float:
-    target = expected.double() * ratio
-    return float(((observed.double() - target).abs() / target.abs().clamp_min(1e-30)).max()) if target.numel() else 0.0
-
-
-def _reset_sp_state() -> None:
-    """Forget the previous topology's sp groups (``groups.mpu``, 0.17+'s ``parallel_state_sp`` globals) before
-    building the next one's mpu: one process group runs several sp values under an external launcher."""
-    from deepspeed.utils import groups
-
-    groups.mpu = None
-    try:
-        from deepspeed.runtime.sequence_parallel import parallel_state_sp
-    except ImportError:
-        return
-    parallel_state_sp._SEQUENCE_PARALLEL_GROUP = None
-    parallel_state_sp._SEQUENCE_DATA_PARALLEL_GROUP = None
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import itertools
-from typing import Iterable, Sequence
+from typing import Iterable, Literal, Sequence
 
+from pydantic import computed_field, model_validator
+
+from repro.harness.report import Record
 from repro.harness.topology import Topology
 
 STAGES = (0, 1, 2, 3)
-BUCKET_SIZES = {"fits": 500, "overflow": 16}
+BUCKET_SIZES = {"fits": 500, "overflow": 16}  # the names are AuditPoint.bucket's
 DTYPES = ("fp32", "bf16")
 GAS_VALUES = (1, 2)
 PREDIVIDE_LEVELS = ("1", "world", "3")
@@ -37,46 +40,49 @@ def topologies(world_sizes: Iterable[int] | None = None, sps: Iterable[int] | No
         if sp * dp <= MAX_WORLD and (world_sizes is None or sp * dp in world_sizes) and (sps is None or sp in sps))
 
 
-@dataclasses.dataclass(frozen=True)
-class AuditPoint:
+class AuditPoint(Record):
+    """A configuration point: one ``deepspeed.initialize`` + backward (world, predivide_factor and
+    reduce_bucket_size derived); a known-discrepancy predicate tests these fields."""
+
+    model_config = dict(Record.model_config, json_schema_serialization_defaults_required=True)  # always written
+
     stage: int
     reduce_scatter: bool | None
     contiguous_gradients: bool | None
-    bucket: str | None
+    bucket: Literal["fits", "overflow"] | None
     sp: int
     dp: int
-    dtype: str = "fp32"
+    dtype: Literal["fp32", "bf16"] = "fp32"
     gas: int = 1
-    predivide: str = "1"
+    predivide: Literal["1", "world", "3"] = "1"
     prescale: bool = False
 
-    def __post_init__(self):
+    def __init__(self, *args, **kwargs):
+        super().__init__(**dict(zip(type(self).model_fields, args)), **kwargs)
+
+    @model_validator(mode="after")
+    def _knobs(self) -> AuditPoint:
         if self.stage not in STAGES:
             raise ValueError(f"stage {self.stage} not in {STAGES}")
-        knobs = (self.reduce_scatter, self.contiguous_gradients, self.bucket)
-        if self.stage == 0 and any(k is not None for k in knobs):
-            raise ValueError("stage 0 takes no reduce_scatter / contiguous_gradients / bucket")
-        if self.stage != 0 and any(k is None for k in knobs):
-            raise ValueError(f"stage {self.stage} needs reduce_scatter, contiguous_gradients and bucket")
-        if self.bucket is not None and self.bucket not in BUCKET_SIZES:
-            raise ValueError(f"bucket {self.bucket!r} not in {sorted(BUCKET_SIZES)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} not in {DTYPES}")
-        if self.predivide not in PREDIVIDE_LEVELS:
-            raise ValueError(f"predivide {self.predivide!r} not in {PREDIVIDE_LEVELS}")
-
-    @property
-    def world_size(self) -> int:
-        return self.sp * self.dp
+        if {k is None for k in (self.reduce_scatter, self.contiguous_gradients, self.bucket)} != {self.stage == 0}:
+            raise ValueError("stage 0 takes no reduce_scatter / contiguous_gradients / bucket, other stages all three")
+        return self
 
     @property
     def topo(self) -> Topo:
-        return Topo(self.world_size, self.sp)
+        return Topo(self.world, self.sp)
 
+    @computed_field
+    @property
+    def world(self) -> int:
+        return self.sp * self.dp
+
+    @computed_field
     @property
     def predivide_factor(self) -> float:
-        return {"1": 1.0, "world": float(self.world_size), "3": 3.0}[self.predivide]
+        return {"1": 1.0, "world": float(self.world), "3": 3.0}[self.predivide]
 
+    @computed_field
     @property
     def reduce_bucket_size(self) -> int | None:
         return None if self.bucket is None else BUCKET_SIZES[self.bucket]
@@ -104,16 +110,6 @@ class AuditPoint:
             out["bf16"] = {"enabled": True}
         return out
 
-    def fields(self) -> dict:
-        """What a known-discrepancy predicate may test (see repro.audit.expect)."""
-        return dict(dataclasses.asdict(self), world=self.world_size, predivide_factor=self.predivide_factor,
-                    reduce_bucket_size=self.reduce_bucket_size)
-
-    @classmethod
-    def from_fields(cls, data: dict) -> AuditPoint:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
 
 def full_space(topos: Sequence[Topo]) -> list[AuditPoint]:
     points = []
@@ -125,18 +121,13 @@ def full_space(topos: Sequence[Topo]) -> list[AuditPoint]:
     return points
 
 
-def quick_space(topos: Sequence[Topo]) -> list[AuditPoint]:
-    """A covering subset of the full space, every factor level present; see ``quick_rule``."""
-    return [p for p in full_space(topos) if quick_rule(p)]
-
-
 def quick_rule(p: AuditPoint) -> bool:
     """Which full-space points the quick mode keeps (docs/parity-audit.md); world size 1 keeps only each stage's
     default path: nothing is reduced there."""
     base = p.dtype == "fp32" and p.gas == 1 and p.predivide == "1" and not p.prescale
     default_path = p.stage == 0 or (p.reduce_scatter and p.contiguous_gradients and p.bucket == "fits")
     mixed_bucket = p.stage == 3 and not p.reduce_scatter and p.contiguous_gradients and p.bucket == "overflow"
-    if p.world_size == 1:
+    if p.world == 1:
         return base and default_path
     if base:
         return True
@@ -160,7 +151,7 @@ def select(mode: str, topos: Sequence[Topo], stages: Iterable[int] | None = None
            gas: Iterable[int] | None = None, patterns: Iterable[str] | None = None) -> list[AuditPoint]:
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} not in {MODES}")
-    points = quick_space(topos) if mode == "quick" else full_space(topos)
+    points = [p for p in full_space(topos) if mode == "full" or quick_rule(p)]
     stages, dtypes, gas = (set(x) if x else None for x in (stages, dtypes, gas))
     patterns = list(patterns or [])
     return [

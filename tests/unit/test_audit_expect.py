@@ -3,8 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from repro.audit.expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, Judgement, KnownDiscrepancy, eval_factor,
-                                judge_row, load_known, point_category, point_holds, reduce_path, version_matches)
+from repro.audit.expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, KnownDiscrepancy, MeasuredRow, Row,
+                                eval_factor, load_known, point_category, point_holds, reduce_path, version_matches)
+from repro.audit.expect import judge_row as _judge_row
 from repro.audit.space import AuditPoint
 from repro.harness.scales import UNIT_ROUNDOFF, ReducePath, error_at, label
 
@@ -15,7 +16,15 @@ def _fields(**kw):
     base = dict(stage=3, reduce_scatter=False, contiguous_gradients=False, bucket="fits", sp=2, dp=1, dtype="fp32",
                 gas=1, predivide="1", prescale=False)
     base.update(kw)
-    return AuditPoint(**base).fields()
+    return AuditPoint(**base).model_dump()
+
+
+def judge_row(fields, path, param, ratio, residual, known, version=None):
+    """The row's judgement, its targets and verdicts as plain dicts."""
+    row = MeasuredRow(param=param, numel=4, path=path, grad_dtype="float32", ratio=ratio, residual=residual,
+                      max_rel_dev=0.0)
+    j = _judge_row(fields, row, known, version)
+    return j.model_copy(update=dict(target=j.target.model_dump(), ok=j.ok.model_dump()))
 
 
 def _known(**kw):
@@ -168,7 +177,8 @@ def _row(**kw):
         "buggy": True
     })
     base.update(kw)
-    return Judgement(**base)
+    return Row(param="p", numel=1, path="x", grad_dtype="float32", ratio=1.0, residual=0.0, max_rel_dev=0.0, label="1",
+               **base)
 
 
 def test_point_category_and_holds():

@@ -3,7 +3,7 @@ import collections
 import pytest
 
 from repro.audit.space import (AuditPoint, DTYPES, GAS_VALUES, PREDIVIDE_LEVELS, STAGES, Topo, full_space,
-                               group_by_topology, quick_space, select, topologies)
+                               group_by_topology, select, topologies)
 
 ALL = topologies()
 
@@ -39,7 +39,7 @@ def test_world_one_has_no_world_factor_level():
 
 def test_point_config():
     p = AuditPoint(3, False, True, "overflow", 2, 2, "bf16", 2, "world", False)
-    assert p.world_size == 4 and p.predivide_factor == 4.0 and p.reduce_bucket_size == 16
+    assert p.world == 4 and p.predivide_factor == 4.0 and p.reduce_bucket_size == 16
     assert p.id == "z3.rs0.cg1.overflow/sp2dp2/bf16/gas2/pdf=world/postscale"
     assert p.zero_section() == {
         "stage": 3,
@@ -60,11 +60,11 @@ def test_point_config():
         "gradient_predivide_factor": 3.0,
         "prescale_gradients": True
     }
-    assert AuditPoint.from_fields(p.fields()) == p
+    assert AuditPoint.model_validate(p.model_dump()) == p
 
 
 def test_quick_is_a_subset_covering_every_level():
-    full, quick = full_space(ALL), quick_space(ALL)
+    full, quick = full_space(ALL), select("quick", ALL)
     assert set(quick) <= set(full) and len(quick) < len(full) / 5
     assert {p.stage for p in quick} == set(STAGES)
     assert {p.dtype for p in quick} == set(DTYPES) and {p.gas for p in quick} == set(GAS_VALUES)

@@ -100,7 +100,7 @@ def _audit_cases() -> tuple[list[Case], int]:
         for point in _load(path)["points"]:
             if point["status"] != "ran":
                 continue
-            p = AuditPoint.from_fields(point["point"])
+            p = AuditPoint.model_validate(point["point"])
             config = {"zero_optimization": p.zero_section(), **p.config_overrides()}
             for row in point["rows"]:
                 if row["known"]:
