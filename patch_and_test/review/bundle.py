@@ -61,12 +61,6 @@ def matrix() -> list[Cell]:
     return [Cell(v, b) for v in sorted(source.load_lock(), key=parse_version) for b in BACKENDS]
 
 
-def current_inputs(cell: Cell, audit: bool = True) -> inputs.RunInputs:
-    return inputs.run_inputs(
-        series_for_version(cell.version).directory,
-        source.load_lock()[cell.version].sha256, cell.backend, audit)
-
-
 def reusable(verdict_path: Path, expected: inputs.RunInputs) -> bool:
     """A verdict that validates and was made from the same inputs (one that does not validate is run again)."""
     try:
@@ -81,7 +75,10 @@ def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool
 
     done = {}
     for cell in cells:
-        if reusable(results / cell.env / "verdict.json", current_inputs(cell, audit)):
+        expected = inputs.run_inputs(
+            series_for_version(cell.version).directory,
+            source.load_lock()[cell.version].sha256, cell.backend, audit)
+        if reusable(results / cell.env / "verdict.json", expected):
             done[cell.env] = "reused"
             continue
         print(f"[bundle] running {cell.env}", flush=True)
@@ -138,16 +135,6 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
     print(f"[bundle] {bundle} and {archive.name}: {reused}/{len(status)} matrix cells reused, "
           f"{time.monotonic() - started:.1f} s")
     return bundle
-
-
-def _verdicts(bundle: Path) -> dict[str, Verdict]:
-    verdicts = {}
-    for path in sorted((bundle / "results").glob("*/verdict.json")):
-        try:
-            verdicts[path.parent.name] = Verdict.load(path)
-        except ValueError as err:
-            raise PipelineError(f"{path}: not a valid verdict: {_reason(err)}") from err
-    return verdicts
 
 
 def _bundle_files(bundle: Path) -> list[Path]:
@@ -317,13 +304,6 @@ def _rerendered(name: str, shipped: str, render) -> list[str]:
     ][:10]
 
 
-def newest_bundle(dist: Path) -> Path:
-    candidates = sorted((p for p in dist.glob(f"{NAME}-v*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
-    if not candidates:
-        raise PipelineError(f"no bundle in {dist}: run `tox -e bundle` first")
-    return candidates[-1]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = CommandParser(prog="zero3-sp bundle", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -350,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv if argv is not None else (sys.argv[1:] or ["build"]))
     try:
         if args.command == "verify":
-            bundle = args.path or newest_bundle(args.dist)
+            found = sorted((p for p in args.dist.glob(f"{NAME}-v*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+            if not (args.path or found):
+                raise PipelineError(f"no bundle in {args.dist}: run `tox -e bundle` first")
+            bundle = args.path or found[-1]
             problems = verify(bundle, PACKAGE_ROOT / "patches")
             for p in problems:
                 print(f"MISMATCH: {p}", file=sys.stderr)
@@ -361,7 +344,13 @@ def main(argv: list[str] | None = None) -> int:
         ]
         sign_as = signoff.parse_identity(args.sign_as) if args.sign_as else None
         bundle = build(args.results, args.dist, cells, args.timeout, audit=not args.no_audit, sign_as=sign_as)
-        bad = {env: v.outcome for env, v in _verdicts(bundle).items() if v.outcome not in GOOD_OUTCOMES}
+        bad = {}
+        for path in sorted((bundle / "results").glob("*/verdict.json")):
+            try:
+                if (outcome := Verdict.load(path).outcome) not in GOOD_OUTCOMES:
+                    bad[path.parent.name] = outcome
+            except ValueError as err:
+                raise PipelineError(f"{path}: not a valid verdict: {_reason(err)}") from err
         if bad:
             print(f"error: bundle written, but not every cell is fixed or skipped: {bad}", file=sys.stderr)
             return int(Exit.NOT_FIXED)

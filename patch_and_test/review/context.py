@@ -209,7 +209,8 @@ class PrContext(Model):
 def load_context(bundle: Path) -> PrContext:
     """Everything PR.md shows, read from the bundle's ``patches/``, ``results/`` and notice only."""
     verdicts = {p.parent.name: Verdict.load(p) for p in sorted((bundle / "results").glob("*/verdict.json"))}
-    series = _series(bundle)
+    toml = bundle / "patches" / "series.toml"
+    series = list(reversed(load_manifest(toml).series)) if toml.exists() else []
     affected = affected_results(bundle / "results" / "affected")
     matrix = _matrix(bundle, verdicts)
     reduce_path = bundle / "results" / "benchmarks" / "reduce_path.json"
@@ -233,7 +234,9 @@ def _cells(verdicts: dict[str, Verdict]) -> tuple[list[tuple[str, Verdict]], lis
 
 
 def _by_version(verdicts: dict[str, Verdict]) -> list[tuple[str, Verdict]]:
-    return sorted(verdicts.items(), key=lambda kv: version_key(kv[1]))
+    return sorted(
+        verdicts.items(), key=lambda kv: (version_sort_key(kv[1].source.version
+                                                           if kv[1].source else kv[1].env), kv[1].backend))
 
 
 def rel(bundle: Path, path: str | Path) -> str:
@@ -247,18 +250,9 @@ def rel(bundle: Path, path: str | Path) -> str:
         return Path(path).as_posix()
 
 
-def version_key(verdict: Verdict) -> tuple:
-    return version_sort_key(verdict.source.version if verdict.source else verdict.env), verdict.backend
-
-
 def cell_label(verdict: Verdict) -> str:
     m = re.search(r"ds([\d.]+)-(\w+)$", verdict.env)
     return f"{m.group(1)} {m.group(2)}" if m else verdict.env
-
-
-def _series(bundle: Path) -> list[Series]:
-    toml = bundle / "patches" / "series.toml"
-    return list(reversed(load_manifest(toml).series)) if toml.exists() else []
 
 
 def _counts(results: list, test_class: str, phase: str) -> Counts | None:

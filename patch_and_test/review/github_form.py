@@ -6,7 +6,6 @@ with a real ``git am`` of the series.
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 
@@ -18,18 +17,8 @@ from patch_and_test.core.source import (FIXED_IDENTITY, NEWEST_UPSTREAM, build_g
 
 BRANCH = "zero3-sp-grad-scale"
 BUNDLE_FILE = f"{BRANCH}.bundle"
-TRAILER = re.compile(r"^(Fixes|Link|Reported-by|Signed-off-by|Co-developed-by|Suggested-by): ")
 # Fixed, so that the branch's commit ids do not depend on who builds it.
 COMMITTER = {k: v for k, v in FIXED_IDENTITY.items() if k.startswith("GIT_COMMITTER_")}
-
-
-def split_message(message: str) -> tuple[list[str], list[str]]:
-    """(body lines, trailer lines) of a commit message without its subject."""
-    lines = message.rstrip("\n").splitlines()
-    trailers = [line for line in lines if TRAILER.match(line)]
-    body = [line for line in lines if not TRAILER.match(line)]
-    text = [i for i, line in enumerate(body) if line.strip()]  # without the blank lines around it
-    return (body[text[0]:text[-1] + 1] if text else []), trailers
 
 
 def pr_body(pr_markdown: str) -> str:
@@ -48,19 +37,14 @@ def _texts(bundle: Path, series: Series) -> dict[str, str]:
     return {"pr-title.txt": title + "\n", "squash-message.txt": f"{title}\n\n{body.rstrip()}\n", "pr-body.md": body}
 
 
-def base_repo(series: Series, mirror: Path) -> Path:
-    """A repository holding the series' base: the mirror, or the newest-upstream graft built from it."""
-    if series.base_ref != NEWEST_UPSTREAM:
-        return mirror
-    wanted = load_newest_upstream()
-    return build_graft(wanted.release, wanted.history, mirror)[0]
-
-
 def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
     """(repo, head) of ``BRANCH``: the series committed on ``series.base_commit`` in a scratch clone, as
     ``git am`` would, with plumbing on an index of the base tree (no checkout: blobs a mirror lacks are fine)."""
-    repo = work / "branch.git"
-    git_out(None, "clone", "-q", "--bare", "--shared", str(base_repo(series, mirror)), str(repo))
+    repo, base = work / "branch.git", mirror
+    if series.base_ref == NEWEST_UPSTREAM:  # the base is the newest-upstream graft, built from the mirror
+        wanted = load_newest_upstream()
+        base = build_graft(wanted.release, wanted.history, mirror)[0]
+    git_out(None, "clone", "-q", "--bare", "--shared", str(base), str(repo))
     if git(repo, "cat-file", "-e", f"{series.base_commit}^{{commit}}", check=False).returncode != 0:
         raise errors.BadInput(f"{series.base_commit[:12]} (the {series.name} series' base) is not in {mirror}")
     head = commit_patches(repo, series.base_commit, [p.path for p in series.patches], work, env=COMMITTER)[-1]

@@ -37,8 +37,7 @@ def render_evidence(bundle: Path, ctx: PrContext | None = None) -> str:
 
 
 def render_sending(bundle: Path, ctx: PrContext | None = None) -> str:
-    """SENDING.md: what the sender settles before opening the pull request (#8854, the release), and the commands.
-    Takes the bundle and its context as the other pages do; it shows none of their numbers."""
+    """SENDING.md: what the sender settles first (#8854, the release); it shows none of the results' numbers."""
     return templating.render("SENDING.md.j2", issue=ISSUE)
 
 

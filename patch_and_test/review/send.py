@@ -130,16 +130,6 @@ def decide(verdict: AffectedVerdict) -> tuple[Exit, str]:
                      f"{len(suite.files)} affected test files: no regression")
 
 
-def prepare_out(out: Path) -> None:
-    """``out`` empty, or made by an earlier send (then replaced); anything else is refused."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not (out / OWNED).is_file():
-            raise errors.BadInput(f"--out {out} is not empty and was not made by send: pass another folder")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / OWNED).write_text("made by zero3-sp send; the next send to this folder replaces it\n")
-
-
 def send(src: Path, who: tuple[str, str], out: Path, depth: str = "quick",
          only: list[str] | None = None) -> tuple[Exit, Path, Path]:
     """Everything but the parsing: (exit code, the clone, the body file). Raises PipelineError before the tests.
@@ -153,7 +143,12 @@ def send(src: Path, who: tuple[str, str], out: Path, depth: str = "quick",
     if out == root or root in out.parents:
         raise errors.BadInput(f"--out {out} is inside the checkout {root}, which send must leave as it is")
     before = checkout_state(root)
-    prepare_out(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):  # empty, or an earlier send's (replaced)
+        if not (out / OWNED).is_file():
+            raise errors.BadInput(f"--out {out} is not empty and was not made by send: pass another folder")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OWNED).write_text("made by zero3-sp send; the next send to this folder replaces it\n")
     clone, scratch = out / "DeepSpeed", out / "scratch"
     head = before[0].strip()
     clone_shared(root, clone)

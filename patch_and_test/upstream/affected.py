@@ -119,10 +119,6 @@ def is_test_file(path: str) -> bool:
                                                                    or name.endswith("_test.py"))
 
 
-def _is_source(path: str) -> bool:
-    return path.endswith(".py") and not path.startswith(NON_SOURCE_DIRS)
-
-
 def _code_names(text: str) -> set[str]:
     """The ``self.X`` / ``cls.X`` attributes a line of code reads or sets, without its strings and comment."""
     return set(_SELF_ATTR.findall(_STRING.sub(" ", text).split("#", 1)[0]))
@@ -165,7 +161,7 @@ def changed_names(changes: list[FileChange], tree: Path) -> list[ChangedName]:
             found[name, kind] = ChangedName(name=name, kind=kind, where=where, also_as=also_as)
 
     for change in changes:
-        if not _is_source(change.path):
+        if not change.path.endswith(".py") or change.path.startswith(NON_SOURCE_DIRS):  # not DeepSpeed's code
             continue
         where = f"{change.path}: {change.patch}" if change.patch else change.path
         pre = tree / change.path
@@ -188,23 +184,13 @@ def changed_names(changes: list[FileChange], tree: Path) -> list[ChangedName]:
     return list(found.values())
 
 
-def _tests_py_files(tree: Path) -> list[str]:
-    root = tree / "tests"
-    return sorted(str(p.relative_to(tree)) for p in root.rglob("*.py")) if root.is_dir() else []
-
-
-def _always_generic(name: str) -> bool:
-    return (keyword.iskeyword(name) or name in dir(builtins) or name in ("self", "cls")
-            or (name.startswith("__") and name.endswith("__")) or len(name) < MIN_NAME_LENGTH)
-
-
 def _named_in(text: str, n: ChangedName) -> bool:
     return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(s)}(?![A-Za-z0-9_])", text) for s in (n.name, *n.also_as))
 
 
 def select(changes: list[FileChange], tree: Path) -> Selection:
     """The test files of ``tree`` (as it is before the series) that the changes can reach, and why."""
-    found = _tests_py_files(tree)
+    found = sorted(str(p.relative_to(tree)) for p in (tree / "tests").rglob("*.py"))
     tests = [f for f in found if is_test_file(f)]
     texts = {t: (tree / t).read_text(errors="replace") for t in tests}
     reasons: dict[str, list[str]] = {}
@@ -214,7 +200,8 @@ def select(changes: list[FileChange], tree: Path) -> Selection:
 
     names, generic = [], []
     for n in changed_names(changes, tree):
-        if _always_generic(n.name):
+        if (keyword.iskeyword(n.name) or n.name in dir(builtins) or n.name in ("self", "cls")
+                or (n.name.startswith("__") and n.name.endswith("__")) or len(n.name) < MIN_NAME_LENGTH):
             generic.append(n.name)
             continue
         hits = [t for t in tests if _named_in(texts[t], n)]

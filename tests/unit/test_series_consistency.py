@@ -11,7 +11,6 @@ import re
 
 import pytest
 
-from patch_and_test.review.github_form import split_message
 from patch_and_test.core.series import load_manifest, parse_version
 
 # master v6 says what happens with sp == 1, which cases the test adds and why (a maintainer's review): 25 lines
@@ -19,6 +18,16 @@ MAX_BODY_LINES = 25
 ISSUE_LINK = "Link: https://github.com/deepspeedai/DeepSpeed/issues/8692"
 SERIES_NAME = re.compile(r"\bv\d+\.\d+\.\d+-v\d+\.\d+\.\d+\b")
 MANIFEST = load_manifest()
+TRAILER = re.compile(r"^(Fixes|Link|Reported-by|Signed-off-by|Co-developed-by|Suggested-by): ")
+
+
+def split_message(message: str) -> tuple[list[str], list[str]]:
+    """(body lines, trailer lines) of a commit message without its subject."""
+    lines = message.rstrip("\n").splitlines()
+    trailers = [line for line in lines if TRAILER.match(line)]
+    body = [line for line in lines if not TRAILER.match(line)]
+    text = [i for i, line in enumerate(body) if line.strip()]  # without the blank lines around it
+    return (body[text[0]:text[-1] + 1] if text else []), trailers
 
 
 def message(text: str) -> tuple[str, list[str], list[str]]:
