@@ -97,7 +97,9 @@ class LaunchReport(JsonReport):
         raise NotImplementedError
 
     def versions(self) -> str:
-        return f"DeepSpeed {self.deepspeed_version}, torch {self.torch_version}"
+        line = f"DeepSpeed {self.deepspeed_version}, torch {self.torch_version}"
+        tf = getattr(self, "transformers_version", None)  # the families that train a transformers model
+        return line if tf is None else f"{line}, transformers {tf}"
 
     def outcome(self) -> str:
         return f"(pattern seen: {self.pattern})"

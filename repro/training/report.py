@@ -74,9 +74,6 @@ class TrainingReport(PatternReport):
     def where(self, expect: str) -> bool:
         return bool(self.runs) and all(self.check(r, expect).ok for r in self.runs)
 
-    def versions(self) -> str:
-        return f"{super().versions()}, transformers {self.transformers_version}"
-
     def table(self) -> str:
         header = ("stage", "recipe", "paths", "grad norm / reference (first, last)", "rule", "step-0 err", "worst err",
                   "verdict")
