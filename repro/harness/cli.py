@@ -79,10 +79,6 @@ def build_parser(description: str, prog: str | None = None, expect_help: str = E
     return parser
 
 
-def parse(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> ReproArgs:
-    return validate(parser.parse_args(argv))
-
-
 def validate(ns: argparse.Namespace) -> ReproArgs:
     world_size = _launcher_world_size() or ns.world_size
     if world_size < 1:
@@ -138,7 +134,7 @@ def main_guard(description: str, run, add_arguments=None, argv: list[str] | None
     if add_arguments is not None:
         add_arguments(parser)
     try:
-        args = parse(parser, argv)
+        args = validate(parser.parse_args(argv))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
