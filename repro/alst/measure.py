@@ -55,7 +55,6 @@ def tokens(seed: int):
 
 
 def sample(dp_index: int):
-    """dp group ``dp_index``'s sample."""
     return tokens(_SAMPLE_SEED * 100 + dp_index)
 
 
