@@ -20,7 +20,6 @@ class Fit:
     scalar: scales.Fit  # ratio = <observed, expected> / <expected, expected>, residual
     target: float
     max_abs_err: float  # max |observed - target * expected|
-    max_abs_target: float  # max |target * expected|
     elementwise_ok: bool
 
     @property
@@ -39,7 +38,7 @@ def fit(observed, expected, target: float, scalar: scales.Fit | None = None) -> 
     err = (o - want).abs()
     max_target = float(want.abs().max())
     ok = bool(torch.all(err <= TOLERANCES["element_atol_rel"] * max_target + TOLERANCES["element_rtol"] * want.abs()))
-    return Fit(scalar, target, float(err.max()), max_target, ok)
+    return Fit(scalar, target, float(err.max()), ok)
 
 
 def row_ok(ratio: float, residual: float, elementwise_ok: bool, target: float) -> bool:

@@ -55,7 +55,6 @@ def tokens(seed: int):
 
 
 def sample(dp_index: int):
-    """dp group ``dp_index``'s sample."""
     return tokens(_SAMPLE_SEED * 100 + dp_index)
 
 
@@ -152,8 +151,8 @@ def sp_backward_loss(recipe: str, loss_local, shift_labels, sp_group, sp_world_s
     raise ValueError(f"unknown recipe {recipe!r}")
 
 
-def sp_engine(stage: int, model_dir: Path, mpu, sp: int):
-    """The tiny Llama under ZeRO-``stage`` with ``sp`` sequence-parallel ranks: (engine, config); SGD with lr 0."""
+def sp_engine(stage: int, model_dir: Path, mpu, sp: int, make_optimizer=None):
+    """The tiny Llama under ZeRO-``stage`` with ``sp`` sequence-parallel ranks: (engine, config); default SGD, lr 0."""
     import deepspeed
     import torch
     from transformers import AutoModelForCausalLM
@@ -161,7 +160,7 @@ def sp_engine(stage: int, model_dir: Path, mpu, sp: int):
     from repro.harness.engine import ds_config
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=ATTN)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    optimizer = (make_optimizer or functools.partial(torch.optim.SGD, lr=0.0))(model.parameters())
     config = ds_config({"stage": stage}, sequence_parallel_size=sp)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, mpu=mpu, config=config)
     return engine, config

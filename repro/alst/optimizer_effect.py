@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import sys
 from pathlib import Path
 
@@ -45,12 +46,9 @@ def run(optimizer: str, sp: int, steps: int, clip: float | None) -> dict:
     base = tiny_llama.make_model()
     start = _flat(base)
     models = {1: base, sp: copy.deepcopy(base)}
-    opts = {
-        scale:
-        torch.optim.SGD(model.parameters(), lr=1e-2) if optimizer == "sgd" else torch.optim.AdamW(
-            model.parameters(), lr=1e-3, eps=1e-8, weight_decay=0.0)
-        for scale, model in models.items()
-    }
+    make = (functools.partial(torch.optim.SGD, lr=1e-2) if optimizer == "sgd" else functools.partial(
+        torch.optim.AdamW, lr=1e-3, eps=1e-8, weight_decay=0.0))
+    opts = {scale: make(model.parameters()) for scale, model in models.items()}
     norms, clipped = {1: [], sp: []}, {1: 0, sp: 0}
     for ids, labels in _batches(steps):
         for scale, model in models.items():
@@ -65,20 +63,11 @@ def run(optimizer: str, sp: int, steps: int, clip: float | None) -> dict:
             opts[scale].step()
     moved = _flat(models[1]) - start
     moved_scaled = _flat(models[sp]) - start
-    return {
-        "optimizer": optimizer,
-        "sp": sp,
-        "steps": steps,
-        "clip_max_norm": clip,
-        "grad_norm_ratio_first_step": norms[sp][0] / norms[1][0],
-        "steps_clipped": {
-            "1x": clipped[1],
-            f"{sp}x": clipped[sp]
-        },
-        "update_norm_1x": float(moved.norm()),
-        f"update_norm_{sp}x": float(moved_scaled.norm()),
-        "update_rel_diff": float((moved_scaled - moved).norm() / moved.norm()),
-    }
+    clipped_steps = {f"{s}x": clipped[s] for s in (1, sp)}
+    result = dict(optimizer=optimizer, sp=sp, steps=steps, clip_max_norm=clip,
+                  grad_norm_ratio_first_step=norms[sp][0] / norms[1][0], steps_clipped=clipped_steps)
+    norms_moved = {"update_norm_1x": float(moved.norm()), f"update_norm_{sp}x": float(moved_scaled.norm())}
+    return result | norms_moved | {"update_rel_diff": float((moved_scaled - moved).norm() / moved.norm())}
 
 
 def main(argv=None) -> int:

@@ -44,15 +44,6 @@ class TransformersMissing(RuntimeError):
     """transformers is not installed: the caller turns this into a skip."""
 
 
-def _transformers():
-    try:
-        import transformers
-    except ImportError as err:
-        raise TransformersMissing(
-            "transformers is not installed (install the 'alst' extra: pip install 'zero3-sp-gradfix[alst]')") from err
-    return transformers
-
-
 def config_key(seed: int = SEED) -> str:
     """A short id of (architecture, seed, transformers version): the cache folder's name."""
     from repro.harness.env import dist_version
@@ -64,7 +55,11 @@ def config_key(seed: int = SEED) -> str:
 
 def make_model(seed: int = SEED):
     """The tiny Llama in fp32, its weights a pure function of ``seed`` (CPU generator)."""
-    transformers = _transformers()
+    try:
+        import transformers
+    except ImportError as err:
+        raise TransformersMissing(
+            "transformers is not installed (install the 'alst' extra: pip install 'zero3-sp-gradfix[alst]')") from err
     import torch
 
     config = transformers.LlamaConfig(**TINY_LLAMA_CONFIG)

@@ -35,16 +35,12 @@ def measure(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device: s
     try:
         paths = watch_reduce_paths(engine.optimizer) if zero.stage == 3 else None
         engine.backward(engine(*rank_inputs(specs, rank, device=device)))
-        out = []
-        for spec, (_, param,
-                   grad) in zip(specs, full_gradients(engine, [f"weights.{s.name}" for s in specs],
-                                                      f"{zero.label()}: ")):
-            if paths is not None and id(param) not in paths:
-                raise RuntimeError(f"{zero.label()}: the gradient of a parameter went through neither ZeRO-3 reduce "
-                                   "path")
-            out.append((spec, grad.detach().float().cpu().clone(),
-                        default_path(zero.stage) if paths is None else paths[id(param)]))
-        return out
+        grads = full_gradients(engine, [f"weights.{s.name}" for s in specs], f"{zero.label()}: ")
+        if paths is not None and any(id(param) not in paths for _, param, _ in grads):
+            raise RuntimeError(f"{zero.label()}: the gradient of a parameter went through neither ZeRO-3 reduce path")
+        return [(spec, grad.detach().float().cpu().clone(),
+                 default_path(zero.stage) if paths is None else paths[id(param)])
+                for spec, (_, param, grad) in zip(specs, grads)]
     finally:
         destroy_engine(engine)
         del engine, optimizer, model

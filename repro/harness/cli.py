@@ -79,12 +79,7 @@ def build_parser(description: str, prog: str | None = None, expect_help: str = E
     return parser
 
 
-def parse(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> ReproArgs:
-    return validate(parser.parse_args(argv))
-
-
 def validate(ns: argparse.Namespace) -> ReproArgs:
-    """The parsed flags as ``ReproArgs``; UsageError for anything a run cannot start with."""
     world_size = _launcher_world_size() or ns.world_size
     if world_size < 1:
         raise UsageError(f"--world-size must be >= 1, got {world_size}")
@@ -103,12 +98,11 @@ def validate(ns: argparse.Namespace) -> ReproArgs:
 
 
 def resolve_backend(choice: str, world_size: int) -> str:
-    """``--backend``'s choice; auto: nccl when there is a GPU for every rank, else gloo."""
     return choice if choice != "auto" else "nccl" if gpu_count() >= world_size else "gloo"
 
 
 def _check_writable(path: Path) -> None:
-    """Refuse a results file that cannot be written before any rank starts (not after the work)."""
+    """Refuse an unwritable results file before any rank starts, not after the work."""
     folder = path.parent
     existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
     if existing is not None and not existing.is_dir():
@@ -136,12 +130,11 @@ def gpu_count() -> int:
 
 def main_guard(description: str, run, add_arguments=None, argv: list[str] | None = None,
                expect_help: str = EXPECT_HELP) -> int:
-    """Parse flags, turn usage errors into one line + exit 2, then hand over to ``run``."""
     parser = build_parser(description, expect_help=expect_help)
     if add_arguments is not None:
         add_arguments(parser)
     try:
-        args = parse(parser, argv)
+        args = validate(parser.parse_args(argv))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR

@@ -1,5 +1,4 @@
-"""What every family does to a real DeepSpeed engine: its config, watching ZeRO-3's reduce paths (calls pass
-straight through, per engine instance), tearing it down."""
+"""What every family does to a real DeepSpeed engine: its config, watching ZeRO-3's reduce paths, teardown."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from repro.harness.scales import ReducePath
 
 
 def ds_config(zero: Any, **overrides: Any) -> dict[str, Any]:
-    """The DeepSpeed config of a run: ``zero`` has ``zero_section()`` or is a ready zero_optimization section."""
     return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
@@ -30,8 +28,7 @@ def destroy_engine(engine) -> None:
 
 
 def spy(obj, name: str, record) -> None:
-    """Call ``record(*args, **kwargs)`` before each call of ``obj``'s method ``name``, which then runs unchanged (an
-    instance attribute shadows the class's: other instances are not watched)."""
+    """Call ``record`` before each call of ``obj.name``, which then runs unchanged (on this instance only)."""
     original = getattr(type(obj), name)
 
     def wrapper(*args, **kwargs):
@@ -42,7 +39,7 @@ def spy(obj, name: str, record) -> None:
 
 
 def watch_reduce_paths(optimizer) -> dict[int, ReducePath]:
-    """Record, per parameter id, which of ZeRO-3's two (name-mangled) reduce methods handled its gradient."""
+    """Per parameter id, which of ZeRO-3's two reduce methods handled its gradient."""
     seen: dict[int, ReducePath] = {}
 
     def contiguous(buffer, *args, **kwargs):
@@ -68,10 +65,7 @@ def mangled_name(optimizer, method: str) -> str:
 
 
 def full_gradients(engine, names: list[str], where: str = "") -> list[tuple[str, object, object]]:
-    """(name, parameter, full reduced gradient) of each named parameter of ``engine.module``, in order.
-
-    ``safe_get_full_grad`` is a collective under ZeRO-3: every rank calls it, in the same order.
-    """
+    """(name, parameter, full reduced gradient) per name; a collective under ZeRO-3: every rank, same order."""
     from deepspeed.utils import safe_get_full_grad
 
     named = dict(engine.module.named_parameters())

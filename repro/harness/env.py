@@ -16,7 +16,6 @@ CACHE_VAR = "ZERO3_SP_CACHE"
 
 
 def cache_root() -> Path:
-    """Where built comm ops, sdists and source trees are kept between runs."""
     if os.environ.get(CACHE_VAR):
         return Path(os.environ[CACHE_VAR])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zero3-sp-gradfix"
@@ -32,7 +31,6 @@ def torch_extensions_dir() -> Path:
 
 
 def dist_version(dist: str) -> str | None:
-    """The installed version of a distribution, None when it is not installed."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -40,7 +38,6 @@ def dist_version(dist: str) -> str | None:
 
 
 def rank_environment(backend: str, world_size: int, local_world_size: int) -> dict[str, str]:
-    """Variables every rank gets; the caller keeps values the user set, except DS_ACCELERATOR."""
     return {
         "DS_ACCELERATOR": "cuda" if backend == "nccl" else "cpu",
         # The CPU accelerator's device_count(): without it 0.14/0.15 shell out to numactl

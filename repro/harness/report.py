@@ -14,8 +14,7 @@ from repro.harness.files import write_json
 
 
 class Record(BaseModel):
-    """A row or other nested record of a report: typed, immutable, no unknown fields; derived fields are
-    recomputed, not read, when a file is loaded (older files worded some otherwise)."""
+    """A nested record: derived fields are recomputed on load (older files worded some otherwise)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -28,7 +27,7 @@ class Record(BaseModel):
 
 
 class JsonReport(BaseModel):
-    """The base of every report: ``SCHEMA`` names it; derived fields are ``computed_field`` properties."""
+    """The base of every report: ``SCHEMA`` names it."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
@@ -72,15 +71,13 @@ class JsonReport(BaseModel):
 
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
-        """The JSON schema of what ``write`` produces (derived fields included, read-only)."""
         schema = cls.model_json_schema(by_alias=True, mode="serialization")
         schema["$id"] = cls.SCHEMA
         return schema
 
 
 class LaunchReport(JsonReport):
-    """A report of one multi-rank launch: who ran what, where, and how it ended. A family adds its rows,
-    ``table()`` and the derived ``holds``; the summary line and ``emit`` (the launcher's sink) are shared."""
+    """A report of one multi-rank launch; a family adds its rows, ``table()`` and ``holds``."""
 
     script: str
     deepspeed_version: str
@@ -100,7 +97,9 @@ class LaunchReport(JsonReport):
         raise NotImplementedError
 
     def versions(self) -> str:
-        return f"DeepSpeed {self.deepspeed_version}, torch {self.torch_version}"
+        line = f"DeepSpeed {self.deepspeed_version}, torch {self.torch_version}"
+        tf = getattr(self, "transformers_version", None)  # the families that train a transformers model
+        return line if tf is None else f"{line}, transformers {tf}"
 
     def outcome(self) -> str:
         return f"(pattern seen: {self.pattern})"
@@ -113,7 +112,6 @@ class LaunchReport(JsonReport):
 
     @classmethod
     def emit(cls, report_dict: dict[str, Any], wall_time_s: float, json_path: Path | None) -> None:
-        """The launch's report sink: add the wall time, print the table, write ``--json``."""
         report = cls.from_dict(report_dict)
         report.wall_time_s = round(wall_time_s, 3)
         print(report.table(), flush=True)
@@ -122,8 +120,7 @@ class LaunchReport(JsonReport):
 
 
 class PatternReport(LaunchReport):
-    """A launch report judged against both expectations: ``where(e)`` (every row where ``e`` puts it) gives the
-    ``pattern`` seen and, unless a family says otherwise, ``holds``."""
+    """``where(e)``: every row is where ``e`` puts it; gives ``pattern`` and, by default, ``holds``."""
 
     def where(self, expect: str) -> bool:
         raise NotImplementedError
@@ -148,14 +145,14 @@ class PatternReport(LaunchReport):
 
 
 def error_line(err: BaseException) -> str:
-    """An exception as one line for a report or an error message: its type and the last line of its text."""
+    """An exception as one line: its type and the last line of its text."""
     lines = f"{type(err).__name__}: {err}".strip().splitlines()
     return lines[-1] if lines else type(err).__name__
 
 
 def text_table(header: Sequence[str], lines: Sequence[Sequence[str]],
                max_widths: Mapping[int, int] | None = None) -> list[str]:
-    """Left-aligned columns under a header and a rule; column i padded to at most ``max_widths[i]``."""
+    """Left-aligned columns under a header and a rule; column i at most ``max_widths[i]`` wide."""
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     widths = [min(w, (max_widths or {}).get(i, w)) for i, w in enumerate(widths)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)

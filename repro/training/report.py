@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 from repro.alst.expect import RECIPES as RECIPES, STAGES as STAGES  # re-exported
 from repro.harness import scales
@@ -23,12 +23,6 @@ def expected_factor(stage: int, recipe: str, sp: int, expect: str) -> float:
     return scales.expected_scale(scales.default_path(stage), sp, expect, recipe=recipe)
 
 
-def ratios(grad_norms: Sequence[float], reference_norms: Sequence[float]) -> list[float]:
-    if len(grad_norms) != len(reference_norms):
-        raise ValueError(f"{len(grad_norms)} steps against a reference of {len(reference_norms)}")
-    return [g / r for g, r in zip(grad_norms, reference_norms)]
-
-
 @dataclasses.dataclass(frozen=True)
 class RunCheck:
     factor: float  # what the rule predicts
@@ -41,18 +35,6 @@ class RunCheck:
         return (self.first_ratio_err <= TOLERANCES["step0_rel_tol"]
                 and self.worst_ratio_err <= TOLERANCES["grad_norm_rel_tol"]
                 and self.worst_loss_err <= TOLERANCES["loss_rel_tol"])
-
-
-def fix_factor(stage: int, recipe: str, sp: int) -> float:
-    """What the fix multiplies a run's gradient by: the rule with the fix over the rule without it."""
-    return expected_factor(stage, recipe, sp, "fixed") / expected_factor(stage, recipe, sp, "buggy")
-
-
-def worst_pair_err(stage: int, recipe: str, sp: int, unpatched_norms: Sequence[float],
-                   patched_norms: Sequence[float]) -> float:
-    """max over steps of |(patched / unpatched gradient norm) / fix_factor - 1|: the same run on both builds."""
-    want = fix_factor(stage, recipe, sp)
-    return max((abs(r / want - 1.0) for r in ratios(patched_norms, unpatched_norms)), default=math.inf)
 
 
 class StepRecord(Record):
@@ -83,18 +65,14 @@ class TrainingReport(PatternReport):
 
     def check(self, run: TrainingRun, expect: str) -> RunCheck:
         factor = expected_factor(run.stage, run.recipe, self.sp, expect)
-        errs = [
-            abs(r / factor - 1.0)
-            for r in ratios([s.grad_norm for s in run.steps], [s.grad_norm for s in self.reference])
-        ]
+        if len(run.steps) != len(self.reference):
+            raise ValueError(f"{len(run.steps)} steps against a reference of {len(self.reference)}")
+        errs = [abs(s.grad_norm / ref.grad_norm / factor - 1.0) for s, ref in zip(run.steps, self.reference)]
         loss_err = max((abs(s.loss / ref.loss - 1.0) for s, ref in zip(run.steps, self.reference)), default=math.inf)
         return RunCheck(factor, errs[0] if errs else math.inf, max(errs, default=math.inf), loss_err)
 
     def where(self, expect: str) -> bool:
         return bool(self.runs) and all(self.check(r, expect).ok for r in self.runs)
-
-    def versions(self) -> str:
-        return f"{super().versions()}, transformers {self.transformers_version}"
 
     def table(self) -> str:
         header = ("stage", "recipe", "paths", "grad norm / reference (first, last)", "rule", "step-0 err", "worst err",

@@ -68,15 +68,11 @@ def reference(model_dir: Path, steps: int) -> list[StepRecord]:
 
 def sp_run(stage: int, recipe: str, model_dir: Path, mpu, sp: int, gather_impl: str, steps: int) -> TrainingRun:
     """One engine trained ``steps`` steps with ``recipe``'s loss: the per-step records and the reduce paths."""
-    import deepspeed
     from deepspeed.utils import groups
-    from transformers import AutoModelForCausalLM
 
-    from repro.harness.engine import destroy_engine, ds_config, full_gradients, watch_reduce_paths
+    from repro.harness.engine import destroy_engine, full_gradients, watch_reduce_paths
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=alst_measure.ATTN)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=_adamw(model.parameters()), mpu=mpu,
-                                      config=ds_config({"stage": stage}, sequence_parallel_size=sp))
+    engine, _ = alst_measure.sp_engine(stage, model_dir, mpu, sp, _adamw)
     try:
         seen = watch_reduce_paths(engine.optimizer) if stage == 3 else None
         names = [name for name, _ in engine.module.named_parameters()]

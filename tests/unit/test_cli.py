@@ -1,10 +1,10 @@
 import pytest
 
-from repro.harness.cli import UsageError, build_parser, parse
+from repro.harness.cli import UsageError, build_parser, validate
 
 
 def _parse(*argv):
-    return parse(build_parser("t"), list(argv))
+    return validate(build_parser("t").parse_args(list(argv)))
 
 
 def test_defaults(monkeypatch):
@@ -44,4 +44,4 @@ def test_script_flags_land_in_extra(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     parser = build_parser("t")
     parser.add_argument("--reduce-bucket-size", type=int, default=16)
-    assert parse(parser, ["--backend", "gloo"]).extra == {"reduce_bucket_size": 16}
+    assert validate(parser.parse_args(["--backend", "gloo"])).extra == {"reduce_bucket_size": 16}
