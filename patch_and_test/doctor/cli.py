@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from patch_and_test.doctor import read, rule
-from patch_and_test.doctor.check import run_check
+from patch_and_test.doctor.read import run_check
 from patch_and_test.core.errors import CommandParser, BadInput
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import parse_version, series_for_version

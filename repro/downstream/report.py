@@ -111,6 +111,3 @@ def deepspeed_label(fixed: bool, marker: bool) -> str:
     if not fixed:
         return "unpatched"
     return "patched, marker" if marker else "patched, no marker"
-
-
-emit = DownstreamReport.emit

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from patch_and_test.doctor import read, rule
-from patch_and_test.doctor.check import run_check
+from patch_and_test.doctor.read import run_check
 from patch_and_test.core.errors import BadInput
 from repro.downstream.expect import CLIENTS, ClientKind
 from repro.harness.scales import ReducePath, recipe_factor
