@@ -363,8 +363,9 @@ def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: 
     for client in clients:
         if client.call is None:
             status, note = ("error", client.error) if client.error else ("not-applicable", client.why_not)
-            rows.append(ClientRow(client=client.name, client_version=client.version, function=client.function,
-                                  stage=None, status=status, note=note))
+            rows.append(
+                ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
+                          status=status, note=note))
             continue
         for stage in STAGES:
             grads, reached = run_client(client, stage, model_dir, mpu, sp, dp_index, notes)
