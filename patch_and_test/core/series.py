@@ -14,7 +14,7 @@ import packaging.version
 from patch_and_test import DATA_ROOT
 from patch_and_test.core import errors
 from patch_and_test.core.gitrun import git  # noqa: F401 (re-exported: callers import it from here)
-from repro.downstream.space import MARKER_NAME  # noqa: F401 (re-exported for the pipeline)
+from repro.downstream.expect import MARKER_NAME  # noqa: F401 (re-exported for the pipeline)
 from repro.harness.fixed import source_has_fix
 from repro.harness.files import TOMLDecodeError, load_toml
 from repro.harness.report import Record

@@ -26,15 +26,13 @@ import sys
 from pathlib import Path
 
 from patch_and_test.doctor import read, rule
-from patch_and_test.doctor.check import run_check
+from patch_and_test.doctor.read import run_check
 from patch_and_test.core.errors import CommandParser, BadInput
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import parse_version, series_for_version
 from patch_and_test.core.source import load_lock
 from repro.harness.report import text_table
-from repro.harness.scales import ReducePath
-
-RECIPE_CHOICES = ("none", "allgather", "own_share")
+from repro.harness.scales import RECIPES, ReducePath, label
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         "no weights: its parameter sizes and hidden size (for \"auto\")")
     sizes.add_argument("--param-sizes", default=None, help="parameter sizes in elements, comma-separated")
     parser.add_argument(
-        "--recipe", choices=RECIPE_CHOICES, default=None,
+        "--recipe", choices=RECIPES, default=None,
         help="your loss recipe, instead of the installed clients': none/own_share (each rank "
         "backprops its token-weighted share), allgather (a differentiable all_gather of the loss)")
     parser.add_argument("--deepspeed", type=Path, default=None,
@@ -161,8 +159,8 @@ def _table(cells: list[rule.Cell]) -> list[str]:
         return c.label + (f" (largest: {largest})" if c.largest and not c.every else "")
 
     header = ("params", "path", "loss", "now", "after the fix")
-    rows = [(params(c.param_class), str(c.param_class.path), c.source.label, rule.words(c.now),
-             rule.words(c.after_fix)) for c in cells]
+    rows = [(params(c.param_class), str(c.param_class.path), c.source.label, label(c.now), label(c.after_fix))
+            for c in cells]
     return ["gradient / true gradient:"] + ["  " + line for line in text_table(header, rows)]
 
 
@@ -178,9 +176,9 @@ def _verdict_lines(verdict: rule.Verdict, z: rule.ZeroSettings) -> list[str]:
         if not rule.is_one(c.deepspeed_now):
             why.append(f"{c.param_class.path} without the fix divides by sp x dp, not dp")
         if not rule.is_one(c.now / c.deepspeed_now):
-            why.append(f"the loss recipe x{rule.words(c.now / c.deepspeed_now)}")
+            why.append(f"the loss recipe x{label(c.now / c.deepspeed_now)}")
         scope = " (if your model has any)" if c.param_class.present is None else ""
-        parts.append(f"{rule.words(c.now)} x the true gradient for {c.param_class.label}{scope} with "
+        parts.append(f"{label(c.now)} x the true gradient for {c.param_class.label}{scope} with "
                      f"{c.source.label}: {'; '.join(why)}")
     return ["verdict: AFFECTED: " + "; ".join(parts)]
 
@@ -190,7 +188,7 @@ def _depends_line(verdict: rule.Verdict, z: rule.ZeroSettings) -> str:
 
     def side(path: ReducePath) -> str:
         cells = [c for c in verdict.cells if c.param_class.path is path]
-        return f"takes {path}: " + ", ".join(f"{rule.words(c.now)} x the true gradient" +
+        return f"takes {path}: " + ", ".join(f"{label(c.now)} x the true gradient" +
                                              (f" with {c.source.label}" if len(cells) > 1 else "") for c in cells)
 
     def named(path: ReducePath) -> list[str]:
@@ -227,7 +225,7 @@ def _remedy_lines(verdict: rule.Verdict, z: rule.ZeroSettings, sources: list[rul
         if after:
             remedy = rule.client_remedy(source, after[0], sp)
             lines.append(f"remedy: {remedy}" if verdict.affected else f"before you take the fix: {remedy}; with the "
-                         f"fix its gradients become {rule.words(after[0].after_fix)} x the true gradient")
+                         f"fix its gradients become {label(after[0].after_fix)} x the true gradient")
     return lines
 
 

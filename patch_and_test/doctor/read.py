@@ -12,15 +12,15 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Sequence
 
+from patch_and_test.doctor import rule
 from patch_and_test.doctor.rule import PATH_KEYS, ZEROPP_KEYS, DeepSpeedState, LossSource, ZeroSettings
 from patch_and_test.core.errors import BadInput
 from repro.harness.env import dist_version
 from repro.harness.report import error_line
 from repro.harness.fixed import source_has_fix
-from repro.downstream.expect import ClientKind
-from repro.downstream.space import MARKER_NAME
+from repro.downstream.expect import ARCTIC_LOSS, CLIENTS, MARKER_NAME
 
 STAGE3 = Path("runtime") / "zero" / "stage3.py"
 ZERO_CONFIG = Path("runtime") / "zero" / "config.py"
@@ -376,8 +376,7 @@ def arctic_config(data: dict[str, Any]) -> RunConfig:
     trainer = data.get("type", "sft")
     loss = None
     if trainer in ARCTIC_SFT_LOSS:
-        loss = LossSource(f"ArcticTraining's SFTTrainer.loss ({trainer} trainer)", ClientKind("allgather", "none"),
-                          "arctic_training")
+        loss = LossSource(f"ArcticTraining's SFTTrainer.loss ({trainer} trainer)", ARCTIC_LOSS, "arctic_training")
     else:
         notes.append(f"trainer type {trainer}: not a trainer whose loss the doctor knows (--recipe says yours)")
     where = "sequence_parallel_size" if stated else "sequence_parallel_size (absent: ArcticTraining's default)"
@@ -485,26 +484,6 @@ class ClientInfo:
     note: str = ""
 
 
-@dataclasses.dataclass(frozen=True)
-class ViaClient:
-    """A client whose sp loss is another client's (it hands the loss on), possibly changed."""
-    dist: str
-    code_file: str  # where the hand-off is, inside the installed distribution
-    hands_off: tuple[str, ...]  # what the code must contain for the hand-off (read, not imported)
-    base: str  # the client whose recipe it gets
-    derive: Callable[[ClientKind], ClientKind]  # its recipe from the base's
-    how: str
-
-
-VIA_CLIENTS = (
-    ViaClient("trl", "trl/trainer/sft_trainer.py", ("sp_backend", "super().compute_loss("), "transformers",
-              lambda kind: kind, "SFTTrainer.compute_loss hands the loss to transformers' Trainer.compute_loss"),
-    ViaClient("axolotl", "axolotl/core/trainers/base.py", ("sp_size", ), "transformers",
-              lambda kind: dataclasses.replace(kind, divides_by_sp=True),
-              "its AxolotlTrainer.compute_loss divides transformers' loss by sp_size"),
-)
-
-
 def _code(relative: str) -> str | None:
     top, _, rest = relative.partition("/")
     spec = importlib.util.find_spec(top)
@@ -531,7 +510,7 @@ def installed_clients() -> list[ClientInfo]:
         else:
             out.append(ClientInfo(c.name, c.version, LossSource(f"{c.name} {c.version}", c.kind, c.name)))
     by_name = {c.name: c for c in out}
-    for via in VIA_CLIENTS:
+    for via in (c for c in CLIENTS if c.base):
         version = dist_version(via.dist)
         own = by_name.get(via.dist)
         if version is None or (own is not None and own.source is not None):
@@ -543,12 +522,44 @@ def installed_clients() -> list[ClientInfo]:
         elif base is None or base.source is None:
             info = ClientInfo(via.dist, version, None, f"it {via.how}, and {via.base} has no sp loss code here")
         else:
-            info = ClientInfo(
-                via.dist, version,
-                LossSource(f"{via.dist} {version} (via {base.source.label})", via.derive(base.source.kind), via.base),
-                via.how)
+            label = f"{via.dist} {version} (via {base.source.label})"
+            info = ClientInfo(via.dist, version, LossSource(label, via.handed_on(base.source.kind), via.base), via.how)
         if own is None:
             out.append(info)
         else:  # its own entry could not be called: the hand-off, read from its code, judges it instead
             out[out.index(own)] = info
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One check, from what was read to the verdict: the command and the prediction tests share it."""
+
+    zero: rule.ZeroSettings
+    sp: int
+    deepspeed: rule.DeepSpeedState
+    sources: tuple[rule.LossSource, ...]
+    verdict: rule.Verdict
+
+    def prediction(self, numel: int | None, source: rule.LossSource | None = None) -> tuple[str, float]:
+        """(reduce path, factor now) of a parameter with ``numel`` elements; the first loss source by default."""
+        path = rule.reduce_path(self.zero, numel)
+        if path is None:
+            raise ValueError(f"the path of a {numel}-element parameter depends on a bucket size not known here")
+        return str(path), rule.factor(path, self.sp, self.zero.stage, self.deepspeed, source or self.sources[0])
+
+
+def run_check(config: dict[str, Any], sp: int, deepspeed: rule.DeepSpeedState, sources: Sequence[rule.LossSource],
+              params: Sequence[tuple[str, int]] | None = None, hidden_size: int | None = None,
+              defaults: dict[str, Any] | None = None, defaults_from: dict[str, str] | None = None) -> Check:
+    """The doctor's reading of ``config`` for this DeepSpeed, loss code and parameters; BadInput as the command."""
+    if defaults is None:
+        defaults = DOCUMENTED_DEFAULTS
+        defaults_from = {k: "documented (docs/doctor.md)" for k in defaults}
+    z = zero_settings(config, defaults, defaults_from or {}, hidden_size)
+    if z.bucket_decides and z.reduce_bucket_size is None:
+        raise BadInput('zero_optimization.reduce_bucket_size is "auto" and decides the reduce path here: pass '
+                       "--model (HF fills it with hidden_size^2) or give it a number")
+    classes = rule.param_classes(z, list(params) if params is not None else None)
+    cells = rule.cells(z, classes, sources, sp, deepspeed)
+    return Check(z, sp, deepspeed, tuple(sources), rule.verdict(cells))

@@ -68,11 +68,9 @@ RECIPE_WORDS = {"allgather": "differentiable all_gather of the loss", "own_share
 
 
 def own_loss(recipe: str) -> LossSource:
-    """The user's own loss code, described by one of the rule's recipes."""
-    if recipe not in scales.RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(scales.RECIPES)}")
+    """The user's own loss code, described by one of the rule's recipes ("none" is a plain loss: its own share)."""
     kind = "allgather" if recipe == "allgather" else "own_share"
-    return LossSource(f"your own loss ({RECIPE_WORDS[kind]})", ClientKind(kind, "none"))
+    return LossSource(f"your own loss ({RECIPE_WORDS[kind]})", ClientKind(kind))
 
 
 def reduce_path(z: ZeroSettings, numel: int | None) -> ReducePath | None:
@@ -156,9 +154,6 @@ def cells(z: ZeroSettings, classes: Sequence[ParamClass], sources: Sequence[Loss
 
 def is_one(value: float) -> bool:
     return not mis_scaled(value)
-
-
-words = scales.label  # a factor as the fraction it is ("1", "1/2", "2")
 
 
 @dataclasses.dataclass(frozen=True)

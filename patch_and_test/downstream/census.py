@@ -15,9 +15,8 @@ from pydantic import model_validator
 from patch_and_test.core import templating
 from patch_and_test.downstream.table import KEPT_RESULTS, PHASES, REPORT
 from patch_and_test.core.templating import Model
-from repro.downstream.expect import ClientKind, expected_ratio
+from repro.downstream.expect import STAGES, ClientKind, expected_ratio
 from repro.downstream.report import DownstreamReport
-from repro.downstream.space import STAGES
 from repro.harness import scales
 from repro.harness.report import JsonReport, Record
 
@@ -34,17 +33,6 @@ class Evidence(Record):
     file: str  # the path inside the wheel, e.g. "accelerate/accelerator.py"
     lines: str  # "2388-2397"
     shows: str
-
-
-class ReadRecipe(Record):
-    """A loss recipe as read by hand from a library's code: what the rule needs (``ClientKind``)."""
-    kind: Literal["allgather", "own_share"]
-    gate: Literal["none", "version", "marker-or-version"] = "none"
-    gate_version: Optional[str] = None
-    divides_by_sp: bool = False
-
-    def client_kind(self) -> ClientKind:
-        return ClientKind(self.kind, self.gate, self.gate_version, self.divides_by_sp)
 
 
 class MeasuredIn(Record):
@@ -66,7 +54,7 @@ class Library(Record):
     evidence: list[Evidence]
     loss: str  # its loss recipe on DeepSpeed sp, in words
     gate: str  # version / ZeRO-stage gates and refusals, in words ("-": none)
-    recipe: Optional[ReadRecipe] = None  # read from its code, for the rule where it is not measured
+    recipe: Optional[ClientKind] = None  # read from its code, for the rule where it is not measured
     measured: Optional[MeasuredIn] = None
     not_measured: Optional[str] = None  # why its own code could not be run here
     note: str = ""
@@ -131,17 +119,17 @@ def verdict(stages: list[StageFactors]) -> Verdict:
     return UNTOUCHED
 
 
-def read_factors(recipe: ReadRecipe, sp: int, deepspeed_version: str) -> list[StageFactors]:
+def read_factors(recipe: ClientKind, sp: int, deepspeed_version: str) -> list[StageFactors]:
     """The rule on the recipe read from the code: unpatched; patched as the kept runs are (fix + marker). Pure."""
 
     def factor(stage: int, fixed: bool) -> Factor:
-        value = expected_ratio(recipe.client_kind(), stage, sp, fixed, deepspeed_version, fixed)
+        value = expected_ratio(recipe, stage, sp, fixed, deepspeed_version, fixed)
         return Factor(value=value, label=scales.label(value), measured=False)
 
     return [StageFactors(stage=s, unpatched=factor(s, False), patched=factor(s, True)) for s in STAGES]
 
 
-def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path, sp: int) -> list[StageFactors]:
+def measured_factors(where: MeasuredIn, recipe: ClientKind | None, results: Path, sp: int) -> list[StageFactors]:
     """The library's rows in the kept reports of its env; ValueError when one is missing or disagrees."""
     by_phase = {}
     for phase in PHASES:
@@ -156,10 +144,9 @@ def measured_factors(where: MeasuredIn, recipe: ReadRecipe | None, results: Path
         if set(rows) != set(STAGES):
             raise ValueError(f"{path}: no measured ZeRO-2 and ZeRO-3 rows of {where.client} {where.client_version}")
         for r in rows.values():
-            classified = ClientKind(r.kind, r.gate, r.gate_version, bool(r.divides_by_sp))
-            if recipe is not None and recipe.client_kind() != classified:
-                raise ValueError(f"{path}: the run classified {where.client}'s code as {classified}, "
-                                 f"the census reads {recipe.client_kind()}")
+            if recipe is not None and recipe != r.recipe:
+                raise ValueError(f"{path}: the run classified {where.client}'s code as {r.recipe}, "
+                                 f"the census reads {recipe}")
         by_phase[phase] = rows
 
     def factor(r) -> Factor:

@@ -26,7 +26,7 @@ from patch_and_test.core import install
 from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
 from patch_and_test.core.errors import CommandParser, BadInput, Exit, PipelineError, positive_seconds
-from repro.downstream.space import MARKER_NAME
+from repro.downstream.expect import CLIENTS, MARKER_NAME
 from repro.harness.env import dist_version
 from repro.harness.files import relative_to
 from repro.harness.report import JsonReport
@@ -78,7 +78,7 @@ def install_patched_transformers(version: str, patches_dir: Path, log: Path, cac
 
 
 def installed_clients() -> dict[str, str]:
-    found = {d: dist_version(d) for d in ("transformers", "accelerate", "arctic-training", "trl", "axolotl")}
+    found = {c.dist: dist_version(c.dist) for c in CLIENTS}
     return {d: v for d, v in found.items() if v}
 
 

@@ -17,10 +17,10 @@ from typing import Optional
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
 from patch_and_test.core.templating import Model, replace_block
-from patch_and_test.downstream.census import (CENSUS, Census, Factor, Library, ReadRecipe, StageFactors, Verdict,
-                                              measured_factors, read_factors, verdict)
+from patch_and_test.downstream.census import (CENSUS, Census, Factor, Library, StageFactors, Verdict, measured_factors,
+                                              read_factors, verdict)
 from patch_and_test.downstream.table import KEPT_RESULTS, PHASES
-from repro.downstream.space import STAGES
+from repro.downstream.expect import STAGES, ClientKind
 from repro.harness import scales
 from repro.training.report import TrainingReport, TrainingRun
 
@@ -44,7 +44,7 @@ class Stack:
     advice: str
     written_for: Verdict
     library: Optional[str] = None
-    recipe: Optional[ReadRecipe] = None
+    recipe: Optional[ClientKind] = None
 
 
 STACKS = (
@@ -62,9 +62,9 @@ STACKS = (
     Stack("axolotl", f"take the fix (it divides transformers' loss by sp); keep its pinned transformers {BACKPORT}",
           "gains from the fix", library="axolotl"),
     Stack("your own loss: all_gather (differentiable)", f"change the loss to each rank's own share {HOW}: right on "
-          "every stage, with or without the fix", "must change with it", recipe=ReadRecipe(kind="allgather")),
+          "every stage, with or without the fix", "must change with it", recipe=ClientKind(kind="allgather")),
     Stack("your own loss: each rank's own share", "take the fix", "gains from the fix",
-          recipe=ReadRecipe(kind="own_share")),
+          recipe=ClientKind(kind="own_share")),
 )
 
 
@@ -78,10 +78,10 @@ class StackRow(Model):
         return getattr(next(s for s in self.stages if s.stage == stage), phase).label
 
 
-def training_factors(recipe: ReadRecipe, figures: Path, sp: int, deepspeed_version: str) -> list[StageFactors]:
+def training_factors(recipe: ClientKind, figures: Path, sp: int, deepspeed_version: str) -> list[StageFactors]:
     """Step 0 of the kept training-effect runs of ``recipe``: each run's gradient norm over the reference's."""
     if recipe.gate != "none" or recipe.divides_by_sp:
-        raise ValueError(f"no training-effect run measures {recipe.client_kind()}")
+        raise ValueError(f"no training-effect run measures {recipe}")
     by_phase = {}
     for phase in PHASES:
         path = figures / TRAINING.format(phase=phase)
@@ -103,7 +103,7 @@ def _step0(report: TrainingReport, run: TrainingRun) -> Factor:
                   matches_rule=report.check(run, "fixed" if report.deepspeed_fixed else "buggy").ok)
 
 
-def _checked(stack: Stack, recipe: ReadRecipe, stages: list[StageFactors], census: Census) -> list[StageFactors]:
+def _checked(stack: Stack, recipe: ClientKind, stages: list[StageFactors], census: Census) -> list[StageFactors]:
     """``stages``, if every measured factor is a simple fraction, holds its report's check and is the rule's."""
     rule = {s.stage: s for s in read_factors(recipe, census.sp, census.deepspeed_version)}
     for s in stages:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from repro.downstream.report import DownstreamReport, deepspeed_label
+from repro.downstream.report import ClientRow, DownstreamReport, deepspeed_label
 
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
@@ -53,17 +53,8 @@ class LeftOut(Model):
     ratios: list[float]
 
 
-class Recipe(Model):
-    """The client's loss recipe and version gate, as ``repro``'s classifier read them from its code."""
-    kind: Optional[str]
-    gate: Optional[str]
-    gate_version: Optional[str]
-    divides_by_sp: bool = False  # the client (or the trainer that calls it) divides the loss by sp
-    reached: Optional[str] = None  # the loss function a wrapping entry was seen to call
-
-
 class Measured(Model):
-    recipe: Recipe
+    recipe: ClientRow  # the first row: the recipe and gate the classifier read, the loss function reached
     zero2: Optional[StageResult]
     zero3: Optional[StageResult]
     stages: list[StageResult]
@@ -98,9 +89,7 @@ def _measured(rows) -> Measured:
     left_out = [
         LeftOut(param=p, ratios=[r.param_ratios[p] for r in rows]) for p in first.param_ratios if p in first.note
     ]
-    recipe = Recipe(kind=first.kind, gate=first.gate, gate_version=first.gate_version,
-                    divides_by_sp=bool(first.divides_by_sp), reached=first.reached)
-    return Measured(recipe=recipe, zero2=by_stage.get(2), zero3=by_stage.get(3), stages=stages, left_out=left_out)
+    return Measured(recipe=first, zero2=by_stage.get(2), zero3=by_stage.get(3), stages=stages, left_out=left_out)
 
 
 def table_rows(root: Path, shown_root: str = "results/downstream") -> list[TableRow]:

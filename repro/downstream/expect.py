@@ -1,9 +1,11 @@
-"""What a downstream client's sequence-parallel loss gets from DeepSpeed: the one rule. Pure logic.
+"""What a downstream client's sequence-parallel loss gets from DeepSpeed: the one rule, and the clients. Pure.
 
 The ratio (DeepSpeed's reduced gradient / the gradient without sequence parallelism) is the client's factor (its
-recipe kind, its gate, a division by sp) times DeepSpeed's, through ``repro.harness.scales.expected_scale``; this
-module reads the client's side from its source (``classify``), so a release is judged by what its code does, not
-by its number. docs/code/repro-alst-training-downstream.md has the table.
+recipe kind, its gate, a division by sp) times DeepSpeed's, through ``repro.harness.scales.expected_scale``. A
+client's *gate* decides whether it multiplies its ZeRO-3 share by sp: ``none`` never; ``version`` below a DeepSpeed
+release; ``marker-or-version`` unless DeepSpeed sets ``MARKER_NAME = True`` in ``MARKER_MODULE`` or is at least
+that release. ``classify`` reads the recipe from the client's source, so a release is judged by what its code does.
+docs/code/repro-alst-training-downstream.md has the table.
 """
 
 from __future__ import annotations
@@ -11,10 +13,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from typing import Literal, NamedTuple, Optional
 
-from repro.downstream.space import GATES, KINDS, MARKER_NAME, STAGES
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass
+
 from repro.harness import scales
 
+STAGES = (2, 3)
+MARKER_MODULE = "deepspeed.runtime.zero.stage3"
+MARKER_NAME = "ZERO3_SP_GRADIENTS_SUMMED"
 DEFAULT_GATE_VERSION = "0.20.2"  # transformers 5.25.0's number; classify() reads the client's own
 _ALL_GATHER = "torch.distributed.nn.functional.all_gather"
 _GATE_RE = re.compile(r"""version\.parse\(\s*["'](\d+\.\d+\.\d+)["']\s*\)""")
@@ -22,14 +30,42 @@ _GATE_RE = re.compile(r"""version\.parse\(\s*["'](\d+\.\d+\.\d+)["']\s*\)""")
 _DIVIDES_RE = re.compile(r"\bloss\s*(?:=\s*loss\s*/|/=)\s*[\w.]*\bsp_size\b")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class ClientKind:
-    """What a client's sp loss code does, read from its source."""
-
-    kind: str  # "allgather" | "own_share"
-    gate: str  # "none" | "version" | "marker-or-version"
-    gate_version: str | None = None  # the release the gate names ("0.20.2"), if any
+    """A client's sp loss recipe, read from its code: what the rule needs."""
+    kind: Literal["allgather", "own_share"]
+    gate: Literal["none", "version", "marker-or-version"] = "none"
+    gate_version: Optional[str] = None  # the release the gate names ("0.20.2"), if any
     divides_by_sp: bool = False  # the loss backpropagated is divided by sp (here or by its caller)
+
+
+class Client(NamedTuple):
+    """A client of the check: the reports' name, its distribution, and (trl, axolotl) the client whose sp loss it
+    hands on, read from ``code_file`` (which must contain ``hands_off``) and changed by ``divides_by_sp``."""
+    name: str
+    dist: str
+    base: str | None = None
+    code_file: str = ""
+    hands_off: tuple[str, ...] = ()
+    divides_by_sp: bool = False
+    how: str = ""
+
+    def handed_on(self, kind: ClientKind) -> ClientKind:
+        """Its recipe, from that of the client it hands the loss on to."""
+        return dataclasses.replace(kind, divides_by_sp=True) if self.divides_by_sp else kind
+
+
+CLIENTS = (
+    Client("transformers", "transformers"),
+    Client("accelerate", "accelerate"),
+    Client("arctic_training", "arctic-training"),
+    Client("trl", "trl", "transformers", "trl/trainer/sft_trainer.py", ("sp_backend", "super().compute_loss("),
+           how="SFTTrainer.compute_loss hands the loss to transformers' Trainer.compute_loss"),
+    Client("axolotl", "axolotl", "transformers", "axolotl/core/trainers/base.py", ("sp_size", ), True,
+           "its AxolotlTrainer.compute_loss divides transformers' loss by sp_size"),
+)
+# ArcticTraining 0.8.0's SFTTrainer.loss, for a config naming it where arctic_training is not installed.
+ARCTIC_LOSS = ClientKind("allgather")
 
 
 def classify(source: str, caller: str = "") -> ClientKind:
@@ -53,8 +89,6 @@ def compensates(client: ClientKind, deepspeed_version: str, marker: bool) -> boo
 
     if client.kind != "own_share" or client.gate == "none":
         return False
-    if client.gate not in GATES:
-        raise ValueError(f"unknown gate {client.gate!r}; known: {', '.join(GATES)}")
     floor = client.gate_version or DEFAULT_GATE_VERSION
     return not ((client.gate == "marker-or-version" and marker) or Version(deepspeed_version) >= Version(floor))
 
@@ -62,8 +96,6 @@ def compensates(client: ClientKind, deepspeed_version: str, marker: bool) -> boo
 def expected_ratio(client: ClientKind, stage: int, sp: int, deepspeed_fixed: bool, deepspeed_version: str,
                    marker: bool) -> float:
     """The one rule (``scales.expected_scale``) for this client on DeepSpeed's default path of ``stage``."""
-    if client.kind not in KINDS:
-        raise ValueError(f"unknown recipe kind {client.kind!r}; known: {', '.join(KINDS)}")
     if stage not in STAGES:
         raise ValueError(f"stage {stage} is not covered by the rule; known: {STAGES}")
     return client_scale(client, scales.default_path(stage), stage, sp, "fixed" if deepspeed_fixed else "buggy",

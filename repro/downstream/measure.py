@@ -26,7 +26,7 @@ from repro.alst import measure as alst_measure, tiny_llama
 from repro.alst.expect import fit
 from repro.downstream.expect import ClientKind, classify, compensates, expected_ratio
 from repro.downstream.report import ClientRow, DownstreamReport
-from repro.downstream.space import MARKER_MODULE, MARKER_NAME, STAGES
+from repro.downstream.expect import MARKER_MODULE, MARKER_NAME, STAGES
 from repro.harness import launch, scales
 from repro.harness.env import dist_version
 from repro.harness.report import error_line
@@ -120,8 +120,7 @@ def sp_accelerator(sp_group, sp: int):
 
 
 def trainer_instance(cls, **attributes):
-    """A real instance of a client's Trainer subclass (so that ``super()`` resolves) without its __init__ (which
-    builds a whole training run); only the attributes given are set."""
+    """A real instance of a client's Trainer subclass (``super()`` resolves), without its __init__ (a whole run)."""
     trainer = object.__new__(cls)
     vars(trainer).update(attributes)
     return trainer
@@ -357,19 +356,16 @@ def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, 
                      matches_rule=f.ok and not missed, note="; ".join(notes))
 
 
-def unmeasured_row(client: Client) -> ClientRow:
-    status, note = ("error", client.error) if client.error else ("not-applicable", client.why_not)
-    return ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
-                     status=status, note=note)
-
-
 def measure_all(clients: list[Client], model_dir: Path, mpu, sp: int, dp_index: int, expected_grads: dict,
                 assume_fixed: bool, deepspeed_version: str, marker: bool, notes: dict[str, str]) -> list[ClientRow]:
     """Every client's rows; ``notes`` gets what the report's extra should say about how it ran."""
     rows: list[ClientRow] = []
     for client in clients:
         if client.call is None:
-            rows.append(unmeasured_row(client))
+            status, note = ("error", client.error) if client.error else ("not-applicable", client.why_not)
+            rows.append(
+                ClientRow(client=client.name, client_version=client.version, function=client.function, stage=None,
+                          status=status, note=note))
             continue
         for stage in STAGES:
             grads, reached = run_client(client, stage, model_dir, mpu, sp, dp_index, notes)

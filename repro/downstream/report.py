@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field, computed_field
 
-from repro.downstream.expect import mis_scaled
+from repro.downstream.expect import ClientKind, mis_scaled
 from repro.harness import exit_codes, scales
 from repro.harness.report import LaunchReport, Record, text_table
 
@@ -34,6 +34,10 @@ class ClientRow(Record):
     expected: float | None = None  # the rule, under --expect's assumption about DeepSpeed
     matches_rule: bool | None = None
     note: str = ""  # why not applicable, or the error's last line
+
+    @property
+    def recipe(self) -> ClientKind:
+        return ClientKind(self.kind, self.gate, self.gate_version, bool(self.divides_by_sp))
 
     @computed_field
     @property
@@ -107,6 +111,3 @@ def deepspeed_label(fixed: bool, marker: bool) -> str:
     if not fixed:
         return "unpatched"
     return "patched, marker" if marker else "patched, no marker"
-
-
-emit = DownstreamReport.emit

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from repro.alst.run import preflight
 from repro.downstream.measure import program
-from repro.downstream.report import emit
+from repro.downstream.report import DownstreamReport
 from repro.harness import launch
 from repro.harness.cli import ReproArgs, main_guard
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def sink(report: dict, wall: float) -> None:
             written.update(report)
-            emit(report, wall, args.json)
+            DownstreamReport.emit(report, wall, args.json)
 
         code = launch.run(args, program, sink)
         # The report decides 2 (an error row) and 77 (nothing to measure); the ranks return 0/1.

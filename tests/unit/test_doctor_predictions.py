@@ -1,7 +1,7 @@
 """The doctor's predictions against every factor the package measured and keeps.
 
 For each kept measurement (the reproducers' rows, the parity audit's points, the ALST recipe's rows, the
-downstream clients' rows, the training-effect runs) the doctor's check (``patch_and_test.doctor.check``)
+downstream clients' rows, the training-effect runs) the doctor's check (``patch_and_test.doctor.read.run_check``)
 is run on the configuration that measurement used: the DeepSpeed config it ran, its sp, the parameter's
 size, the DeepSpeed state (fixed or not) and the loss code. Its predicted reduce path and factor must be
 what was observed, within the tolerance of the family that measured it. Rows the parity audit attributes
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from patch_and_test.doctor import rule
-from patch_and_test.doctor.check import run_check
+from patch_and_test.doctor.read import run_check
 from repro.audit.expect import reduce_path as audit_path
 from repro.audit.space import AuditPoint
 from repro.downstream.expect import ClientKind

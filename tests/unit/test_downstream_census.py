@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from patch_and_test import PACKAGE_ROOT
-from patch_and_test.downstream.census import (BEGIN, CENSUS, END, Census, Factor, Library, ReadRecipe, StageFactors,
-                                              kept_table, read_factors, render, rows, verdict)
+from patch_and_test.downstream.census import (BEGIN, CENSUS, END, Census, Factor, Library, StageFactors, kept_table,
+                                              read_factors, render, rows, verdict)
 from patch_and_test.core.templating import block_of
 from patch_and_test.downstream.table import KEPT_RESULTS
 from tests.unit.test_downstream_expect import _report, _row
+from repro.downstream.expect import ClientKind
 
 
 def _stage(stage, before, after):
@@ -30,9 +31,9 @@ def test_verdict_follows_from_the_factors(z2, z3, want):
 
 
 def test_read_factors_are_the_rule_on_the_recipe():
-    got = read_factors(ReadRecipe(kind="allgather"), 2, "0.19.8")
+    got = read_factors(ClientKind(kind="allgather"), 2, "0.19.8")
     assert {s.stage: (s.unpatched.label, s.patched.label) for s in got} == {2: ("2", "2"), 3: ("1", "2")}
-    axolotl = read_factors(ReadRecipe(kind="allgather", divides_by_sp=True), 2, "0.19.8")
+    axolotl = read_factors(ClientKind(kind="allgather", divides_by_sp=True), 2, "0.19.8")
     assert {s.stage: (s.unpatched.label, s.patched.label) for s in axolotl} == {2: ("1", "1"), 3: ("1/2", "1")}
     assert not any(s.unpatched.measured for s in axolotl)
 
@@ -47,10 +48,10 @@ def test_a_library_that_drives_sp_needs_a_source_for_its_factors():
     with pytest.raises(ValueError, match="neither measured nor read"):
         _library()
     with pytest.raises(ValueError, match="neither measured nor read"):
-        _library(recipe=ReadRecipe(kind="allgather"))  # read, but no word on why it was not measured
+        _library(recipe=ClientKind(kind="allgather"))  # read, but no word on why it was not measured
     with pytest.raises(ValueError, match="no factor"):
-        _library(drives_sp=False, recipe=ReadRecipe(kind="allgather"))
-    assert _library(recipe=ReadRecipe(kind="allgather"), not_measured="why").not_measured == "why"
+        _library(drives_sp=False, recipe=ClientKind(kind="allgather"))
+    assert _library(recipe=ClientKind(kind="allgather"), not_measured="why").not_measured == "why"
 
 
 def _census(*libraries):
@@ -72,7 +73,7 @@ def _tf525_rows(z3_patched=2.0, **kw):
     }
 
 
-def _measured_tf525(recipe=ReadRecipe(kind="own_share", gate="version", gate_version="0.20.2")):
+def _measured_tf525(recipe=ClientKind(kind="own_share", gate="version", gate_version="0.20.2")):
     return _library(label="transformers 5.25", recipe=recipe, measured={
         "env": "downstream-tf5.25",
         "client": "transformers",
@@ -103,7 +104,7 @@ def test_a_measured_library_without_its_kept_rows_is_an_error(tmp_path):
 def test_the_recipe_read_by_hand_must_be_the_one_the_run_classified(tmp_path):
     _kept(tmp_path, _tf525_rows())
     with pytest.raises(ValueError, match="the run classified"):
-        rows(_census(_measured_tf525(ReadRecipe(kind="allgather"))), tmp_path)
+        rows(_census(_measured_tf525(ClientKind(kind="allgather"))), tmp_path)
 
 
 def test_the_census_file_validates_and_covers_the_libraries():

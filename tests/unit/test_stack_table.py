@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from patch_and_test.downstream import stacks
-from patch_and_test.downstream.census import ReadRecipe
+from repro.downstream.expect import ClientKind
 from patch_and_test.downstream.table import KEPT_RESULTS
 
 README = stacks.DOCUMENT.read_text()
@@ -62,7 +62,7 @@ def test_training_runs_of_the_wrong_build_are_refused(tmp_path):
 
 
 def test_advice_written_for_another_verdict_is_refused(monkeypatch):
-    own = stacks.Stack("own share", "nothing to do", "untouched", recipe=ReadRecipe(kind="own_share"))
+    own = stacks.Stack("own share", "nothing to do", "untouched", recipe=ClientKind(kind="own_share"))
     monkeypatch.setattr(stacks, "STACKS", (own, ))
     with pytest.raises(ValueError, match="written for 'untouched', the factors give 'gains from the fix'"):
         stacks.render()
