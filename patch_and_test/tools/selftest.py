@@ -4,9 +4,9 @@ Installs the unpatched release V from its verified sdist, then runs pytest on a 
 ``ZERO3_SP_TEST_TIER``; CONTRIBUTING.md, "Tests"):
 
 * fast (default): on the newest release every test not marked ``slow_tier``; on an older one the reproducers'
-  real ranks (``tests/multiprocess/test_reproducers_unpatched.py``);
+  real 2-rank launches and the twin (``tests/multiprocess/test_reproducers_unpatched.py``);
 * slow: the ``slow_tier`` tests on the newest; on an older release those under ``tests/multiprocess`` and
-  ``tests/pipeline``;
+  ``tests/pipeline``, and the reproducers' 4-rank launches (``four_ranks``);
 * all: both.
 
 Extra arguments go to pytest: options (``-x``) are added to the tier's choice, a path, node id or
@@ -37,10 +37,12 @@ def test_args(version: str, tier: str = "fast") -> list[str]:
     is_newest = version == newest_locked()
     if tier == "all":
         return ["tests"] if is_newest else list(VERSION_DEPENDENT)
-    marker = ["-m", "slow_tier" if tier == "slow" else "not slow_tier"]
     if is_newest:
-        return ["tests", *marker]
-    return [*(OLDEST_FAST if tier == "fast" else VERSION_DEPENDENT), *marker]
+        return ["tests", "-m", "slow_tier" if tier == "slow" else "not slow_tier"]
+    # An older release's 4-rank launches go to its slow tier: each costs a fast-tier 2-rank launch twice over.
+    if tier == "fast":
+        return [*OLDEST_FAST, "-m", "not slow_tier and not four_ranks"]
+    return [*VERSION_DEPENDENT, "-m", "slow_tier or four_ranks"]
 
 
 def pytest_command(extra: list[str], version: str, tier: str) -> list[str]:

@@ -69,7 +69,9 @@ def test_mixed_bucket_expect_fixed_fails():
     assert run.returncode == 1, run.stdout + run.stderr
 
 
-# Two of the four 4-rank launches in the fast tier (each reproducer once, each sp once); all four in the slow one.
+# Two of the four 4-rank launches in the newest release's fast tier (each reproducer once, each sp once); all four
+# in the slow one, and on an older release all four in its slow tier (four_ranks).
+@pytest.mark.four_ranks
 @pytest.mark.parametrize("script,sp", [
     (GRAD_SCALE, 2),
     (MIXED, 4),
