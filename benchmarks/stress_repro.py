@@ -37,13 +37,15 @@ def shm_segments() -> set[str]:
 
 def tagged_processes(tag: str) -> dict[int, tuple[str, dict[str, str]]]:
     """pid -> (command line, environment) of every live (not zombie) process whose environment carries ``tag``."""
-    found = {}
+    found, marker = {}, f"{TAG_VAR}={tag}".encode()
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            env = dict(
-                i.decode(errors="replace").split("=", 1) for i in (entry / "environ").read_bytes().split(b"\0")
-                if b"=" in i) if entry.name.isdigit() else {}
-            if env.get(TAG_VAR) == tag and "\nState:\tZ" not in (entry / "status").read_text():
+            # Polled every 0.1-0.2 s during launches: only a tagged process's environment is decoded.
+            raw = (entry / "environ").read_bytes().split(b"\0")
+            if marker in raw and "\nState:\tZ" not in (entry / "status").read_text():
+                env = dict(i.decode(errors="replace").split("=", 1) for i in raw if b"=" in i)
                 found[int(entry.name)] = ((entry / "cmdline").read_bytes().replace(
                     b"\0", b" ").decode(errors="replace").strip(), env)
         except OSError:
@@ -122,18 +124,28 @@ def launch(kind: str, argv: list[str], expected: int, *, fault=None, timeout: fl
 def _wait_until_running(proc: subprocess.Popen, tag: str, limit_s: float = 240.0) -> dict[int, int]:
     """rank -> pid of the launch's ranks, once rank 1's log shows DeepSpeed's engine up: the reproducer then builds
     one engine per config and reduces its gradients, so a fault a moment later lands mid-run, among collectives."""
-    end, ranks, log = time.monotonic() + limit_s, {}, None
+    end = time.monotonic() + limit_s
     while time.monotonic() < end and proc.poll() is None:
-        if len(ranks) < 2:
-            ranks = {
-                int(env["RANK"]): pid
-                for pid, (_, env) in tagged_processes(tag).items()
-                if pid != proc.pid and "RANK" in env and "LOCAL_RANK" in env
-            }
+        ranks = {
+            int(env["RANK"]): pid
+            for pid, (_, env) in tagged_processes(tag).items()
+            if pid != proc.pid and "RANK" in env and "LOCAL_RANK" in env
+        }
+        if len(ranks) >= 2:
+            break
+        time.sleep(0.1)
+    else:
+        return {}
+    if 1 not in ranks:
+        return ranks
+    try:
+        log = Path(os.readlink(f"/proc/{ranks[1]}/fd/1"))
+    except OSError:
+        return ranks
+    end = time.monotonic() + limit_s  # the log wait has its own budget
+    while time.monotonic() < end and proc.poll() is None:
         try:
-            if log is None and len(ranks) >= 2 and 1 in ranks:
-                log = Path(os.readlink(f"/proc/{ranks[1]}/fd/1"))
-            if log is not None and "DeepSpeed" in log.read_text(errors="replace"):
+            if "DeepSpeed" in log.read_text(errors="replace"):
                 time.sleep(1.0)
                 return ranks
         except OSError:
