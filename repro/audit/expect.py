@@ -142,6 +142,8 @@ class _ByExpectation(Record):
     """One value per expectation, keyed like the JSON: ``x["fixed"]`` / ``x["buggy"]``."""
 
     def __getitem__(self, expect: str):
+        if expect not in EXPECTATIONS:
+            raise KeyError(expect)
         return getattr(self, expect)
 
 

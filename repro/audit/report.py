@@ -107,7 +107,8 @@ def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownD
                 version: str | None = None) -> Point:
     """Judge every row, categorize the point (``version``: DeepSpeed's, for known-discrepancy ranges); idempotent."""
     p = _measured(point)
-    rows = [judge_row(p.point.model_dump(), r, known, version) for r in p.rows]
+    fields = p.point.model_dump()
+    rows = [judge_row(fields, r, known, version) for r in p.rows]
     return Point(**dict(p.model_dump(), rows=rows), category=point_category(p.status, rows),
                  holds=point_holds(p.status, rows, expect))
 
