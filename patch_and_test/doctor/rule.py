@@ -69,6 +69,8 @@ RECIPE_WORDS = {"allgather": "differentiable all_gather of the loss", "own_share
 
 def own_loss(recipe: str) -> LossSource:
     """The user's own loss code, described by one of the rule's recipes ("none" is a plain loss: its own share)."""
+    if recipe not in scales.RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(scales.RECIPES)}")
     kind = "allgather" if recipe == "allgather" else "own_share"
     return LossSource(f"your own loss ({RECIPE_WORDS[kind]})", ClientKind(kind))
 
