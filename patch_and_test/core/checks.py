@@ -152,11 +152,11 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            kill_groups([proc])
+            kill_groups([proc], grace_s=0)
             out.write(f"\nerror: killed after {timeout:.0f} s\n")
             code = 2
         except BaseException:
-            kill_groups([proc])
+            kill_groups([proc], grace_s=0)
             raise
         finally:
             if previous is not None:
