@@ -192,8 +192,8 @@ def load_manifest(path: Path | str | None = None) -> Manifest:
         base_commit = str(raw.get("base_commit", ""))
         if not re.fullmatch(r"[0-9a-f]{40}", base_commit):
             raise errors.BadInput(f"{where}: base_commit must be a full 40-hex commit id")
-        if missing := {"min_version", "below_version"} - raw.keys():
-            raise errors.BadInput(f"{where}: missing {sorted(missing)[-1]!r}")
+        if missing := [key for key in ("min_version", "below_version") if key not in raw]:
+            raise errors.BadInput(f"{where}: missing {missing[0]!r}")
         low, below = (parse_version(str(raw[key])) for key in ("min_version", "below_version"))
         series.append(
             Series(name=name, version=int(raw.get("version", 1)), min_version=low, below_version=below,

@@ -232,7 +232,7 @@ def select_versions(available: list[str], low: str, high: str) -> list[str]:
 
 def default_range(manifest: Manifest, available: list[str]) -> tuple[str, str]:
     """The manifest's lowest version to the newest listed release it covers."""
-    low = min(s.min_version for s in manifest.series)
+    low, _ = manifest.bounds
     listed = select_versions(available, format_version(low), "999.0.0")
     covered = [v for v in listed if any(s.covers(parse_version(v)) for s in manifest.series)]
     if not covered:
