@@ -4,7 +4,8 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: make the repro package importable
+if __package__ in (None, ""):  # run as a script: make the repro package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repro.training.run import main  # noqa: E402
 

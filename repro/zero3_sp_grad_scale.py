@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: make the repro package importable
+if __package__ in (None, ""):  # run as a script: make the repro package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repro.gradscale import run  # noqa: E402
 from repro.gradscale.space import REFERENCE_CONFIGS, SMALL_AND_LARGE, ZERO3_CONFIGS  # noqa: E402

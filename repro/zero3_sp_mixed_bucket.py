@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: make the repro package importable
+if __package__ in (None, ""):  # run as a script: make the repro package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from repro.gradscale import run  # noqa: E402
 from repro.gradscale.space import ParamSpec, ZeroConfig  # noqa: E402
