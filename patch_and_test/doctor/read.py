@@ -512,7 +512,7 @@ def installed_clients() -> list[ClientInfo]:
     by_name = {c.name: c for c in out}
     for via in (c for c in CLIENTS if c.base):
         version = dist_version(via.dist)
-        own = by_name.get(via.dist)
+        own = by_name.get(via.name)
         if version is None or (own is not None and own.source is not None):
             continue  # not installed, or judged from its own entry to the loss already: one row a client
         base = by_name.get(via.base)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from repro.downstream.expect import ClientKind, classify, expected_ratio, mis_scaled
+from repro.downstream.expect import STAGES, ClientKind, classify, expected_ratio, mis_scaled
 from repro.downstream.report import deepspeed_label
-from repro.downstream.expect import STAGES
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.errors import CommandParser
 from repro.harness.files import write_json

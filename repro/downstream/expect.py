@@ -18,9 +18,9 @@ from typing import Literal, NamedTuple, Optional
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
+from repro.alst.expect import STAGES as STAGES  # the ZeRO stages the clients are measured on, as ALST's
 from repro.harness import scales
 
-STAGES = (2, 3)
 MARKER_MODULE = "deepspeed.runtime.zero.stage3"
 MARKER_NAME = "ZERO3_SP_GRADIENTS_SUMMED"
 DEFAULT_GATE_VERSION = "0.20.2"  # transformers 5.25.0's number; classify() reads the client's own

@@ -24,9 +24,9 @@ from typing import Callable, NamedTuple
 
 from repro.alst import measure as alst_measure, tiny_llama
 from repro.alst.expect import fit
-from repro.downstream.expect import ClientKind, classify, compensates, expected_ratio
+from repro.downstream.expect import (MARKER_MODULE, MARKER_NAME, STAGES, ClientKind, classify, compensates,
+                                     expected_ratio)
 from repro.downstream.report import ClientRow, DownstreamReport
-from repro.downstream.expect import MARKER_MODULE, MARKER_NAME, STAGES
 from repro.harness import launch, scales
 from repro.harness.env import dist_version
 from repro.harness.report import error_line
