@@ -48,9 +48,10 @@ class AlstReport(PatternReport):
 
     transformers_version: str
     rows: list[AlstRow]
-    # per (recipe, stage): recipe, stage, sp_loss, baseline_loss, rel_diff, ok: dp group 0's full-sequence loss
-    losses: list[dict[str, Any]] = Field(default_factory=list)
-    tolerances: dict[str, float] = Field(default_factory=lambda: dict(TOLERANCES))
+    losses: list[dict[str, Any]] = Field(
+        default_factory=list, description="per (recipe, stage): recipe, stage, sp_loss, baseline_loss, rel_diff, ok: "
+        "the full-sequence loss of dp group 0 as the sp run reports it, and the baseline's")
+    tolerances: dict[str, float] = Field(default_factory=lambda: dict(TOLERANCES), description="the tolerances used")
 
     def table(self) -> str:
         header = ("recipe", "stage", "param", "path", "ratio", "expect", "residual", "verdict")

@@ -128,17 +128,17 @@ class PatternReport(LaunchReport):
     def _holds(self) -> bool:
         return self.where(self.expect)
 
-    @computed_field
+    @computed_field(description="--expect holds: every row where it puts it (and every loss ok, where there are any)")
     @property
     def holds(self) -> bool:
         return self._holds()
 
-    @computed_field
+    @computed_field(description='"fixed" | "buggy" | "other": which expectation every row matches')
     @property
     def pattern(self) -> str:
         return next((e for e in ("fixed", "buggy") if self.where(e)), "other")
 
-    @computed_field
+    @computed_field(description="0 holds, 1 does not")
     @property
     def exit_code(self) -> int:
         return 0 if self.holds else 1

@@ -7,6 +7,8 @@ import dataclasses
 import math
 from typing import ClassVar
 
+from pydantic import Field
+
 from repro.alst.expect import RECIPES as RECIPES, STAGES as STAGES  # re-exported
 from repro.harness import scales
 from repro.harness.report import PatternReport, Record, text_table
@@ -57,11 +59,11 @@ class TrainingReport(PatternReport):
 
     SCHEMA: ClassVar[str] = SCHEMA
 
-    deepspeed_fixed: bool  # read from the installed DeepSpeed's code
-    marker: bool
+    deepspeed_fixed: bool = Field(description="read from the installed DeepSpeed's code")
+    marker: bool = Field(description="read from the installed DeepSpeed's code")
     transformers_version: str
-    reference: list[StepRecord]  # plain torch, no sequence parallelism
-    runs: list[TrainingRun]
+    reference: list[StepRecord] = Field(description="per step: plain torch, no sequence parallelism")
+    runs: list[TrainingRun] = Field(description="per (stage, recipe): its steps")
 
     def check(self, run: TrainingRun, expect: str) -> RunCheck:
         factor = expected_factor(run.stage, run.recipe, self.sp, expect)
