@@ -18,7 +18,7 @@ from patch_and_test.core import install
 from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
 from patch_and_test.upstream import suite as upstream_suite
-from patch_and_test.upstream.job import PARTIALS
+from patch_and_test.upstream.job import REGRESSION
 from patch_and_test.core.errors import BadInput, Exit, PipelineError, Skipped
 from patch_and_test.core.templating import counts
 from patch_and_test.job.verdict import Step, Verdict, summary_table
@@ -28,7 +28,6 @@ from patch_and_test import PACKAGE_ROOT
 
 WORLD_SIZE = 2  # the reproducers' default launch: sp=2, dp=1
 AUDIT_TIMEOUT_FACTOR = 3  # the job's audit is two launches of many engines each: minutes on shared cores
-REGRESSION = PARTIALS[0]  # the upstream regression test: its class, and its file in each release line
 AFFECTED_SUITE = "upstream affected tests"
 TWIN_TEST = "tests/multiprocess/test_zero3_sp_gradient_scale.py"
 

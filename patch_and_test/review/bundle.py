@@ -73,11 +73,10 @@ def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool
     """Run the cells whose results are missing or stale; return env -> "reused" | "ran"."""
     from patch_and_test.job.pipeline import PipelineConfig, run
 
-    done = {}
+    done, lock = {}, source.load_lock()
     for cell in cells:
         expected = inputs.run_inputs(
-            series_for_version(cell.version).directory,
-            source.load_lock()[cell.version].sha256, cell.backend, audit)
+            series_for_version(cell.version).directory, lock[cell.version].sha256, cell.backend, audit)
         if reusable(results / cell.env / "verdict.json", expected):
             done[cell.env] = "reused"
             continue
@@ -330,10 +329,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv if argv is not None else (sys.argv[1:] or ["build"]))
     try:
         if args.command == "verify":
-            found = sorted((p for p in args.dist.glob(f"{NAME}-v*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
-            if not (args.path or found):
-                raise PipelineError(f"no bundle in {args.dist}: run `tox -e bundle` first")
-            bundle = args.path or found[-1]
+            bundle = args.path
+            if bundle is None:
+                found = sorted((p for p in args.dist.glob(f"{NAME}-v*") if p.is_dir()),
+                               key=lambda p: p.stat().st_mtime)
+                if not found:
+                    raise PipelineError(f"no bundle in {args.dist}: run `tox -e bundle` first")
+                bundle = found[-1]
             problems = verify(bundle, PACKAGE_ROOT / "patches")
             for p in problems:
                 print(f"MISMATCH: {p}", file=sys.stderr)

@@ -103,10 +103,12 @@ class Partial:
         return [f"{f.removeprefix('tests/')}::{self.test_class}" for f in files]
 
 
+# the upstream regression test: its class, and its file in each release line
+REGRESSION = Partial("regression test without the fix", ("test", ),
+                     ("tests/unit/v1/zero/test_zero.py", "tests/unit/runtime/zero/test_zero.py"),
+                     "TestZero3SequenceParallelGradientScale")
 PARTIALS = (
-    Partial("regression test without the fix", ("test", ),
-            ("tests/unit/v1/zero/test_zero.py", "tests/unit/runtime/zero/test_zero.py"),
-            "TestZero3SequenceParallelGradientScale"),
+    REGRESSION,
     # the companion's reason: the recipe that relied on the bug fails with the fix alone
     Partial("ALST test with the fix alone", ("fix", ), ("tests/unit/ulysses_alst/test_ulysses_sp_hf.py", ),
             "TestUlyssesSPHF", needs="companion"),
