@@ -120,6 +120,8 @@ def test_points_and_rows_are_typed_records():
     row = sp.rows[0]
     assert isinstance(row, Row) and row.path == "__avg_scatter_grads" and row.label == "1/2"
     assert row.target["buggy"] == row.target.buggy == 0.5 and row.ok["buggy"] and not row.ok.fixed
+    with pytest.raises(KeyError):  # keyed by expectation only, not by any attribute
+        row.target["model_dump"]
     assert sp.point.sp == 2 and sp.point.dtype == "fp32" and sp.category == "sp_bug"
     raw = raw_point(P_SP.id, P_SP.model_dump(), "ran", "", "Opt", 0.1, [_row("small", "x", 1)])
     assert isinstance(raw, MeasuredPoint)

@@ -302,3 +302,9 @@ def test_auto_is_filled_as_transformers_own_code_fills_it():
             "reduce_bucket_size": "auto"
         }}, DEFAULTS, WHERE, read.hidden_size_of(model.config))
     assert ours.reduce_bucket_size == filled == 48 * 48
+
+
+def test_own_loss_rejects_an_unknown_recipe():
+    assert rule.own_loss("allgather").kind.kind == "allgather"
+    with pytest.raises(ValueError, match="unknown recipe 'bogus'"):
+        rule.own_loss("bogus")
