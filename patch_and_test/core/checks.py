@@ -144,7 +144,8 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
     with open(log, "w") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
-        # Its own session, so that a deadline takes down every rank it started, not just the parent.
+        # Its own session, so that a deadline takes its whole group down. A reproducer's ranks have sessions of
+        # their own: the SIGTERM first lets their launcher stop them (and they die with it, whatever kills it).
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
         # A SIGTERM to the job must take that session down too: raise, so that the handler below kills it.
         previous = (signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -152,11 +153,11 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            kill_groups([proc], grace_s=0)
+            kill_groups([proc])
             out.write(f"\nerror: killed after {timeout:.0f} s\n")
             code = 2
         except BaseException:
-            kill_groups([proc], grace_s=0)
+            kill_groups([proc])
             raise
         finally:
             if previous is not None:

@@ -4,6 +4,7 @@ started: one rank program, one deadline, every rank's process group torn down, t
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import faulthandler
 import json
@@ -31,6 +32,7 @@ from repro.harness.topology import Topology
 CHILD_DIR_VAR = "REPRO_LAUNCH_DIR"  # set by the parent for each child: where its status file goes
 # The launch's deadline (time.time()), for the ranks' watchdogs; the parent waits _REPORT_GRACE_S longer.
 DEADLINE_VAR = "REPRO_LAUNCH_DEADLINE"
+PARENT_VAR = "REPRO_LAUNCH_PARENT"  # the parent's pid: a rank whose parent is gone exits
 _REPORT_GRACE_S = 5.0
 _REPORT_FILE = "report.json"
 _STARTED = time.monotonic()
@@ -125,13 +127,18 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> 
                            timeout=timedelta(seconds=args.timeout))
     workdir = Path(tempfile.mkdtemp(prefix="repro-launch-"))
     n = str(args.world_size)
-    env = dict(os.environ, **rank_environment(args.backend, args.world_size, args.world_size), WORLD_SIZE=n,
-               LOCAL_WORLD_SIZE=n, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), **{
-                   CHILD_DIR_VAR: str(workdir),
-                   DEADLINE_VAR: f"{time.time() + args.timeout:.3f}"
-               })
+    env = dict(
+        os.environ, **rank_environment(args.backend, args.world_size, args.world_size), WORLD_SIZE=n,
+        LOCAL_WORLD_SIZE=n, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), **{
+            CHILD_DIR_VAR: str(workdir),
+            DEADLINE_VAR: f"{time.time() + args.timeout:.3f}",
+            PARENT_VAR: str(os.getpid())
+        })
     deadline = time.monotonic() + args.timeout + _REPORT_GRACE_S
     children: list[_Child] = []
+    # SIGTERM (a job's deadline, a CI cancel) takes Ctrl-C's path: the ranks, in their own sessions, see neither.
+    previous = (signal.signal(signal.SIGTERM, _interrupt)
+                if threading.current_thread() is threading.main_thread() else None)
     try:
         for rank in range(args.world_size):
             log = workdir / f"rank{rank}.log"
@@ -156,16 +163,23 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> 
         return code
     finally:
         kill_groups([c.proc for c in children])
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         remove_shm_buffers("127.0.0.1", store.port)
         del store
         if not args.keep_logs:
             shutil.rmtree(workdir)
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def kill_groups(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
     """SIGTERM the process group of each live process (started with start_new_session), SIGKILL every group after
-    ``grace_s``: the processes and their children (compiler jobs) all go."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+    ``grace_s``: the processes and their children (compiler jobs) all go, even if a second Ctrl-C cuts the grace."""
+
+    def signal_and_wait(sig: signal.Signals, wait_s: float) -> None:
         for proc in procs:
             if sig == signal.SIGKILL or proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -174,6 +188,11 @@ def kill_groups(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
         for proc in procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, end - time.monotonic()))
+
+    try:
+        signal_and_wait(signal.SIGTERM, grace_s)
+    finally:
+        signal_and_wait(signal.SIGKILL, 5.0)
 
 
 def remove_shm_buffers(addr: str, port: int | str, rank: int | None = None) -> int:
@@ -271,6 +290,8 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
         for k, v in rank_environment(args.backend, world_size, local_world).items()
         if k not in os.environ or k == "DS_ACCELERATOR"
     })
+    if status_dir is not None:
+        _die_with_parent()
     _start_watchdog(args.timeout, rank, status_dir)
 
     def finish(status: RankStatus) -> None:
@@ -311,6 +332,14 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
         finish(
             RankStatus(rank, "error", EXIT_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0],
                        traceback.format_exc()))
+
+
+def _die_with_parent() -> None:
+    """A spawned rank goes with its parent, even one killed by SIGKILL, whose ``finally`` never runs."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != int(os.environ[PARENT_VAR]):  # it died before prctl
+            os._exit(EXIT_ERROR)
 
 
 def all_threads_stack() -> str:

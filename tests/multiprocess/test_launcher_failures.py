@@ -95,24 +95,65 @@ def test_nccl_without_enough_gpus_is_skipped():
     assert run.returncode == 77 and run.stdout.startswith("SKIP: nccl needs one GPU per rank")
 
 
-def test_sigint_stops_every_rank_and_exits_130(pid_dir):
+def _start_hanging_launch(pid_dir: Path, argv: list[str]):
     import signal
     import subprocess
-    import sys
 
     # SIGINT's default action restored in the child: a shell's background job inherits it ignored.
-    proc = subprocess.Popen([sys.executable, str(FAULTY), "--fault", "hang", "--backend", "gloo"], cwd=ROOT, env={
-        **os.environ, "FAULTY_PID_DIR": str(pid_dir)
+    proc = subprocess.Popen(argv, cwd=ROOT, env={
+        **os.environ, "FAULTY_PID_DIR": str(pid_dir),
+        "PYTHONPATH": str(ROOT)
     }, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     end = time.monotonic() + 120
     while len(list(pid_dir.glob("rank*.pid"))) < 2 and time.monotonic() < end:
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)  # Ctrl-C; the ranks run in their own sessions and never see it
+    return proc
+
+
+def _assert_gone_within(pid_dir: Path, seconds: float):
+    end = time.monotonic() + seconds
+    while any(_alive(int(p.read_text())) for p in pid_dir.glob("rank*.pid")) and time.monotonic() < end:
+        time.sleep(0.1)
+    _assert_no_survivors(pid_dir)
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_sigint_or_sigterm_stops_every_rank_and_exits_130(pid_dir, signame):
+    import signal
+    import sys
+
+    proc = _start_hanging_launch(pid_dir, [sys.executable, str(FAULTY), "--fault", "hang", "--backend", "gloo"])
+    proc.send_signal(getattr(signal, signame))  # the ranks run in their own sessions and never see it
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted: stopped ranks [0, 1]" in err and "Traceback" not in err
     _assert_no_survivors(pid_dir)
+
+
+def test_ranks_die_with_a_killed_launcher(pid_dir):
+    import signal
+    import sys
+
+    proc = _start_hanging_launch(pid_dir, [sys.executable, str(FAULTY), "--fault", "hang", "--backend", "gloo"])
+    proc.send_signal(signal.SIGKILL)  # no finally runs in the launcher
+    proc.communicate(timeout=60)
+    _assert_gone_within(pid_dir, 10)  # not the 300 s deadline
+
+
+def test_a_job_stopped_while_a_reproducer_runs_stops_its_ranks(pid_dir, tmp_path):
+    import signal
+    import sys
+
+    # The job runs the reproducer as the pipeline runs its checks: core.checks.run_logged.
+    job = ("import sys; from pathlib import Path; from patch_and_test.core.checks import run_logged; "
+           f"run_logged([sys.executable, {str(FAULTY)!r}, '--fault', 'hang', '--backend', 'gloo'], "
+           f"Path({str(tmp_path / 'check.log')!r}), timeout=600, cwd=Path('.'))")
+    proc = _start_hanging_launch(pid_dir, [sys.executable, "-c", job])
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    _assert_gone_within(pid_dir, 10)
 
 
 def test_a_results_file_that_cannot_be_written_fails_before_any_rank_starts(pid_dir):
