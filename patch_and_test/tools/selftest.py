@@ -4,9 +4,9 @@ Installs the unpatched release V from its verified sdist, then runs pytest on a 
 ``ZERO3_SP_TEST_TIER``; CONTRIBUTING.md, "Tests"):
 
 * fast (default): on the newest release every test not marked ``slow_tier``; on an older one the reproducers'
-  real 2-rank launches and the twin (``tests/multiprocess/test_reproducers_unpatched.py``);
-* slow: the ``slow_tier`` tests on the newest; on an older release those under ``tests/multiprocess`` and
-  ``tests/pipeline``, and the reproducers' 4-rank launches (``four_ranks``);
+  real 2-rank launches and the twin (``every_release``, less ``slow_tier`` and ``four_ranks``);
+* slow: the ``slow_tier`` tests on the newest; on an older release every other test under ``tests/multiprocess``
+  and ``tests/pipeline`` (the reproducers' 4-rank launches, the launcher's failure paths, bad input...);
 * all: both.
 
 Extra arguments go to pytest: options (``-x``) are added to the tier's choice, a path, node id or
@@ -25,8 +25,9 @@ from patch_and_test.core.source import newest_locked
 from patch_and_test.core.errors import CommandParser
 
 VERSION_DEPENDENT = ("tests/multiprocess", "tests/pipeline")
-# On an older release, the fast tier: real ranks of the reproducers against that release.
-OLDEST_FAST = ("tests/multiprocess/test_reproducers_unpatched.py", )
+# On an older release, the fast tier; its slow tier is the rest, so that no test falls between them. The 4-rank
+# launches go to the slow tier: each costs a fast-tier 2-rank launch twice over.
+OLDER_FAST = "every_release and not slow_tier and not four_ranks"
 TIERS = ("fast", "slow", "all")
 
 
@@ -39,10 +40,7 @@ def test_args(version: str, tier: str = "fast") -> list[str]:
         return ["tests"] if is_newest else list(VERSION_DEPENDENT)
     if is_newest:
         return ["tests", "-m", "slow_tier" if tier == "slow" else "not slow_tier"]
-    # An older release's 4-rank launches go to its slow tier: each costs a fast-tier 2-rank launch twice over.
-    if tier == "fast":
-        return [*OLDEST_FAST, "-m", "not slow_tier and not four_ranks"]
-    return [*VERSION_DEPENDENT, "-m", "slow_tier or four_ranks"]
+    return [*VERSION_DEPENDENT, "-m", OLDER_FAST if tier == "fast" else f"not ({OLDER_FAST})"]
 
 
 def pytest_command(extra: list[str], version: str, tier: str) -> list[str]:

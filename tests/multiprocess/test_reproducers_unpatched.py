@@ -10,7 +10,7 @@ import pytest
 
 from .conftest import REPRO, launch
 
-pytestmark = pytest.mark.multiprocess  # starts real DeepSpeed ranks
+pytestmark = [pytest.mark.multiprocess, pytest.mark.every_release]  # starts real DeepSpeed ranks
 
 GRAD_SCALE = REPRO / "zero3_sp_grad_scale.py"
 MIXED = REPRO / "zero3_sp_mixed_bucket.py"
