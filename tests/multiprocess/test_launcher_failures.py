@@ -118,7 +118,8 @@ def _assert_gone_within(pid_dir: Path, seconds: float):
     _assert_no_survivors(pid_dir)
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+# SIGTERM's twin and the two killed-parent cases in the slow tier: the fast tier's launches stay as measured.
+@pytest.mark.parametrize("signame", ["SIGINT", pytest.param("SIGTERM", marks=pytest.mark.slow_tier)])
 def test_sigint_or_sigterm_stops_every_rank_and_exits_130(pid_dir, signame):
     import signal
     import sys
@@ -131,6 +132,7 @@ def test_sigint_or_sigterm_stops_every_rank_and_exits_130(pid_dir, signame):
     _assert_no_survivors(pid_dir)
 
 
+@pytest.mark.slow_tier
 def test_ranks_die_with_a_killed_launcher(pid_dir):
     import signal
     import sys
@@ -141,6 +143,7 @@ def test_ranks_die_with_a_killed_launcher(pid_dir):
     _assert_gone_within(pid_dir, 10)  # not the 300 s deadline
 
 
+@pytest.mark.slow_tier
 def test_a_job_stopped_while_a_reproducer_runs_stops_its_ranks(pid_dir, tmp_path):
     import signal
     import sys

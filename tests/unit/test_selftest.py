@@ -31,6 +31,7 @@ def test_options_are_added_to_the_tier_and_paths_replace_it():
     assert pytest_command(["-m", "mirror"], new, "fast") == ["-m", "mirror"]
 
 
+@pytest.mark.slow_tier  # three collections, about 10 s
 def test_an_older_release_runs_every_version_dependent_test_in_exactly_one_tier():
     import subprocess
     import sys
