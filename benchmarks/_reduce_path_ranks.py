@@ -212,10 +212,12 @@ def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: st
 def precision_overrides(dtype: str) -> dict:
     """DeepSpeed config for one precision setting (names as in --dtypes; what each means: docs/code/benchmarks.md)."""
     comm = dict(seq_parallel_communication_data_type=dtype, communication_data_type=dtype)
-    table = {"fp32": {}, "bf16-model": {"bf16": {"enabled": True}}, "bf16": {"bf16": {"enabled": True}, **comm}}
-    if dtype not in (*table, "fp16"):
-        raise ValueError(f"unknown precision setting {dtype!r}: fp32, bf16-model, bf16 or fp16")
-    return table.get(dtype, comm)
+    bf16 = {"bf16": {"enabled": True}}
+    table = {"fp32": {}, "bf16-model": bf16, "bf16": {**bf16, **comm}, "fp16": comm}
+    if dtype not in table:
+        *names, last = table
+        raise ValueError(f"unknown precision setting {dtype!r}: {', '.join(names)} or {last}")
+    return table[dtype]
 
 
 def timing_program(impl_spec: dict[str, str], dtypes: tuple[str, ...], cases: dict[str, tuple[int, int]], warmup: int,

@@ -476,6 +476,21 @@ def recommended_ratio(payload: dict) -> float | None:
     return max(ratios) if ratios else None
 
 
+def _divisor_less_exact(numerics: list[dict]) -> list[str]:
+    """The numerics rows (dtype, inputs, world, sp) where avg_scatter[divisor] is worse than avg_scatter[rescale] on
+    any of the four measures: a higher max or mean ULP, a lower exact or correctly rounded fraction."""
+    by_key: dict = {}
+    for r in numerics:
+        by_key.setdefault((r["world"], r["sp"], r["dtype"], r["kind"]), {})[r["path"]] = r
+    worse = []
+    for (world, sp, dtype, kind), paths in by_key.items():
+        fix, var = paths.get("avg_scatter[rescale]"), paths.get("avg_scatter[divisor]")
+        if fix and var and (any(var[k] > fix[k] for k in ("max_ulp", "mean_ulp"))
+                            or any(var[k] < fix[k] for k in ("exact_fraction", "correctly_rounded_fraction"))):
+            worse.append(f"{dtype} {kind} world={world} sp={sp}")
+    return worse
+
+
 def _conclusion(payload: dict) -> str:
     parts = []
     if "timing" in payload:
@@ -496,16 +511,7 @@ def _conclusion(payload: dict) -> str:
         parts.append("exact inputs, bitwise equal to the contiguous path: " +
                      "; ".join(f"{n} {all_equal(f'contiguous==avg_scatter[{n}]')}" for n in forms))
         if "rescale" in forms:
-            # Rows where avg_scatter[divisor] is worse than avg_scatter[rescale] on any of the four measures.
-            by_key: dict = {}
-            for r in payload.get("numerics", []):
-                by_key.setdefault((r["world"], r["sp"], r["dtype"], r["kind"]), {})[r["path"]] = r
-            worse = []
-            for (world, sp, dtype, kind), paths in by_key.items():
-                fix, var = paths.get("avg_scatter[rescale]"), paths.get("avg_scatter[divisor]")
-                if fix and var and (any(var[k] > fix[k] for k in ("max_ulp", "mean_ulp"))
-                                    or any(var[k] < fix[k] for k in ("exact_fraction", "correctly_rounded_fraction"))):
-                    worse.append(f"{dtype} {kind} world={world} sp={sp}")
+            worse = _divisor_less_exact(payload.get("numerics", []))
             payload["divisor_at_least_as_exact_as_rescale"] = not worse
             parts.append("divisor at least as exact as rescale (max and mean ULP, exact and correctly rounded "
                          f"fractions) in every row: {'yes' if not worse else 'no: ' + ', '.join(worse)}")

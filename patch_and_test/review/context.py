@@ -22,7 +22,7 @@ from repro.audit.report import AuditReport
 from repro.gradscale.report import Report
 from repro.gradscale.space import REFERENCE_CONFIGS, SCRIPTS, ZERO3_CONFIGS
 from patch_and_test.job.verdict import Verdict
-from patch_and_test.upstream.job import PARTIALS, AffectedVerdict, Partial
+from patch_and_test.upstream.job import ALST_FIX_ALONE, REGRESSION, AffectedVerdict, Partial
 from patch_and_test.upstream.suite import BAD, SuiteComparison
 
 if TYPE_CHECKING:
@@ -276,7 +276,6 @@ def body_context(record: AffectedVerdict | None, signers: list[str]) -> Body:
 def _testing(record: AffectedVerdict) -> Testing:
     partial = {run.name: run for run in record.partial}
     results = record.suite.results if record.suite else []
-    regression, alst = PARTIALS[0], PARTIALS[1]
 
     def node(part: Partial) -> str:  # the class in its file on this tree, where a result or a partial run found it
         found = [r.test.split("::")[0] for r in results if f"::{part.test_class}::" in r.test]
@@ -296,16 +295,17 @@ def _testing(record: AffectedVerdict) -> Testing:
     tree = (f"the DeepSpeed {public_version(graft.release)} PyPI sdist's code on the tests of master "
             f"{graft.history[:12]} of {graft.history_date}, not an upstream commit"
             if graft else f"version.txt {public_version(record.version or '?')}")
-    without, fix_alone = alone(regression), alone(alst)
+    without, fix_alone = alone(REGRESSION), alone(ALST_FIX_ALONE)
     failed_alone = sorted(t.split("::")[-1] for t, o in fix_alone.items() if o in BAD)
     fixed, alst_before, alst_after = (_counts(results, part.test_class, phase)
-                                      for part, phase in ((regression, "after"), (alst, "before"), (alst, "after")))
+                                      for part, phase in ((REGRESSION, "after"), (ALST_FIX_ALONE, "before"),
+                                                          (ALST_FIX_ALONE, "after")))
     files = [f.removeprefix("tests/") for f in record.suite.files] if record.suite else []
     by_file = {f: (sum(why.values()), _why(why)) for f, why in pre_existing.items()}
     return Testing(commit=graft.commit if graft else record.base or "?", tree=tree, environment=record.environment,
-                   regression=f"{node(regression)}::{regression.test_class}",
+                   regression=f"{node(REGRESSION)}::{REGRESSION.test_class}",
                    regression_without_fix=outcome_counts(without) if without else None, regression_with_fix=fixed,
-                   alst=f"{node(alst)}::{alst.test_class}", alst_before=alst_before,
+                   alst=f"{node(ALST_FIX_ALONE)}::{ALST_FIX_ALONE.test_class}", alst_before=alst_before,
                    alst_fix_alone=outcome_counts(fix_alone) if fix_alone else None, alst_failed_fix_alone=failed_alone,
                    alst_with_series=alst_after, affected=record.suite, affected_files=files,
                    selected=len(record.selection.files) if record.selection else 0, pre_existing_by_file=by_file,
