@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Stress and faults: four faults, each to end with its documented exit code, then many launches of each
+"""Stress and faults: five faults, each to end with its documented exit code, then many launches of each
 reproducer (2 ranks, 4 ranks sp=2 x dp=2, torchrun), counted for false reds, hangs and leaked processes or
 /dev/shm segments. Writes results/benchmarks/stress_repro.json (or --out). More: docs/code/benchmarks.md"""
 
@@ -28,7 +28,7 @@ REPRO = ROOT / "repro"
 TWO_RANK = tuple(f"{s}.py" for s in SCRIPTS)
 DEADLINE_S = 300.0  # the reproducers' own default --timeout
 MARGIN_S = 60.0  # on top of it before the stress loop calls a launch hung
-FAULTS = 4  # kill-rank, sigint-parent, unwritable-results, deadline
+FAULTS = 5  # kill-rank, sigint-parent, sigterm-parent, unwritable-results, deadline
 
 
 def shm_segments() -> set[str]:
@@ -160,11 +160,16 @@ def fault_kill_rank(proc: subprocess.Popen, tag: str) -> None:
         os.kill(ranks[1], signal.SIGKILL)
 
 
-def fault_sigint(proc: subprocess.Popen, tag: str) -> None:
+def fault_sigint(proc: subprocess.Popen, tag: str, sig: signal.Signals = signal.SIGINT) -> None:
     """SIGINT (Ctrl-C) to the launching process mid-run."""
     _wait_until_running(proc, tag)
     if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, sig)
+
+
+def fault_sigterm(proc: subprocess.Popen, tag: str) -> None:
+    """SIGTERM (a job's deadline, a CI cancel) to the launching process mid-run."""
+    fault_sigint(proc, tag, signal.SIGTERM)
 
 
 def run_all(args, runs: list[Launch], fault_rows: list[Fault]) -> None:
@@ -184,6 +189,7 @@ def run_all(args, runs: list[Launch], fault_rows: list[Fault]) -> None:
     for name, argv, code, fault, needle in (
         ("kill-rank", base, 2, fault_kill_rank, "rank 1"),
         ("sigint-parent", base, 130, fault_sigint, "interrupted"),
+        ("sigterm-parent", base, 130, fault_sigterm, "interrupted"),
         ("unwritable-results", [*base, "--json",
                                 "/dev/null/stress/out.json"], 2, None, "error: cannot write the results file"),
         ("deadline", [*base, "--timeout", "5"], 2, None, "deadline of 5 s exceeded"),
