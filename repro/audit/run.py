@@ -238,3 +238,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         return launch.RankResult(code, partial if ctx.rank == 0 else None)
 
     return program
+
+
+if __name__ == "__main__":
+    sys.exit(main())
