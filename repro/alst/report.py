@@ -66,6 +66,9 @@ class AlstReport(PatternReport):
                 out.append(f"loss {x['recipe']:<9} zero{x['stage']}: {what}  {'ok' if x['ok'] else 'MISMATCH'}")
         return "\n".join(out + ["", self.summary()])
 
+    def versions(self) -> str:
+        return f"{super().versions()}, transformers {self.transformers_version}"
+
     def where(self, expect: str) -> bool:
         """Every row matches ``expect``'s table (they differ for ZeRO-3)."""
         return bool(self.rows) and all(getattr(r, f"{expect}_ok") for r in self.rows)

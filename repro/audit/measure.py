@@ -13,7 +13,7 @@ from repro.audit.report import MeasuredPoint, MeasuredRow, raw_point
 from repro.audit.space import AuditPoint
 from repro.gradscale.model import ProbeModel, expected_gradients, rank_inputs
 from repro.gradscale.space import SMALL_AND_LARGE, ParamSpec
-from repro.harness.engine import destroy_engine, ds_config, full_gradients, spy, watch_reduce_paths
+from repro.harness.engine import destroy_engine, ds_config, full_gradients, spy, watch_reduce_paths, zero3_path
 from repro.harness.scales import fit
 from repro.harness.topology import Topology, build_mpu
 
@@ -97,9 +97,7 @@ def _measure(engine, point: AuditPoint, specs, rank: int, device: str) -> list[t
 
 def _path(point: AuditPoint, param, z3_paths, calls: list[str]) -> str:
     if point.stage == 3:
-        if id(param) not in z3_paths:
-            raise RuntimeError("a gradient went through neither ZeRO-3 reduce path")
-        return str(z3_paths[id(param)])
+        return str(zero3_path(z3_paths, param))
     if point.stage == 0:
         return "engine.allreduce_bucket" if calls else "engine (no allreduce_bucket call)"
     for method, suffix in zip(STAGE_1_2_METHODS, ("", "[reduce_scatter]", "")):

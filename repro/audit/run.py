@@ -144,7 +144,7 @@ def _parent(args: ReproArgs, topos, known) -> int:
     topo_runs, points, meta = [], [], {}
     for topo, topo_points in groups.items():
         left = deadline - time.monotonic()
-        entry = dict(world_size=topo.world_size, sp=topo.sp, dp=topo.dp, points=len(topo_points))
+        entry = _topology_entry(topo, topo_points)
         if left < MIN_LAUNCH_S:
             topo_runs.append(
                 dict(entry, exit_code=EXIT_ERROR, wall_time_s=0.0,
@@ -188,6 +188,11 @@ def _parent(args: ReproArgs, topos, known) -> int:
     return report.exit_code
 
 
+def _topology_entry(topo: Topo, points: list) -> dict:
+    """A launch's topology and its point count: a ``TopologyRun`` without its outcome."""
+    return dict(world_size=topo.world_size, sp=topo.sp, dp=topo.dp, points=len(points))
+
+
 def _external_runs(topos: list[dict]) -> list[dict]:
     return [dict(t, exit_code=0, wall_time_s=None, message="") for t in topos]
 
@@ -219,7 +224,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         for topo in (Topo.create(ctx.world_size, sp) for sp in sps):
             points = _points(args, [topo])
             points_out += run_topology(points, topo, ctx.rank, ctx.device)
-            topos_out.append(dict(world_size=topo.world_size, sp=topo.sp, dp=topo.dp, points=len(points)))
+            topos_out.append(_topology_entry(topo, points))
         # Unlinked after the last collective: the mapping stays valid for the rest of the run.
         if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
             launch.remove_shm_buffers(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], ctx.rank)
@@ -233,3 +238,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         return launch.RankResult(code, partial if ctx.rank == 0 else None)
 
     return program
+
+
+if __name__ == "__main__":
+    sys.exit(main())

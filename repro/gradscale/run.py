@@ -13,7 +13,7 @@ from repro.gradscale.report import Report, Row
 from repro.gradscale.space import ParamSpec, ZeroConfig
 from repro.harness import launch, scales
 from repro.harness.cli import ReproArgs, main_guard
-from repro.harness.engine import destroy_engine, ds_config, full_gradients, watch_reduce_paths
+from repro.harness.engine import destroy_engine, ds_config, full_gradients, watch_reduce_paths, zero3_path
 from repro.harness.scales import TOLERANCES, ReducePath, default_path
 from repro.harness.topology import build_mpu
 
@@ -35,11 +35,10 @@ def measure(zero: ZeroConfig, specs: tuple[ParamSpec, ...], rank: int, device: s
     try:
         paths = watch_reduce_paths(engine.optimizer) if zero.stage == 3 else None
         engine.backward(engine(*rank_inputs(specs, rank, device=device)))
-        grads = full_gradients(engine, [f"weights.{s.name}" for s in specs], f"{zero.label()}: ")
-        if paths is not None and any(id(param) not in paths for _, param, _ in grads):
-            raise RuntimeError(f"{zero.label()}: the gradient of a parameter went through neither ZeRO-3 reduce path")
+        where, what = f"{zero.label()}: ", "the gradient of a parameter"
+        grads = full_gradients(engine, [f"weights.{s.name}" for s in specs], where)
         return [(spec, grad.detach().float().cpu().clone(),
-                 default_path(zero.stage) if paths is None else paths[id(param)])
+                 default_path(zero.stage) if paths is None else zero3_path(paths, param, where, what))
                 for spec, (_, param, grad) in zip(specs, grads)]
     finally:
         destroy_engine(engine)

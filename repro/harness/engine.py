@@ -56,6 +56,13 @@ def watch_reduce_paths(optimizer) -> dict[int, ReducePath]:
     return seen
 
 
+def zero3_path(paths: dict[int, ReducePath], param, where: str = "", what: str = "a gradient") -> ReducePath:
+    """The reduce path ``watch_reduce_paths`` saw ``param``'s gradient take; an error when it saw none."""
+    if id(param) not in paths:
+        raise RuntimeError(f"{where}{what} went through neither ZeRO-3 reduce path")
+    return paths[id(param)]
+
+
 def mangled_name(optimizer, method: str) -> str:
     for cls in type(optimizer).__mro__:
         name = f"_{cls.__name__}{method}"

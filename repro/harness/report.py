@@ -77,7 +77,7 @@ class JsonReport(BaseModel):
 
 
 class LaunchReport(JsonReport):
-    """A report of one multi-rank launch; a family adds its rows, ``table()`` and ``holds``."""
+    """A report of one multi-rank launch; a family adds its rows, ``table()``, ``holds`` and ``outcome()``."""
 
     script: str
     deepspeed_version: str
@@ -97,12 +97,11 @@ class LaunchReport(JsonReport):
         raise NotImplementedError
 
     def versions(self) -> str:
-        line = f"DeepSpeed {self.deepspeed_version}, torch {self.torch_version}"
-        tf = getattr(self, "transformers_version", None)  # the families that train a transformers model
-        return line if tf is None else f"{line}, transformers {tf}"
+        return f"DeepSpeed {self.deepspeed_version}, torch {self.torch_version}"
 
     def outcome(self) -> str:
-        return f"(pattern seen: {self.pattern})"
+        """What ``summary()`` adds after the verdict, in parentheses."""
+        raise NotImplementedError
 
     def summary(self) -> str:
         line = (
@@ -127,6 +126,9 @@ class PatternReport(LaunchReport):
 
     def _holds(self) -> bool:
         return self.where(self.expect)
+
+    def outcome(self) -> str:
+        return f"(pattern seen: {self.pattern})"
 
     @computed_field(description="--expect holds: every row where it puts it (and every loss ok, where there are any)")
     @property

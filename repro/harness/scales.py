@@ -28,7 +28,6 @@ TOLERANCES: dict[str, dict[str, float]] = {
     # in loss; step 0 has no drift yet, only the ALST check's rounding
     "training": dict(grad_norm_rel_tol=5e-2, step0_rel_tol=1e-4, loss_rel_tol=5e-3),
 }
-UNIT_ROUNDOFF = {"fp32": 2.0**-24, "bf16": 2.0**-8}
 
 
 class ReducePath(str, enum.Enum):

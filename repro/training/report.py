@@ -65,6 +65,9 @@ class TrainingReport(PatternReport):
     reference: list[StepRecord] = Field(description="per step: plain torch, no sequence parallelism")
     runs: list[TrainingRun] = Field(description="per (stage, recipe): its steps")
 
+    def versions(self) -> str:
+        return f"{super().versions()}, transformers {self.transformers_version}"
+
     def check(self, run: TrainingRun, expect: str) -> RunCheck:
         factor = expected_factor(run.stage, run.recipe, self.sp, expect)
         if len(run.steps) != len(self.reference):

@@ -1,15 +1,20 @@
-import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from repro.audit.expect import (DEFAULT_KNOWN_FILE, NOT_A_SCALE, TOLERANCES, KnownDiscrepancy, MeasuredRow, Row,
                                 eval_factor, load_known, point_category, point_holds, reduce_path, version_matches)
 from repro.audit.expect import judge_row as _judge_row
 from repro.audit.space import AuditPoint
-from repro.harness.scales import UNIT_ROUNDOFF, ReducePath, error_at, label
+from repro.harness.scales import ReducePath, error_at, label
 
 ROOT = Path(__file__).resolve().parents[2]
+# Each audited dtype's unit roundoff (eps / 2): what the audit's tolerances are justified by.
+UNIT_ROUNDOFF = {
+    name: torch.finfo(dtype).eps / 2
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+}
 
 
 def _fields(**kw):
@@ -52,6 +57,7 @@ def test_tolerances_keep_the_scales_apart():
     # and the tolerance covers the rounding bound it is justified by
     for dtype, tol in TOLERANCES.items():
         assert tol >= 10 * UNIT_ROUNDOFF[dtype]
+    assert UNIT_ROUNDOFF == {"fp32": 2.0**-24, "bf16": 2.0**-8}
 
 
 @pytest.mark.parametrize("ratio,residual,dtype,expected", [(1.0, 0.0, "fp32", "1"), (0.5, 1e-8, "fp32", "1/2"),
@@ -196,4 +202,3 @@ def test_point_category_and_holds():
     assert point_holds("ran", sp_bug, "buggy") and not point_holds("ran", sp_bug, "fixed")
     assert point_holds("rejected", [], "fixed") and not point_holds("error", [], "buggy")
     assert not point_holds("ran", odd, "buggy") and not point_holds("ran", [], "buggy")
-    assert math.isclose(UNIT_ROUNDOFF["bf16"], 2**-8)

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from repro.gradscale.run import matches
+from repro.harness.engine import zero3_path
 from repro.harness.scales import ReducePath, expected_scale, fit, label
 
 
@@ -62,3 +63,13 @@ def test_bug_scales_only_avg_scatter_with_sp():
     assert bug_scales(ReducePath.AVG_SCATTER, 2) and bug_scales("__avg_scatter_grads", 4)
     assert not bug_scales(ReducePath.AVG_SCATTER, 1)
     assert not any(bug_scales(p, 2) for p in (ReducePath.CONTIGUOUS, ReducePath.STAGE_1_2, ReducePath.STAGE_0))
+
+
+def test_zero3_path_refuses_an_unwatched_gradient():
+    seen, unseen = torch.zeros(1), torch.zeros(1)
+    paths = {id(seen): ReducePath.CONTIGUOUS}
+    assert zero3_path(paths, seen) is ReducePath.CONTIGUOUS
+    with pytest.raises(RuntimeError, match="^a gradient went through neither ZeRO-3 reduce path$"):
+        zero3_path(paths, unseen)
+    with pytest.raises(RuntimeError, match="^z3: the gradient of a parameter went through neither ZeRO-3 reduce"):
+        zero3_path(paths, unseen, "z3: ", "the gradient of a parameter")
