@@ -144,21 +144,24 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
     with open(log, "w") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
-        # Its own session, so that a deadline takes its whole group down. A reproducer's ranks have sessions of
-        # their own: the SIGTERM first lets their launcher stop them (and they die with it, whatever kills it).
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
-        # A SIGTERM to the job must take that session down too: raise, so that the handler below kills it.
+        # A SIGTERM to the job must take the check down too: raise, so that the handler below kills it. Set before
+        # the check starts, so that a SIGTERM the moment it runs finds it.
         previous = (signal.signal(signal.SIGTERM, _exit_on_sigterm)
                     if threading.current_thread() is threading.main_thread() else None)
         try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_groups([proc])
-            out.write(f"\nerror: killed after {timeout:.0f} s\n")
-            code = 2
-        except BaseException:
-            kill_groups([proc])
-            raise
+            # Its own session, so that a deadline takes its whole group down. A reproducer's ranks have sessions of
+            # their own: the SIGTERM first lets their launcher stop them (and they die with it, whatever kills it).
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                    start_new_session=True)
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                kill_groups([proc])
+                out.write(f"\nerror: killed after {timeout:.0f} s\n")
+                code = 2
+            except BaseException:
+                kill_groups([proc])
+                raise
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
