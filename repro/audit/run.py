@@ -16,7 +16,8 @@ from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, 
 from repro.harness import launch
 from repro.harness.env import dist_version
 from repro.harness.files import relative_to
-from repro.harness.cli import EXIT_ERROR, EXIT_SKIP, ReproArgs, UsageError, build_parser, resolve_backend, validate
+from repro.harness.cli import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs, UsageError, build_parser,
+                               resolve_backend, validate)
 
 SCRIPT = "parity_audit"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.extra["list"]:
         return _list(args, topos)
     if not external:
-        return _parent(args, topos, known)
+        try:
+            return _parent(args, topos, known)
+        except KeyboardInterrupt:  # Ctrl-C between two launches: no rank is running
+            print("interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
 
     def sink(partial: dict, wall: float) -> None:
         report = _final(args, known, _external_runs(partial["topologies"]), partial["points"], partial["meta"])
@@ -165,6 +170,8 @@ def _parent(args: ReproArgs, topos, known) -> int:
         launch_start = time.monotonic()
         code = launch.run(child_args, None, lambda report, wall: received.append(report),
                           rank_argv=[str(ENTRY_SCRIPT), *child_argv])
+        if code == EXIT_INTERRUPTED:  # Ctrl-C or SIGTERM: the launch stopped its ranks; no next topology starts
+            return code
         wall = round(time.monotonic() - launch_start, 3)
         message = ""
         if code in (0, 1) and received:

@@ -141,4 +141,8 @@ def main_guard(description: str, run, add_arguments=None, argv: list[str] | None
     if args.backend == "nccl" and not _launcher_world_size() and gpu_count() < args.world_size:
         print(f"SKIP: nccl needs one GPU per rank: {args.world_size} ranks, {gpu_count()} GPU(s) visible", flush=True)
         return EXIT_SKIP
-    return run(args)
+    try:
+        return run(args)
+    except KeyboardInterrupt:  # Ctrl-C before or after the launch (during it, the launch stops its ranks and says so)
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -64,3 +64,30 @@ def test_quick_expect_fixed_fails_on_the_sp_bug_only(buggy_run, tmp_path):
         assert {r["path"] for r in p["rows"] if not r["ok"]["fixed"]} == {AVG_SCATTER}
     assert report["summary"]["counts"]["unexplained"] == 0
     assert "--expect fixed: DOES NOT HOLD" in run.stdout
+
+
+# 0 s: the signal lands as the first launch starts; 3 s: while its rank runs.
+@pytest.mark.parametrize("delay_s", [0, 3])
+def test_ctrl_c_stops_the_audit_not_only_its_current_launch(delay_s):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .conftest import ROOT
+
+    # SIGINT's default action restored in the child: a shell's background job inherits it ignored.
+    proc = subprocess.Popen([sys.executable, str(AUDIT), "--expect", "buggy", "--backend", "gloo"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        lines = [proc.stderr.readline()]
+        while "[parity-audit] launch" not in lines[-1] and lines[-1]:
+            lines.append(proc.stderr.readline())
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGINT)
+        lines += proc.communicate(timeout=60)[1].splitlines()  # times out if the next topology starts
+        assert proc.returncode == 130, lines
+    finally:
+        proc.kill()
+    assert sum("[parity-audit] launch" in line for line in lines) == 1, lines
