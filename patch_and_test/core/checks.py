@@ -145,8 +145,16 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
         # A SIGTERM to the job must take the check down too: raise, so that the handler below kills it. Set before
-        # the check starts, so that a SIGTERM the moment it runs finds it.
-        previous = (signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        # the check starts; one that lands inside Popen waits until there is a process to kill.
+        proc, deferred = None, []
+
+        def on_sigterm(signum: int, frame) -> None:
+            if proc is None:
+                deferred.append(signum)
+            else:
+                raise SystemExit(128 + signum)
+
+        previous = (signal.signal(signal.SIGTERM, on_sigterm)
                     if threading.current_thread() is threading.main_thread() else None)
         try:
             # Its own session, so that a deadline takes its whole group down. A reproducer's ranks have sessions of
@@ -154,6 +162,8 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env,
                                     start_new_session=True)
             try:
+                if deferred:
+                    raise SystemExit(128 + deferred[0])
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 kill_groups([proc])
@@ -166,7 +176,3 @@ def run_logged(cmd: list[str], log: Path, *, timeout: float, cwd: Path, env: dic
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
     return code, round(time.monotonic() - start, 3)
-
-
-def _exit_on_sigterm(signum: int, frame) -> None:
-    raise SystemExit(128 + signum)

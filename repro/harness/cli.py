@@ -22,7 +22,7 @@ exit codes:
   1   it does not hold
   2   could not run: bad input, a rank crashed or the deadline passed
   77  skipped, with a one-line reason (e.g. nccl with fewer GPUs than ranks)
-  130 interrupted (Ctrl-C or SIGTERM); every rank was stopped first
+  130 interrupted (Ctrl-C, or SIGTERM while ranks run); every rank was stopped first
 """
 
 LAUNCH_HELP = """\

@@ -99,12 +99,16 @@ def _start_hanging_launch(pid_dir: Path, argv: list[str]):
     import signal
     import subprocess
 
-    # SIGINT's default action restored in the child: a shell's background job inherits it ignored.
-    proc = subprocess.Popen(argv, cwd=ROOT, env={
-        **os.environ, "FAULTY_PID_DIR": str(pid_dir),
-        "PYTHONPATH": str(ROOT)
-    }, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # SIGINT's default action restored in the child: a shell's background job inherits it ignored. TMPDIR: the
+    # launch folder a killed launcher cannot remove lands in the test's own.
+    python_path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env={
+            **os.environ, "FAULTY_PID_DIR": str(pid_dir),
+            "PYTHONPATH": python_path,
+            "TMPDIR": str(pid_dir.parent)
+        }, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     end = time.monotonic() + 120
     while len(list(pid_dir.glob("rank*.pid"))) < 2 and time.monotonic() < end:
         time.sleep(0.1)
@@ -156,6 +160,8 @@ def test_a_job_stopped_while_a_reproducer_runs_stops_its_ranks(pid_dir, tmp_path
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, err
+    # The launcher had its grace and stopped the ranks itself (not only the kernel, when it was killed).
+    assert "interrupted: stopped ranks [0, 1]" in (tmp_path / "check.log").read_text()
     _assert_gone_within(pid_dir, 10)
 
 
