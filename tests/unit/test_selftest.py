@@ -5,7 +5,7 @@ import pytest
 
 def test_selftest_tiers_split_the_suite_without_gaps():
     from patch_and_test.core.source import newest_locked
-    from patch_and_test.tools.selftest import OLDER_FAST, test_args
+    from patch_and_test.tools.selftest import OLDER_FAST, OLDER_FAST_FILES, test_args
 
     new = newest_locked()
     assert test_args(new) == ["tests", "-m", "not slow_tier"]
@@ -13,7 +13,7 @@ def test_selftest_tiers_split_the_suite_without_gaps():
     assert test_args(new, "all") == ["tests"]
     # On the oldest: the reproducers' 2-rank launches and the twin in the fast tier; every other version-dependent
     # test in the slow one.
-    assert test_args("0.14.5") == ["tests/multiprocess", "tests/pipeline", "-m", OLDER_FAST]
+    assert test_args("0.14.5") == [*OLDER_FAST_FILES, "-m", OLDER_FAST]
     # The slow tier is the fast one's complement: no test runs in neither.
     assert test_args("0.14.5", "slow") == ["tests/multiprocess", "tests/pipeline", "-m", f"not ({OLDER_FAST})"]
     with pytest.raises(ValueError):
