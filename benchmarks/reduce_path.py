@@ -201,7 +201,8 @@ def _summarize_row(group: list[tuple[dict, dict]], impl_names: list[str]) -> dic
     alloc0 = allocations[0]
     a0 = alloc0["before"]
     summary["bytes_rank0"] = {}
-    for n, a in zip(impl_names, [alloc0[n] for n in impl_names]):
+    for n in impl_names:
+        a = alloc0[n]
         summary["bytes_rank0"][n] = dict(allocated=a["bytes"], allocating_events=a["count"], peak=a["peak_bytes"],
                                          extra_vs_before=a["bytes"] - a0["bytes"],
                                          extra_events_vs_before=a["count"] - a0["count"],
@@ -377,10 +378,7 @@ def driver_main(argv: list[str]) -> int:
     if "before" in patches:
         raise SystemExit("error: 'before' is the installed DeepSpeed; name the patches otherwise")
     backend = resolve_backend(args.backend, 2)
-    start, max_load = time.monotonic(), float("inf") if args.max_load is None else args.max_load
-    while os.getloadavg()[0] >= max_load and time.monotonic() - start < args.max_wait:
-        time.sleep(10)
-    waited = round(time.monotonic() - start, 1) if args.max_load is not None else 0.0
+    waited = _wait_for_quiet(args.max_load, args.max_wait)
     out_path = args.out or RESULTS / "reduce_path.json"
     shown = {n: _shown(p) for n, p in patches.items()}
     payload: dict = dict(benchmark="reduce_path", environment=env, tree=tree, backend=backend,
@@ -474,6 +472,16 @@ def recommended_ratio(payload: dict) -> float | None:
         if r["case"] == TARGET_CASE and RECOMMENDED in r["wall_ratio_vs_before"]
     ]
     return max(ratios) if ratios else None
+
+
+def _wait_for_quiet(max_load: float | None, max_wait: float) -> float:
+    """Seconds waited (at most ``max_wait``) for the 1-minute load average to drop under ``max_load``."""
+    if max_load is None:
+        return 0.0
+    start = time.monotonic()
+    while os.getloadavg()[0] >= max_load and time.monotonic() - start < max_wait:
+        time.sleep(10)
+    return round(time.monotonic() - start, 1)
 
 
 def _divisor_less_exact(numerics: list[dict]) -> list[str]:

@@ -28,7 +28,6 @@ REPRO = ROOT / "repro"
 TWO_RANK = tuple(f"{s}.py" for s in SCRIPTS)
 DEADLINE_S = 300.0  # the reproducers' own default --timeout
 MARGIN_S = 60.0  # on top of it before the stress loop calls a launch hung
-FAULTS = 5  # kill-rank, sigint-parent, sigterm-parent, unwritable-results, deadline
 
 
 def shm_segments() -> set[str]:
@@ -172,6 +171,18 @@ def fault_sigterm(proc: subprocess.Popen, tag: str) -> None:
     fault_sigint(proc, tag, signal.SIGTERM)
 
 
+# (fault, what it adds to the 2-rank launch's argv, the exit code it must end with, what it does mid-run, what stderr
+# must say)
+FAULT_CASES = (
+    ("kill-rank", [], 2, fault_kill_rank, "rank 1"),
+    ("sigint-parent", [], 130, fault_sigint, "interrupted"),
+    ("sigterm-parent", [], 130, fault_sigterm, "interrupted"),
+    ("unwritable-results", ["--json", "/dev/null/stress/out.json"], 2, None, "error: cannot write the results file"),
+    ("deadline", ["--timeout", "5"], 2, None, "deadline of 5 s exceeded"),
+)
+FAULTS = len(FAULT_CASES)
+
+
 def run_all(args, runs: list[Launch], fault_rows: list[Fault]) -> None:
     """Every fault (first: a stress run stopped early still has them), then every launch; appends as it goes."""
 
@@ -186,15 +197,8 @@ def run_all(args, runs: list[Launch], fault_rows: list[Fault]) -> None:
 
     expect = ["--expect", args.expect, "--backend", "gloo"]
     base = [args.python, str(REPRO / TWO_RANK[0]), *expect]
-    for name, argv, code, fault, needle in (
-        ("kill-rank", base, 2, fault_kill_rank, "rank 1"),
-        ("sigint-parent", base, 130, fault_sigint, "interrupted"),
-        ("sigterm-parent", base, 130, fault_sigterm, "interrupted"),
-        ("unwritable-results", [*base, "--json",
-                                "/dev/null/stress/out.json"], 2, None, "error: cannot write the results file"),
-        ("deadline", [*base, "--timeout", "5"], 2, None, "deadline of 5 s exceeded"),
-    ):
-        run = record(launch(name, argv, code, fault=fault), f"fault {name}")
+    for name, extra, code, fault, needle in FAULT_CASES:
+        run = record(launch(name, [*base, *extra], code, fault=fault), f"fault {name}")
         fault_rows.append(
             Fault(fault=name, handled=run.ok and needle in run.stderr_tail and run.wall_s < DEADLINE_S,
                   expected_exit=code, exit=run.exit_code, wall_s=run.wall_s, message_has=needle,
