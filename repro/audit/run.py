@@ -17,7 +17,7 @@ from repro.harness import launch
 from repro.harness.env import dist_version
 from repro.harness.files import relative_to
 from repro.harness.cli import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs, UsageError, build_parser,
-                               resolve_backend, validate)
+                               interruptible, resolve_backend, validate)
 
 SCRIPT = "parity_audit"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -106,11 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.extra["list"]:
         return _list(args, topos)
     if not external:
-        try:
-            return _parent(args, topos, known)
-        except KeyboardInterrupt:  # Ctrl-C between two launches: no rank is running
-            print("interrupted", file=sys.stderr)
-            return EXIT_INTERRUPTED
+        return interruptible(_parent, args, topos, known)
 
     def sink(partial: dict, wall: float) -> None:
         report = _final(args, known, _external_runs(partial["topologies"]), partial["points"], partial["meta"])

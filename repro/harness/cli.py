@@ -141,8 +141,14 @@ def main_guard(description: str, run, add_arguments=None, argv: list[str] | None
     if args.backend == "nccl" and not _launcher_world_size() and gpu_count() < args.world_size:
         print(f"SKIP: nccl needs one GPU per rank: {args.world_size} ranks, {gpu_count()} GPU(s) visible", flush=True)
         return EXIT_SKIP
+    return interruptible(run, args)
+
+
+def interruptible(run, *args) -> int:
+    """``run(*args)``, a Ctrl-C outside a launch exit 130 with one line (during one, the launch stops its ranks and
+    says so)."""
     try:
-        return run(args)
-    except KeyboardInterrupt:  # Ctrl-C before or after the launch (during it, the launch stops its ranks and says so)
+        return run(*args)
+    except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
