@@ -71,7 +71,7 @@ def run_point(point: AuditPoint, specs: tuple[ParamSpec, ...], rank: int, device
         rows.append(
             MeasuredRow(param=spec.name, numel=spec.numel, path=path, grad_dtype=dtype, ratio=f.ratio,
                         residual=f.residual, max_rel_dev=_max_rel_dev(observed, expected[spec.name], f.ratio)))
-    return raw_point(point.id, point, status, message, optimizer_name, seconds, rows)
+    return raw_point(point, status, message, optimizer_name, seconds, rows)
 
 
 def _measure(engine, point: AuditPoint, specs, rank: int, device: str) -> list[tuple]:

@@ -90,10 +90,11 @@ class Summary(Record):
     max_rel_err: dict[str, float]  # dtype -> worst norm-wise error of a row at its expected scale
 
 
-def raw_point(point_id: str, fields: Mapping[str, Any], status: str, message: str, optimizer: str, seconds: float,
+def raw_point(fields: AuditPoint | Mapping[str, Any], status: str, message: str, optimizer: str, seconds: float,
               rows: Sequence[MeasuredRow]) -> MeasuredPoint:
-    return MeasuredPoint(id=point_id, point=AuditPoint.model_validate(fields), status=status, message=message,
-                         optimizer=optimizer, seconds=round(seconds, 4), rows=tuple(rows))
+    point = AuditPoint.model_validate(fields)
+    return MeasuredPoint(id=point.id, point=point, status=status, message=message, optimizer=optimizer,
+                         seconds=round(seconds, 4), rows=tuple(rows))
 
 
 def _measured(point: MeasuredPoint | Mapping[str, Any]) -> MeasuredPoint:

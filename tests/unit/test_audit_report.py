@@ -23,7 +23,7 @@ def _row(param, path, ratio):
 
 def _point(point: AuditPoint, ratios, path, status="ran", message=""):
     rows = [_row(name, path, r) for name, r in zip(("small", "large"), ratios)]
-    return raw_point(point.id, point.model_dump(), status, message, "Opt", 0.1, rows if status == "ran" else [])
+    return raw_point(point.model_dump(), status, message, "Opt", 0.1, rows if status == "ran" else [])
 
 
 P_SP = AuditPoint(3, True, True, "fits", 2, 1)
@@ -123,12 +123,12 @@ def test_points_and_rows_are_typed_records():
     with pytest.raises(KeyError):  # keyed by expectation only, not by any attribute
         row.target["model_dump"]
     assert sp.point.sp == 2 and sp.point.dtype == "fp32" and sp.category == "sp_bug"
-    raw = raw_point(P_SP.id, P_SP.model_dump(), "ran", "", "Opt", 0.1, [_row("small", "x", 1)])
+    raw = raw_point(P_SP.model_dump(), "ran", "", "Opt", 0.1, [_row("small", "x", 1)])
     assert isinstance(raw, MeasuredPoint)
     with pytest.raises(ValueError):  # frozen, no unknown fields
-        raw_point(P_SP.id, {**P_SP.model_dump(), "colour": "red"}, "ran", "", "Opt", 0.1, [])
+        raw_point({**P_SP.model_dump(), "colour": "red"}, "ran", "", "Opt", 0.1, [])
     with pytest.raises(ValueError):
-        raw_point(P_SP.id, P_SP.model_dump(), "finished", "", "Opt", 0.1, [])
+        raw_point(P_SP.model_dump(), "finished", "", "Opt", 0.1, [])
 
 
 def test_judging_again_ignores_the_old_judgement():
