@@ -20,7 +20,7 @@ from patch_and_test.core.errors import BadInput
 from repro.harness.env import dist_version
 from repro.harness.report import error_line
 from repro.harness.fixed import source_has_fix
-from repro.downstream.expect import ARCTIC_LOSS, CLIENTS, MARKER_NAME
+from repro.downstream.expect import ARCTIC_LOSS, MARKER_NAME, VIA_CLIENTS
 
 STAGE3 = Path("runtime") / "zero" / "stage3.py"
 ZERO_CONFIG = Path("runtime") / "zero" / "config.py"
@@ -510,7 +510,7 @@ def installed_clients() -> list[ClientInfo]:
         else:
             out.append(ClientInfo(c.name, c.version, LossSource(f"{c.name} {c.version}", c.kind, c.name)))
     by_name = {c.name: c for c in out}
-    for via in (c for c in CLIENTS if c.base):
+    for via in VIA_CLIENTS:
         version = dist_version(via.dist)
         own = by_name.get(via.name)
         if version is None or (own is not None and own.source is not None):

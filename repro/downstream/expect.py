@@ -39,7 +39,7 @@ class ClientKind:
     divides_by_sp: bool = False  # the loss backpropagated is divided by sp (here or by its caller)
 
 
-class Client(NamedTuple):
+class ClientSpec(NamedTuple):
     """A client of the check: the reports' name, its distribution, and (trl, axolotl) the client whose sp loss it
     hands on, read from ``code_file`` (which must contain ``hands_off``) and changed by ``divides_by_sp``."""
     name: str
@@ -56,14 +56,16 @@ class Client(NamedTuple):
 
 
 CLIENTS = (
-    Client("transformers", "transformers"),
-    Client("accelerate", "accelerate"),
-    Client("arctic_training", "arctic-training"),
-    Client("trl", "trl", "transformers", "trl/trainer/sft_trainer.py", ("sp_backend", "super().compute_loss("),
-           how="SFTTrainer.compute_loss hands the loss to transformers' Trainer.compute_loss"),
-    Client("axolotl", "axolotl", "transformers", "axolotl/core/trainers/base.py", ("sp_size", ), True,
-           "its AxolotlTrainer.compute_loss divides transformers' loss by sp_size"),
+    ClientSpec("transformers", "transformers"),
+    ClientSpec("accelerate", "accelerate"),
+    ClientSpec("arctic_training", "arctic-training"),
+    ClientSpec("trl", "trl", "transformers", "trl/trainer/sft_trainer.py", ("sp_backend", "super().compute_loss("),
+               how="SFTTrainer.compute_loss hands the loss to transformers' Trainer.compute_loss"),
+    ClientSpec("axolotl", "axolotl", "transformers", "axolotl/core/trainers/base.py", ("sp_size", ), True,
+               "its AxolotlTrainer.compute_loss divides transformers' loss by sp_size"),
 )
+# The clients judged through the client they hand their sp loss on to (trl and axolotl to transformers).
+VIA_CLIENTS = tuple(c for c in CLIENTS if c.base)
 # ArcticTraining 0.8.0's SFTTrainer.loss, for a config naming it where arctic_training is not installed.
 ARCTIC_LOSS = ClientKind("allgather")
 

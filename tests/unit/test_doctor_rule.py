@@ -11,7 +11,7 @@ import pytest
 from patch_and_test.doctor import read, rule
 from patch_and_test.doctor.read import run_check
 from patch_and_test.core.errors import BadInput
-from repro.downstream.expect import CLIENTS, ClientKind
+from repro.downstream.expect import VIA_CLIENTS, ClientKind
 from repro.harness.scales import ReducePath, recipe_factor
 
 UNPATCHED = rule.DeepSpeedState("0.19.8", fixed=False, marker=False)
@@ -246,7 +246,7 @@ def test_the_defaults_reader_agrees_with_deepspeeds_own_config_class():
 
 
 def test_via_clients():
-    trl, axolotl = [c for c in CLIENTS if c.base]
+    trl, axolotl = VIA_CLIENTS
     kind = ClientKind("allgather", "none")
     assert trl.base == "transformers" and trl.handed_on(kind) == kind
     # axolotl divides transformers' loss by sp: on 5.20.1's all_gather that is the true gradient on ZeRO-2
