@@ -375,7 +375,12 @@ def _excluded(rel: str) -> bool:
 def _tree_entries(repo: Path, commit: str) -> list[tuple[str, str, str]]:
     """(mode, object, path) of every entry of ``commit``'s tree."""
     records = filter(None, git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0"))
-    return [(meta.split()[0], meta.split()[2], path) for meta, path in (r.split("\t", 1) for r in records)]
+    entries = []
+    for record in records:
+        meta, path = record.split("\t", 1)
+        mode, _, sha = meta.split()
+        entries.append((mode, sha, path))
+    return entries
 
 
 def _hash_files(repo: Path, root: Path, paths: tuple[str, ...]) -> list[tuple[str, str, str]]:

@@ -63,11 +63,20 @@ def run(optimizer: str, sp: int, steps: int, clip: float | None) -> dict:
             opts[scale].step()
     moved = _flat(models[1]) - start
     moved_scaled = _flat(models[sp]) - start
-    clipped_steps = {f"{s}x": clipped[s] for s in (1, sp)}
-    result = dict(optimizer=optimizer, sp=sp, steps=steps, clip_max_norm=clip,
-                  grad_norm_ratio_first_step=norms[sp][0] / norms[1][0], steps_clipped=clipped_steps)
-    norms_moved = {"update_norm_1x": float(moved.norm()), f"update_norm_{sp}x": float(moved_scaled.norm())}
-    return result | norms_moved | {"update_rel_diff": float((moved_scaled - moved).norm() / moved.norm())}
+    return {
+        "optimizer": optimizer,
+        "sp": sp,
+        "steps": steps,
+        "clip_max_norm": clip,
+        "grad_norm_ratio_first_step": norms[sp][0] / norms[1][0],
+        "steps_clipped": {
+            f"{s}x": clipped[s]
+            for s in (1, sp)
+        },
+        "update_norm_1x": float(moved.norm()),
+        f"update_norm_{sp}x": float(moved_scaled.norm()),
+        "update_rel_diff": float((moved_scaled - moved).norm() / moved.norm()),
+    }
 
 
 def main(argv=None) -> int:
