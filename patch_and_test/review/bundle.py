@@ -73,10 +73,10 @@ def ensure_results(results: Path, cells: list[Cell], timeout: float, audit: bool
     """Run the cells whose results are missing or stale; return env -> "reused" | "ran"."""
     from patch_and_test.job.pipeline import PipelineConfig, run
 
-    done, lock = {}, source.load_lock()
+    done, lock, manifest = {}, source.load_lock(), load_manifest()
     for cell in cells:
         expected = inputs.run_inputs(
-            series_for_version(cell.version).directory, lock[cell.version].sha256, cell.backend, audit)
+            series_for_version(cell.version, manifest).directory, lock[cell.version].sha256, cell.backend, audit)
         if reusable(results / cell.env / "verdict.json", expected):
             done[cell.env] = "reused"
             continue
@@ -329,13 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv if argv is not None else (sys.argv[1:] or ["build"]))
     try:
         if args.command == "verify":
-            bundle = args.path
-            if bundle is None:
-                found = sorted((p for p in args.dist.glob(f"{NAME}-v*") if p.is_dir()),
-                               key=lambda p: p.stat().st_mtime)
-                if not found:
-                    raise PipelineError(f"no bundle in {args.dist}: run `tox -e bundle` first")
-                bundle = found[-1]
+            bundle = args.path or _newest_bundle(args.dist)
             problems = verify(bundle, PACKAGE_ROOT / "patches")
             for p in problems:
                 print(f"MISMATCH: {p}", file=sys.stderr)
@@ -346,17 +340,29 @@ def main(argv: list[str] | None = None) -> int:
         ]
         sign_as = signoff.parse_identity(args.sign_as) if args.sign_as else None
         bundle = build(args.results, args.dist, cells, args.timeout, audit=not args.no_audit, sign_as=sign_as)
-        bad = {}
-        for path in sorted((bundle / "results").glob("*/verdict.json")):
-            try:
-                if (outcome := Verdict.load(path).outcome) not in GOOD_OUTCOMES:
-                    bad[path.parent.name] = outcome
-            except ValueError as err:
-                raise PipelineError(f"{path}: not a valid verdict: {_reason(err)}") from err
-        if bad:
+        if bad := _cells_not_good(bundle):
             print(f"error: bundle written, but not every cell is fixed or skipped: {bad}", file=sys.stderr)
             return int(Exit.NOT_FIXED)
         return int(Exit.OK)
     except PipelineError as err:
         print(f"error: {err}", file=sys.stderr)
         return int(err.exit_code)
+
+
+def _newest_bundle(dist: Path) -> Path:
+    found = sorted((p for p in dist.glob(f"{NAME}-v*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise PipelineError(f"no bundle in {dist}: run `tox -e bundle` first")
+    return found[-1]
+
+
+def _cells_not_good(bundle: Path) -> dict[str, str]:
+    """env -> outcome of each cell whose verdict is neither fixed nor skipped."""
+    bad = {}
+    for path in sorted((bundle / "results").glob("*/verdict.json")):
+        try:
+            if (outcome := Verdict.load(path).outcome) not in GOOD_OUTCOMES:
+                bad[path.parent.name] = outcome
+        except ValueError as err:
+            raise PipelineError(f"{path}: not a valid verdict: {_reason(err)}") from err
+    return bad
