@@ -25,10 +25,13 @@ def _alive(pid: int) -> bool:
     return not (status.exists() and "zombie" in status.read_text())
 
 
-def _assert_no_survivors(pid_dir: Path):
+def _assert_no_survivors(pid_dir: Path, within: float = 0.2):
+    """Every rank that wrote its pid is gone, at the latest ``within`` seconds from now."""
     pids = [int(p.read_text()) for p in pid_dir.glob("rank*.pid")]
     assert pids, "the ranks never started"
-    time.sleep(0.2)
+    end = time.monotonic() + within
+    while any(_alive(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.1)
     assert not [p for p in pids if _alive(p)]
 
 
@@ -115,13 +118,6 @@ def _start_hanging_launch(pid_dir: Path, argv: list[str]):
     return proc
 
 
-def _assert_gone_within(pid_dir: Path, seconds: float):
-    end = time.monotonic() + seconds
-    while any(_alive(int(p.read_text())) for p in pid_dir.glob("rank*.pid")) and time.monotonic() < end:
-        time.sleep(0.1)
-    _assert_no_survivors(pid_dir)
-
-
 # SIGTERM's twin and the two killed-parent cases in the slow tier: the fast tier's launches stay as measured.
 @pytest.mark.parametrize("signame", ["SIGINT", pytest.param("SIGTERM", marks=pytest.mark.slow_tier)])
 def test_sigint_or_sigterm_stops_every_rank_and_exits_130(pid_dir, signame):
@@ -144,7 +140,7 @@ def test_ranks_die_with_a_killed_launcher(pid_dir):
     proc = _start_hanging_launch(pid_dir, [sys.executable, str(FAULTY), "--fault", "hang", "--backend", "gloo"])
     proc.send_signal(signal.SIGKILL)  # no finally runs in the launcher
     proc.communicate(timeout=60)
-    _assert_gone_within(pid_dir, 10)  # not the 300 s deadline
+    _assert_no_survivors(pid_dir, within=10)  # not the 300 s deadline
 
 
 @pytest.mark.slow_tier
@@ -162,7 +158,7 @@ def test_a_job_stopped_while_a_reproducer_runs_stops_its_ranks(pid_dir, tmp_path
     assert proc.returncode == 128 + signal.SIGTERM, err
     # The launcher had its grace and stopped the ranks itself (not only the kernel, when it was killed).
     assert "interrupted: stopped ranks [0, 1]" in (tmp_path / "check.log").read_text()
-    _assert_gone_within(pid_dir, 10)
+    _assert_no_survivors(pid_dir, within=10)
 
 
 def test_a_results_file_that_cannot_be_written_fails_before_any_rank_starts(pid_dir):
