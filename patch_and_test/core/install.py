@@ -66,9 +66,9 @@ build_shm_op()
 
 
 def prebuild_comm_op(out) -> None:
-    env = dict(os.environ, MAX_JOBS="1",
+    env = dict(os.environ, MAX_JOBS="2",
                PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
-    _run([sys.executable, "-c", _PREBUILD], out, env=env, cwd=PACKAGE_ROOT)  # one compiler at a time
+    _run([sys.executable, "-c", _PREBUILD], out, env=env, cwd=PACKAGE_ROOT)  # its two sources side by side
 
 
 def _build_wheel(tree: Path, rev: str, wheel_dir: Path, installer: Installer, out) -> Path:
