@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -35,6 +36,12 @@ def launch(script: Path, *argv: str, timeout: float = 600, env: dict | None = No
     }, cwd=ROOT)
     report = json.loads(json_path.read_text()) if json_path is not None and json_path.exists() else None
     return Launch(proc.returncode, proc.stdout, proc.stderr, report)
+
+
+def popen_interruptible(argv: list[str], **kwargs) -> subprocess.Popen:
+    """Popen in the checkout, SIGINT's default action restored in the child: a shell's background job (CI) inherits
+    it ignored, and the test's Ctrl-C would not reach the program."""
+    return subprocess.Popen(argv, cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
 
 
 @pytest.fixture(scope="session")

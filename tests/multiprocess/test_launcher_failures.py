@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPRO, ROOT, launch
+from .conftest import REPRO, ROOT, launch, popen_interruptible
 
 pytestmark = pytest.mark.multiprocess  # starts real DeepSpeed ranks
 
@@ -99,19 +99,16 @@ def test_nccl_without_enough_gpus_is_skipped():
 
 
 def _start_hanging_launch(pid_dir: Path, argv: list[str]):
-    import signal
     import subprocess
 
-    # SIGINT's default action restored in the child: a shell's background job inherits it ignored. TMPDIR: the
-    # launch folder a killed launcher cannot remove lands in the test's own.
+    # TMPDIR: the launch folder a killed launcher cannot remove lands in the test's own.
     python_path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
-    proc = subprocess.Popen(
-        argv, cwd=ROOT, env={
+    proc = popen_interruptible(
+        argv, env={
             **os.environ, "FAULTY_PID_DIR": str(pid_dir),
             "PYTHONPATH": python_path,
             "TMPDIR": str(pid_dir.parent)
-        }, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        }, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     end = time.monotonic() + 120
     while len(list(pid_dir.glob("rank*.pid"))) < 2 and time.monotonic() < end:
         time.sleep(0.1)

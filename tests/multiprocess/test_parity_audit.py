@@ -74,12 +74,10 @@ def test_ctrl_c_stops_the_audit_not_only_its_current_launch(delay_s):
     import sys
     import time
 
-    from .conftest import ROOT
+    from .conftest import popen_interruptible
 
-    # SIGINT's default action restored in the child: a shell's background job inherits it ignored.
-    proc = subprocess.Popen([sys.executable, str(AUDIT), "--expect", "buggy", "--backend", "gloo"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = popen_interruptible([sys.executable, str(AUDIT), "--expect", "buggy", "--backend", "gloo"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         lines = [proc.stderr.readline()]
         while "[parity-audit] launch" not in lines[-1] and lines[-1]:
