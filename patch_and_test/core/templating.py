@@ -42,18 +42,13 @@ def link(path: str) -> str:
     return urllib.parse.quote(str(path))
 
 
-def short_test(node_id: str) -> str:
-    """``unit/x/test_y.py::TestC::test_z[a]`` -> `` `TestC::test_z[a]` ``: the class and test, for prose."""
-    return f"`{'::'.join(str(node_id).split('::')[-2:])}`"
-
-
 @functools.lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
     loader = jinja2.PackageLoader("patch_and_test", "templates")
     env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              autoescape=False, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(ratio=ratio, span=span, ulp=ulp, counts=counts, link=link, short_test=short_test,
-                       rstrip=lambda text: str(text).rstrip(), release=public_version)
+    env.filters.update(ratio=ratio, span=span, ulp=ulp, counts=counts, rstrip=lambda text: str(text).rstrip(),
+                       release=public_version)
     return env
 
 
