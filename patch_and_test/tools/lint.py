@@ -198,8 +198,7 @@ def lint_series(series: Series, tree: source.SourceTree) -> LintedSeries:
                         not_linted=tuple(f"{s.file} ({s.reason})" for s in result.skipped))
 
 
-def trees_for(manifest: Manifest, tree: Path | None,
-              unlinted: list[str] | None = None) -> list[tuple[Series, source.SourceTree]]:
+def trees_for(manifest: Manifest, tree: Path | None, unlinted: list[str]) -> list[tuple[Series, source.SourceTree]]:
     """(series, tree to lint it on) pairs; without the mirror, a series with no locked sdist goes to ``unlinted``."""
     if tree is not None:
         copy = source.from_checkout(tree)
@@ -216,8 +215,6 @@ def trees_for(manifest: Manifest, tree: Path | None,
             (v for v in lock if series.covers(parse_version(v))), key=parse_version)
         if not covered:
             why = f"series {series.name}: NOT LINTED: no mirror at {mirror} and no locked sdist in {series.range_text}"
-            if unlinted is None:
-                raise errors.BadInput(why)
             unlinted.append(why)
             continue
         pairs.append((series, source.from_pypi(covered[-1])))
