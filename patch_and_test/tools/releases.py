@@ -251,18 +251,17 @@ def mirror_release_tags(mirror: Path) -> set[str] | None:
     return {t for t in listed.stdout.split() if t.count(".") == 2 and t[1:].replace(".", "").isdigit()}
 
 
-def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] | None,
-                  cache: Path | None = None) -> ReleaseRow:
+def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] | None) -> ReleaseRow:
     """Download, unpack, apply, read: one row. Raises BadInput when a step could not run."""
     start = time.monotonic()
-    cached = source.sdist_path(version, lock, cache).is_file()
-    archive = source.fetch_sdist(version, lock, cache, require_lock=False)
+    cached = source.sdist_path(version, lock).is_file()
+    archive = source.fetch_sdist(version, lock, require_lock=False)
     digest = sha256_file(archive)
     try:
         series = series_for_version(version, manifest)
     except errors.UnknownVersion:
         series = None
-    tree = source.from_pypi(version, cache, lock, require_lock=False)
+    tree = source.from_pypi(version, lock=lock, require_lock=False)
     try:
         if source.sdist_digest(tree) != digest:
             raise errors.BadInput(f"the cached git repo of DeepSpeed {version} was made from another archive than "
@@ -290,17 +289,18 @@ def _tool_version(cmd: list[str]) -> str:
 
 
 def build(versions: list[str], listed_by: str, version_from: str | None, version_to: str | None, manifest: Manifest,
-          command: str, cache: Path | None = None, progress=print) -> ReleasesReport:
+          command: str) -> ReleasesReport:
     start, started_at = time.monotonic(), datetime.datetime.now(datetime.timezone.utc)
     lock, tags = source.load_lock(), mirror_release_tags(source.mirror_path())
     every_series = {s.name: series_used(s) for s in manifest.series}
     rows = []
     for version in versions:
-        row = check_release(version, manifest, lock, tags, cache)
+        row = check_release(version, manifest, lock, tags)
         problem = row_problem(row, every_series.get(row.series or ""))
-        progress(f"{version}: {row.series or 'no series'}: applied {', '.join(row.applied) or 'nothing'}; "
-                 f"{'fixed' if row.fixed_before else 'unfixed'} -> {'fixed' if row.fixed_after else 'unfixed'}"
-                 f"{'' if problem is None else ' FAILS: ' + problem} ({row.seconds:.1f} s)")
+        print(
+            f"{version}: {row.series or 'no series'}: applied {', '.join(row.applied) or 'nothing'}; "
+            f"{'fixed' if row.fixed_before else 'unfixed'} -> {'fixed' if row.fixed_after else 'unfixed'}"
+            f"{'' if problem is None else ' FAILS: ' + problem} ({row.seconds:.1f} s)", flush=True)
         rows.append(row)
     used = [every_series[s.name] for s in manifest.series if s.name in {r.series for r in rows}]
     git_version, pip_version = _tool_version(["git", "--version"]), _tool_version([*source.pip_command(), "--version"])
@@ -368,8 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise errors.BadInput(f"pip lists no DeepSpeed release from {low} to {high}")
             listed_by = LISTED_BY_INDEX
         print(f"{len(versions)} release(s): {', '.join(versions)}", flush=True)
-        report = build(versions, listed_by, low, high, manifest, " ".join([COMMAND, *argv]),
-                       progress=lambda line: print(line, flush=True))
+        report = build(versions, listed_by, low, high, manifest, " ".join([COMMAND, *argv]))
     except errors.PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return errors.Exit.ERROR
