@@ -245,14 +245,9 @@ def test_companion_role_reroll_and_apply(upstream, dev, series_files, tmp_path):
     assert skip.file == series.patches[2].file
     assert "needs tests/ and docs/" in skip.reason and "no docs/" in skip.reason
 
-    # With docs/ the whole series applies; asked not to, test and companion are both left out.
+    # With docs/ the whole series applies.
     tree = tree_with_docs(repo, commit, tmp_path / "cache")
     assert apply_series(tree.path, series).applied == tuple(p.file for p in series.patches)
-    tree = tree_with_docs(repo, commit, tmp_path / "cache")
-    only_fix = apply_series(tree.path, series, skip_tests=True)
-    assert only_fix.applied == (series.patches[0].file, )
-    assert [s.reason
-            for s in only_fix.skipped] == ["test patches were not asked for", "companion patches were not asked for"]
 
     # docs/ together with code is refused like tests/ with code.
     commit_files(dev, "mixed", {"docs/tutorial.md": "changed\n", "deepspeed/x.py": "x = 1\n"})

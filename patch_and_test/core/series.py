@@ -339,9 +339,9 @@ def _restore(root: Path, head: str, ref: str) -> None:
         git(root, "reset", "-q", "--hard", head)
 
 
-def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = None) -> ApplyResult:
-    """``git am`` the series onto ``repo``'s branch, all or nothing; patches needing folders the tree lacks (or, with
-    ``skip_tests``, tests/) are skipped and reported."""
+def apply_series(repo: Path | str, series: Series) -> ApplyResult:
+    """``git am`` the series onto ``repo``'s branch, all or nothing; patches needing folders the tree lacks are skipped
+    and reported."""
     root = work_tree_root(Path(repo))
     ensure_clean(root)
     if tree_has_fix(root):
@@ -358,8 +358,6 @@ def apply_series(repo: Path | str, series: Series, *, skip_tests: bool | None = 
                 SkippedPatch(
                     file=patch.file, reason=f"needs {needs}, which this tree does not have "
                     f"(no {' or '.join(missing)}; a PyPI sdist has none)"))
-        elif patch.needs_tests and skip_tests:
-            skipped.append(SkippedPatch(file=patch.file, reason=f"{patch.role} patches were not asked for"))
         else:
             to_apply.append(patch)
 
