@@ -274,7 +274,7 @@ def test_reroll_help_documents_usage(capsys):
 def _series(tmp_path: Path, patches: list[Path], roles: list[str]) -> Series:
     return Series(name="demo", version=1, min_version=(0, 19, 3), below_version=(0, 20, 0), base_commit="0" * 40,
                   base_ref="master", directory=tmp_path, cover_letter=tmp_path / "0000-cover-letter.patch",
-                  patches=tuple(Patch(p.name, p, r) for p, r in zip(patches, roles)), verified=())
+                  patches=tuple(Patch(p.name, p, r) for p, r in zip(patches, roles)))
 
 
 def format_patches(repo: Path, rev_range: str, out: Path) -> list[Path]:

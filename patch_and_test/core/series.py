@@ -113,7 +113,6 @@ class Series:
     directory: Path
     cover_letter: Path
     patches: tuple[Patch, ...]
-    verified: tuple[str, ...]  # refs and sdists the series was applied to with plain git am
 
     def covers(self, version: Version) -> bool:
         return self.min_version <= version < self.below_version
@@ -198,8 +197,8 @@ def load_manifest(path: Path | str | None = None) -> Manifest:
         series.append(
             Series(name=name, version=int(raw.get("version", 1)), min_version=low, below_version=below,
                    base_commit=base_commit, base_ref=str(raw.get("base_ref", "")), directory=directory,
-                   cover_letter=directory / raw.get("cover_letter", "0000-cover-letter.patch"), patches=tuple(patches),
-                   verified=tuple(raw.get("verified", []))))
+                   cover_letter=directory / raw.get("cover_letter", "0000-cover-letter.patch"),
+                   patches=tuple(patches)))
     if not series:
         raise errors.BadInput(f"{path}: no [[series]]")
     ordered = sorted(series, key=lambda s: s.min_version)
@@ -209,9 +208,9 @@ def load_manifest(path: Path | str | None = None) -> Manifest:
     return Manifest(path=path, series=tuple(ordered))
 
 
-def series_for_version(version: str | Version, manifest: Manifest | None = None) -> Series:
+def series_for_version(version: str, manifest: Manifest | None = None) -> Series:
     manifest = manifest or load_manifest()
-    parsed = parse_version(version) if isinstance(version, str) else version
+    parsed = parse_version(version)
     for series in manifest.series:
         if series.covers(parsed):
             return series
@@ -283,7 +282,6 @@ class SkippedPatch(Record):
 class ApplyResult:
     series: str
     series_version: int
-    repo: Path
     applied: tuple[str, ...]
     skipped: tuple[SkippedPatch, ...]
     base: str  # HEAD before
@@ -373,9 +371,8 @@ def apply_series(repo: Path | str, series: Series) -> ApplyResult:
             _restore(root, head, ref)
             raise errors.SeriesDoesNotApply(f"series {series.name} v{series.version}: {failed} does not apply to "
                                             f"{root} ({reason}); the tree is back at {head[:12]}")
-    return ApplyResult(series=series.name, series_version=series.version, repo=root,
-                       applied=tuple(p.file for p in to_apply), skipped=tuple(skipped), base=head,
-                       head=_state(root)[0])
+    return ApplyResult(series=series.name, series_version=series.version, applied=tuple(p.file for p in to_apply),
+                       skipped=tuple(skipped), base=head, head=_state(root)[0])
 
 
 def _failed_patch(root: Path, patches: Sequence[Patch], start: str) -> str:

@@ -85,7 +85,7 @@ def series_from_dir(directory: Path) -> series_mod.Series:
         raise PipelineError(f"{directory} holds no numbered patches")
     return series_mod.Series(name=directory.name, version=0, min_version=(0, 0, 0), below_version=(999, 0, 0),
                              base_commit="", base_ref="", directory=directory, cover_letter=directory / "0000",
-                             patches=patches, verified=())
+                             patches=patches)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,7 @@ def test_a_series_records_what_applied_once_it_did():
     series = load_manifest().by_name("master")
     chosen = series.record()
     assert chosen.range == series.range_text and chosen.applied is None and chosen.head is None
-    applied = ApplyResult(series="master", series_version=series.version, repo=Path("."), applied=("0001-a.patch", ),
+    applied = ApplyResult(series="master", series_version=series.version, applied=("0001-a.patch", ),
                           skipped=(SkippedPatch(file="0002-b.patch",
                                                 reason="needs tests/"), ), base="b" * 40, head="h" * 40)
     done = series.record(applied).model_dump(mode="json")
