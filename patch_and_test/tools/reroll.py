@@ -107,12 +107,12 @@ def cover_from_patch(path: Path) -> tuple[str, str]:
 CHANGE_ID = re.compile(r"^change-id: (\S+)$", re.M)
 
 
-def change_id(series_name: str, previous_letter: str = "", today: datetime.date | None = None) -> str:
+def change_id(series_name: str, previous_letter: str) -> str:
     """b4's series identity: kept from the previous version's letter, else ``YYYYMMDD-<slug>-<hash>``."""
     found = CHANGE_ID.search(previous_letter)
     if found:
         return found[1]
-    day = (today or datetime.datetime.now(datetime.timezone.utc).date()).strftime("%Y%m%d")
+    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
     slug = re.sub(r"[^a-z0-9]+", "-", f"zero3-sp-grad-scale-{series_name}".lower()).strip("-")
     return f"{day}-{slug}-{hashlib.sha1(series_name.encode()).hexdigest()[:12]}"
 
