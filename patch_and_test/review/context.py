@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import Any, Optional, Union
 
 from patch_and_test.review.benchmark_reports import ReducePath
 from patch_and_test.core.series import Series, format_version, load_manifest, public_version, version_sort_key
@@ -24,9 +24,6 @@ from repro.gradscale.space import REFERENCE_CONFIGS, SCRIPTS, ZERO3_CONFIGS
 from patch_and_test.job.verdict import Verdict
 from patch_and_test.upstream.job import ALST_FIX_ALONE, REGRESSION, AffectedVerdict, Partial
 from patch_and_test.upstream.suite import BAD, SuiteComparison
-
-if TYPE_CHECKING:
-    from patch_and_test.core.checks import ReproCheck
 
 Scalar = Optional[Union[str, int, float, bool]]
 # The pull request's title: what users see, in the words they would search issues with.
@@ -346,13 +343,6 @@ def affected_context(found: list[tuple[str, AffectedVerdict]]) -> AffectedTable:
         trees=found, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names)) for (k, t, w), names in ordered])
 
 
-def _gradscale_ratios(bundle: Path, check: ReproCheck) -> dict[tuple[str, str, str], float]:
-    path = bundle / rel(bundle, check.report) if check.report and check.script in SCRIPTS else None
-    if path is None or not path.exists():
-        return {}
-    return {(check.script, r.config, r.param): r.ratio for r in Report.load(path).rows}
-
-
 _ORDER = [config.label() for config in REFERENCE_CONFIGS + ZERO3_CONFIGS]  # the reproducers' own order
 
 
@@ -364,14 +354,14 @@ def _matrix(bundle: Path, verdicts: dict[str, Verdict]) -> Matrix | None:
     ran, skipped = _cells(verdicts)
     if not ran and not skipped:
         return None
-    table: dict[tuple[str, str, str], dict[str, RatioPair]] = {}
-    for env, v in ran:
-        before = {k: r for c in v.before for k, r in _gradscale_ratios(bundle, c).items()}
-        after = {k: r for c in v.after for k, r in _gradscale_ratios(bundle, c).items()}
-        for key in set(before) | set(after):
-            table.setdefault(key, {})[env] = RatioPair(before=before.get(key), after=after.get(key))
+    table: dict[tuple[str, str, str], dict[str, dict]] = {}  # (script, config, param) -> env -> phase -> ratio
+    for env, _, phase, check, report in _checks(bundle, dict(ran), SCRIPTS, Report.load):
+        for r in report.rows:  # a later check's ratio of the same row wins
+            by_env = table.setdefault((check.script, r.config, r.param), {})
+            by_env.setdefault(env, {"before": None, "after": None})[phase] = r.ratio
     rows = [
-        MatrixRow(script=script, config=config, param=param, values=[row.get(env) for env, _ in ran])
+        MatrixRow(script=script, config=config, param=param,
+                  values=[RatioPair(**row[env]) if env in row else None for env, _ in ran])
         for (script, config,
              param), row in sorted(table.items(), key=lambda kv: (kv[0][0], _config_order(kv[0][1]), kv[0][2]))
     ]
@@ -397,20 +387,20 @@ def _tests(bundle: Path, verdicts: dict[str, Verdict]) -> Tests | None:
                                       for t in s.pre_existing}))
 
 
-def _checks(bundle: Path, verdicts: dict[str, Verdict], script: str, load):
-    """(verdict, phase, check, report) of every check of ``script`` whose report the bundle carries."""
-    for _env, v in _by_version(verdicts):
+def _checks(bundle: Path, verdicts: dict[str, Verdict], scripts: tuple[str, ...], load):
+    """(env, verdict, phase, check, report) of every check of ``scripts`` whose report the bundle carries."""
+    for env, v in _by_version(verdicts):
         for phase in ("before", "after"):
             for check in getattr(v, phase):
-                path = bundle / rel(bundle, check.report) if check.script == script and check.report else None
+                path = bundle / rel(bundle, check.report) if check.script in scripts and check.report else None
                 if path is not None and path.exists():
-                    yield v, phase, check, load(path)
+                    yield env, v, phase, check, load(path)
 
 
 def _alst(bundle: Path, verdicts: dict[str, Verdict]) -> list[AlstRow]:
     """The ALST recipe reproducer, before and after, in every cell that ran it."""
     rows = []
-    for v, phase, check, report in _checks(bundle, verdicts, "alst_recipe", AlstReport.load):
+    for _, v, phase, check, report in _checks(bundle, verdicts, ("alst_recipe", ), AlstReport.load):
         ratios: dict[tuple[str, int], list[float]] = {}
         for r in report.rows:
             ratios.setdefault((r.recipe, r.stage), []).append(r.ratio)
@@ -425,7 +415,7 @@ def _alst(bundle: Path, verdicts: dict[str, Verdict]) -> list[AlstRow]:
 def _audit(bundle: Path, verdicts: dict[str, Verdict]) -> Audit | None:
     """The parity audit's counts per cell, before and after, and the known upstream discrepancies."""
     rows, known, writeups = [], {}, {}
-    for v, phase, check, report in _checks(bundle, verdicts, "parity_audit", AuditReport.load):
+    for _, v, phase, check, report in _checks(bundle, verdicts, ("parity_audit", ), AuditReport.load):
         rows.append(
             AuditRow(cell=cell_label(v), phase=phase, report=rel(bundle, check.report), mode=report.mode,
                      expect=check.expect, holds=check.holds, layouts=[f"{t.sp}x{t.dp}" for t in report.topologies],
