@@ -224,12 +224,6 @@ def load_context(bundle: Path) -> PrContext:
                      evidence=sorted(p.relative_to(bundle).as_posix() for p in (bundle / "results").rglob("*.json")))
 
 
-def _cells(verdicts: dict[str, Verdict]) -> tuple[list[tuple[str, Verdict]], list[tuple[str, Verdict]]]:
-    """(env, verdict) of the pipeline's cells that ran (unpatched or patched) and of those that did not."""
-    cells = [(env, v) for env, v in _by_version(verdicts) if env.startswith("patch-and-test-ds")]
-    return [c for c in cells if c[1].before or c[1].after], [c for c in cells if not (c[1].before or c[1].after)]
-
-
 def _by_version(verdicts: dict[str, Verdict]) -> list[tuple[str, Verdict]]:
     return sorted(
         verdicts.items(), key=lambda kv: (version_sort_key(kv[1].source.version
@@ -351,9 +345,12 @@ def _config_order(config: str) -> int:
 
 
 def _matrix(bundle: Path, verdicts: dict[str, Verdict]) -> Matrix | None:
-    ran, skipped = _cells(verdicts)
-    if not ran and not skipped:
+    """The pipeline's cells: the ratios of those that ran (unpatched or patched), and those that did not."""
+    pipeline = [(env, v) for env, v in _by_version(verdicts) if env.startswith("patch-and-test-ds")]
+    if not pipeline:
         return None
+    ran = [c for c in pipeline if c[1].before or c[1].after]
+    skipped = [c for c in pipeline if not (c[1].before or c[1].after)]
     table: dict[tuple[str, str, str], dict[str, dict]] = {}  # (script, config, param) -> env -> phase -> ratio
     for env, _, phase, check, report in _checks(bundle, dict(ran), SCRIPTS, Report.load):
         for r in report.rows:  # a later check's ratio of the same row wins
