@@ -45,8 +45,8 @@ def render_sending(bundle: Path, ctx: PrContext | None = None) -> str:
 PAGES = {"PR.md": render_pr, "EVIDENCE.md": render_evidence, "SENDING.md": render_sending}
 
 
-def write_pages(bundle: Path, ctx: PrContext | None = None) -> None:
-    ctx = ctx or load_context(bundle)  # one read of the results for every page
+def write_pages(bundle: Path) -> None:
+    ctx = load_context(bundle)  # one read of the results for every page
     for name, render in PAGES.items():
         (bundle / name).write_text(render(bundle, ctx))
 
