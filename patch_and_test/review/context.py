@@ -266,7 +266,7 @@ def body_context(record: AffectedVerdict | None, signers: list[str]) -> Body:
 
 def _testing(record: AffectedVerdict) -> Testing:
     partial = {run.name: run for run in record.partial}
-    results = record.suite.results if record.suite else []
+    results = record.suite.results  # body_context calls this only for a record with a suite
 
     def node(part: Partial) -> str:  # the class in its file on this tree, where a result or a partial run found it
         found = [r.test.split("::")[0] for r in results if f"::{part.test_class}::" in r.test]
@@ -291,7 +291,7 @@ def _testing(record: AffectedVerdict) -> Testing:
     fixed, alst_before, alst_after = (_counts(results, part.test_class, phase)
                                       for part, phase in ((REGRESSION, "after"), (ALST_FIX_ALONE, "before"),
                                                           (ALST_FIX_ALONE, "after")))
-    files = [f.removeprefix("tests/") for f in record.suite.files] if record.suite else []
+    files = [f.removeprefix("tests/") for f in record.suite.files]
     by_file = {f: (sum(why.values()), _why(why)) for f, why in pre_existing.items()}
     return Testing(commit=graft.commit if graft else record.base or "?", tree=tree, environment=record.environment,
                    regression=f"{node(REGRESSION)}::{REGRESSION.test_class}",
