@@ -95,8 +95,7 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
     status = ensure_results(results, cells, timeout, audit)
     bundle = dist / f"{NAME}-v{max(s.version for s in load_manifest().series)}"
     shutil.rmtree(bundle, ignore_errors=True)
-    bundle.mkdir(parents=True)
-    shutil.copytree(PACKAGE_ROOT / "patches", bundle / "patches")
+    shutil.copytree(PACKAGE_ROOT / "patches", bundle / "patches")  # makes the bundle's folder too
     if sign_as is not None:
         for folder in sorted(p.parent for p in (bundle / "patches").glob("*/0000-cover-letter.patch")):
             signoff.resign(PACKAGE_ROOT / "patches" / folder.name, folder, *sign_as)
