@@ -66,6 +66,5 @@ BEGIN, END = "<!-- affected-results: begin (rendered by zero3-sp docs) -->", "<!
 
 def affected_table(root: Path = KEPT) -> str:
     """docs/affected-tests.md's table (between BEGIN and END): the runs kept under ``root``."""
-    table = templating.render("affected_table.md.j2", table=affected_context(affected_results(root)),
-                              link_root="affected-results")
-    return table.rstrip("\n")
+    return templating.render("affected_table.md.j2", table=affected_context(affected_results(root)),
+                             link_root="affected-results").rstrip("\n")
