@@ -110,7 +110,7 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
                             dirs_exist_ok=True)
     downstream_table.gather(results / DOWNSTREAM, bundle / "results" / DOWNSTREAM)
     for src in (KEPT_AFFECTED, results / AFFECTED):
-        for found in sorted(src.glob("*/affected.json")) if src.is_dir() else []:
+        for found in sorted(src.glob("*/affected.json")):  # none where src is not a folder
             dest = bundle / "results" / AFFECTED / found.parent.name / found.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(found, dest)
@@ -121,8 +121,7 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
             shutil.copytree(notice.parent / "figures", bundle / "figures")
     shutil.copytree(PACKAGE_ROOT / "docs" / "upstream-candidates", bundle / "upstream-candidates")
     write_pages(bundle)
-    state = signoff.sign_state(bundle / "patches" / "master")
-    print(f"[bundle] patches/master {state.describe()}")
+    print(f"[bundle] patches/master {signoff.sign_state(bundle / 'patches' / 'master').describe()}")
     for note in github_form.write(bundle, load_manifest().by_name("master"), source.mirror_path()):
         print(f"[bundle] note: {note}")
     write_manifest(bundle)
