@@ -20,6 +20,7 @@ import tarfile
 import pytest
 
 from patch_and_test.core import source
+from repro.harness.env import cache_root
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.network, pytest.mark.slow_tier]
@@ -48,7 +49,7 @@ def sdist_tree(request, tmp_path_factory):
         version = newest_transformers()
         if version == MADE_ON:
             pytest.skip(f"transformers {MADE_ON}, the patch's base, is the newest on PyPI")
-    cache = source.cache_dir() / "sdists"
+    cache = cache_root() / "sdists"
     # A release's sdist never changes on PyPI: a cached one is reused without asking pip (about 20 s).
     cached = cache / f"transformers-{version}.tar.gz"
     archive = cached if cached.is_file() else source.download_sdist(version, cache, package="transformers")

@@ -10,6 +10,7 @@ import pytest
 from patch_and_test.tools import releases
 from patch_and_test.core import source
 from patch_and_test.tools.releases import ReleasesReport
+from repro.harness.env import cache_root
 
 pytestmark = [pytest.mark.network, pytest.mark.slow_tier]
 
@@ -55,4 +56,4 @@ patches = [{{ file = "{FIX}", role = "fix" }}]
     row, = ReleasesReport.load(path).rows
     assert row.applied == [] and not row.fixed_before and not row.fixed_after
     assert f"{FIX} does not apply to the sdist repo (error: " in row.error
-    assert str(source.cache_dir()) not in row.error and "FAILS" in md.read_text()
+    assert str(cache_root()) not in row.error and "FAILS" in md.read_text()

@@ -71,12 +71,9 @@ class SourceTree:
         return SourceRecord(**{**fields, "path": str(self.path)})
 
 
-cache_dir = cache_root  # the package's one cache (repro.harness.env)
-
-
 def mirror_path() -> Path:
     """A git clone (bare or not) of DeepSpeed with its tags: ``DEEPSPEED_MIRROR``, else the cache's one."""
-    return Path(os.environ.get("DEEPSPEED_MIRROR") or cache_dir() / "deepspeed-mirror")
+    return Path(os.environ.get("DEEPSPEED_MIRROR") or cache_root() / "deepspeed-mirror")
 
 
 def _fixed_env() -> dict:
@@ -162,7 +159,7 @@ def parse_index_versions(text: str) -> list[str]:
 
 def sdist_path(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None) -> Path:
     entry = (lock if lock is not None else load_lock()).get(version)
-    return (cache or cache_dir()) / "sdists" / (entry.filename if entry else f"deepspeed-{version}.tar.gz")
+    return (cache or cache_root()) / "sdists" / (entry.filename if entry else f"deepspeed-{version}.tar.gz")
 
 
 def fetch_sdist(version: str, lock: dict[str, LockEntry] | None = None, cache: Path | None = None, *,
@@ -215,7 +212,7 @@ def _unpack(archive: Path, dest: Path) -> None:
 def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry] | None = None, *,
               require_lock: bool = True) -> SourceTree:
     """A working copy of the repo made from the PyPI sdist of ``version`` (its sha256 in the commit message)."""
-    cache = cache or cache_dir()
+    cache = cache or cache_root()
     version = format_version(parse_version(version))
     repo = cache / "pypi" / f"v{SDIST_LAYOUT}" / f"deepspeed-{version}"
     if not (repo / ".git").is_dir() or git(repo, "rev-parse", "-q", "--verify", "refs/tags/sdist",
@@ -304,7 +301,7 @@ def _claim(first: Path) -> tuple[Path, IO]:
 
 def _copy(source: Path, commit: str, name: str, branch: str, cache: Path | None, **fields) -> SourceTree:
     key = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
-    dest, claim = _claim((cache or cache_dir()) / "checkouts" / f"{name}-{key}")
+    dest, claim = _claim((cache or cache_root()) / "checkouts" / f"{name}-{key}")
     try:
         if not (dest / ".git").is_dir():
             if dest.exists():
@@ -397,7 +394,7 @@ def _hash_files(repo: Path, root: Path, paths: tuple[str, ...]) -> list[tuple[st
 def build_graft(release: str, history: str, mirror: Path | None = None,
                 cache: Path | None = None) -> tuple[Path, Graft]:
     """The repo holding the newest-upstream commit (made once, then cached) and what it is made of."""
-    cache = cache or cache_dir()
+    cache = cache or cache_root()
     mirror = mirror or mirror_path()
     if not mirror.exists():
         raise errors.BadInput(f"no DeepSpeed mirror at {mirror} (set DEEPSPEED_MIRROR): the newest-upstream tree "

@@ -27,7 +27,7 @@ from patch_and_test.core import series as series_mod
 from patch_and_test.core import source as source_mod
 from patch_and_test.core.errors import CommandParser, BadInput, Exit, PipelineError, positive_seconds
 from repro.downstream.expect import CLIENTS, MARKER_NAME
-from repro.harness.env import dist_version
+from repro.harness.env import cache_root, dist_version
 from repro.harness.files import relative_to
 from repro.harness.report import JsonReport
 
@@ -120,7 +120,7 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
             _run(_installer_cmd("--no-deps", *specs, as_python=as_python), log)
         if tf_patches is not None:
             record.transformers_patches = install_patched_transformers(tf_version or "5.25.0", tf_patches, log,
-                                                                       source_mod.cache_dir())
+                                                                       cache_root())
         record.clients = installed_clients()
         shown = ", ".join(f"{d} {v}" for d, v in record.clients.items()) or "none"
         step("clients", shown + (f" (--install specs installed as for Python {as_python})" if as_python else ""), t)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from patch_and_test.core.checks import outcome_counts, run_logged
+from repro.harness.env import cache_root
 from repro.harness.report import Record
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"
@@ -210,10 +211,8 @@ def rerun_candidates(before: SuiteRun, after: SuiteRun) -> list[str]:
 
 def pytest_env(tree: Path) -> dict[str, str]:
     """DeepSpeed's way to run its unit tests on CPU from a checkout, plus our recording plugin."""
-    from patch_and_test.core.source import cache_dir
-
     ext = os.environ.get("TORCH_EXTENSIONS_DIR") or str(
-        cache_dir() / "torch-ext" / f"tree-{hashlib.sha1(str(tree.resolve()).encode()).hexdigest()[:12]}")
+        cache_root() / "torch-ext" / f"tree-{hashlib.sha1(str(tree.resolve()).encode()).hexdigest()[:12]}")
     return {
         "PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), str(tree), str(tree / "tests")]),
         "DS_ACCELERATOR": "cpu",
@@ -224,10 +223,9 @@ def pytest_env(tree: Path) -> dict[str, str]:
 
 def hub_env() -> dict[str, str]:
     """An offline Hugging Face hub serving the one model DeepSpeed's ALST test loads (none without transformers)."""
-    from patch_and_test.core.source import cache_dir
     from repro.alst import tiny_llama
 
-    hf_home = cache_dir() / "hf-home"
+    hf_home = cache_root() / "hf-home"
     try:
         tiny_llama.populate_hub_cache(hf_home)
     except tiny_llama.TransformersMissing:
