@@ -173,10 +173,8 @@ def _installed(done: install.Installed) -> str:
 
 def _check_alst_pin(version: str | None) -> None:
     """A wrong transformers for the ALST steps is bad input, said before anything is downloaded or built."""
-    if version is not None and checks.alst_unavailable(version) is None:
-        problem = checks.alst_pin_problem()
-        if problem:
-            raise BadInput(problem)
+    if version is not None and checks.alst_unavailable(version) is None and (problem := checks.alst_pin_problem()):
+        raise BadInput(problem)
 
 
 def _reproducers(r: _Run, version: str) -> tuple[str, ...]:
