@@ -101,10 +101,8 @@ def _run_steps(r: _Run) -> None:
         raise Skipped(f"nccl needs one GPU per rank: {WORLD_SIZE} ranks, {gpu_count()} GPU(s) visible")
 
     t = time.monotonic()
-    if cfg.newest_upstream:
-        tree = r.tree = source_mod.from_newest_upstream()
-    else:
-        tree = r.tree = source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(version)
+    tree = r.tree = (source_mod.from_newest_upstream() if cfg.newest_upstream else
+                     source_mod.from_checkout(cfg.src) if cfg.src else source_mod.from_pypi(version))
     r.verdict.source = tree.record()
     made_of = (f" = {tree.graft.release} sdist on master {tree.graft.history[:12]} ({tree.graft.history_date})"
                if tree.graft else "")
