@@ -327,8 +327,7 @@ def from_checkout(path: Path | str, series_name: str | None = None, cache: Path 
     ensure_clean(root)
     head = git_out(root, "rev-parse", "HEAD").strip()
     version = git_out(root, "show", f"{head}:version.txt").strip()
-    if series_name is None:
-        series_name = series_for_version(version).name
+    series_name = series_name or series_for_version(version).name
     return _copy(root, head, "checkout", f"zero3-sp-fix/{series_name}", cache, version=version, origin="checkout",
                  upstream_commit=head)
 
