@@ -76,10 +76,6 @@ def mirror_path() -> Path:
     return Path(os.environ.get("DEEPSPEED_MIRROR") or cache_root() / "deepspeed-mirror")
 
 
-def _fixed_env() -> dict:
-    return {**os.environ, **FIXED_IDENTITY}
-
-
 @dataclass(frozen=True)
 class LockEntry:
     version: str
@@ -245,7 +241,8 @@ def sdist_digest(tree: SourceTree) -> str | None:
 
 
 def _commit_fixed(repo: Path, message: str) -> None:
-    git_out(repo, "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message, env=_fixed_env())
+    git_out(repo, "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message,
+            env=os.environ | FIXED_IDENTITY)
 
 
 def checkout_sparse(clone: Path, commit: str, branch: str | None = None) -> tuple[str, ...]:
@@ -424,7 +421,7 @@ def build_graft(release: str, history: str, mirror: Path | None = None,
                        f"Everything else, tests/ and docs/ included: master {history}.\n"
                        "Made by zero3-sp-gradfix (patch_and_test.source.build_graft); not an upstream commit.\n")
             commit = git_out(staging / "repo", "commit-tree", tree, "-p", history, "-m", message,
-                             env=_fixed_env()).strip()
+                             env=os.environ | FIXED_IDENTITY).strip()
             git_out(staging / "repo", "update-ref", tag, commit)
             os.replace(staging / "repo", repo)
         finally:
