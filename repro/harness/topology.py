@@ -29,9 +29,6 @@ class Topology:
     def dp_groups(self) -> list[list[int]]:
         return [list(range(j, self.world_size, self.sp)) for j in range(self.sp)]
 
-    def label(self) -> str:
-        return f"sp={self.sp} dp={self.dp}"
-
 
 class SequenceParallelMpu:
     """A minimal mpu for DeepSpeed versions without ``parallel_state_sp`` (before 0.17); its "data-parallel
