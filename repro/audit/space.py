@@ -10,6 +10,7 @@ from typing import Iterable, Literal, Sequence
 
 from pydantic import computed_field, model_validator
 
+from repro.gradscale.space import ZeroConfig
 from repro.harness.report import Record
 from repro.harness.topology import Topology
 
@@ -96,11 +97,8 @@ class AuditPoint(Record):
         return f"z{self.stage}{knobs}/{self.topo.label()}/{self.dtype}/gas{self.gas}/pdf={self.predivide}/{scale}"
 
     def zero_section(self) -> dict:
-        section: dict = {"stage": self.stage}
-        if self.stage != 0:
-            section.update(reduce_scatter=self.reduce_scatter, contiguous_gradients=self.contiguous_gradients,
-                           reduce_bucket_size=self.reduce_bucket_size)
-        return section
+        return ZeroConfig(self.stage, self.reduce_scatter, self.contiguous_gradients,
+                          self.reduce_bucket_size).zero_section()
 
     def config_overrides(self) -> dict:
         """Top-level DeepSpeed config keys this point sets (besides zero_optimization)."""

@@ -47,6 +47,7 @@ def test_point_config():
         "contiguous_gradients": True,
         "reduce_bucket_size": 16
     }
+    assert AuditPoint(0, None, None, None, 1, 2).zero_section() == {"stage": 0}
     assert p.config_overrides() == {
         "gradient_accumulation_steps": 2,
         "gradient_predivide_factor": 4.0,
