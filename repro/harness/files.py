@@ -23,14 +23,13 @@ def load_toml(path: Path | str) -> dict[str, Any]:
         return tomllib.load(fh)
 
 
-def write_json(path: Path | str, data: Any, indent: int | None = 2) -> Path:
+def write_json(path: Path | str, data: Any, indent: int | None = 2) -> None:
     """Write ``data`` as JSON (and a final newline) atomically; the parent folder is created."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=indent, default=str) + "\n")
     tmp.replace(path)
-    return path
 
 
 def relative_to(path: str | None, root: Path) -> str | None:
