@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Sequence
+from typing import Iterable
 
 
 def _identifiers(node: ast.AST) -> Iterable[str]:
@@ -16,14 +16,13 @@ def _identifiers(node: ast.AST) -> Iterable[str]:
             yield sub.arg
 
 
-def source_has_fix(source: str, function: str = "__avg_scatter_grads",
-                   markers: Sequence[str] = ("sequence_parallel", )) -> bool:
-    """Whether ``function`` (a method of any class in ``source``), or a ``self.*`` method it calls, names an
-    identifier containing a marker (code, not comments or strings)."""
+def source_has_fix(source: str) -> bool:
+    """Whether ``__avg_scatter_grads`` (a method of any class in ``source``), or a ``self.*`` method it calls, names
+    an identifier containing ``sequence_parallel`` (code, not comments or strings)."""
     tree = ast.parse(source)
     for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
         methods = {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        target = methods.get(function)
+        target = methods.get("__avg_scatter_grads")
         if target is None:
             continue
         calls = {
@@ -32,6 +31,6 @@ def source_has_fix(source: str, function: str = "__avg_scatter_grads",
             and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "self"
         }
         searched = [target] + [methods[name] for name in sorted(calls) if name in methods]
-        if any(marker in ident for func in searched for ident in _identifiers(func) for marker in markers):
+        if any("sequence_parallel" in ident for func in searched for ident in _identifiers(func)):
             return True
     return False
