@@ -138,7 +138,7 @@ def quick_rule(p: AuditPoint) -> bool:
     honours = p.stage == 0 or (not p.reduce_scatter and p.contiguous_gradients)
     if p.stage == 3 and not p.reduce_scatter and not p.contiguous_gradients and p.bucket == "fits":
         honours = True  # ZeRO-3's __avg_scatter_grads with a predivide factor
-    if honours and p.bucket in (None, "fits", "overflow") and (p.stage in (0, 3) or p.bucket == "fits"):
+    if honours and (p.stage in (0, 3) or p.bucket == "fits"):
         return True
     # one rejected combination per rejecting stage
     return (p.stage in (2, 3) and p.reduce_scatter and p.contiguous_gradients and p.bucket == "fits"
