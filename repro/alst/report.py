@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field, computed_field
 
 from repro.alst.expect import TOLERANCES, fit, loss_ok
 from repro.harness import scales
 from repro.harness.report import PatternReport, Record, text_table
-
-SCHEMA = "zero3-sp-gradfix/alst-recipe-report/v1"
 
 
 class AlstRow(Record):
@@ -44,7 +42,7 @@ class AlstRow(Record):
 class AlstReport(PatternReport):
     """The ALST recipe check's report: a row per (recipe, stage, parameter), dp group 0's losses, the verdict."""
 
-    SCHEMA: ClassVar[str] = SCHEMA
+    SCHEMA = "zero3-sp-gradfix/alst-recipe-report/v1"
 
     transformers_version: str
     rows: list[AlstRow]

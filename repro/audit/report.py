@@ -15,8 +15,6 @@ from repro.audit.space import AuditPoint
 from repro.harness import scales
 from repro.harness.report import JsonReport, Record, text_table
 
-SCHEMA = "zero3-sp-gradfix/parity-audit/v1"
-
 # What the summary names as responsible for the bug this package fixes.
 SP_BUG_CODE = ("deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3.__avg_scatter_grads: "
                "reduce_scatter_coalesced divides by the partition world size (sp x dp) and nothing "
@@ -164,7 +162,7 @@ def _by_message(points: Iterable[Point], status: str) -> list[MessageGroup]:
 
 
 class AuditReport(JsonReport):
-    SCHEMA = SCHEMA
+    SCHEMA = "zero3-sp-gradfix/parity-audit/v1"
     JSON_INDENT = 1
 
     script: str

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from pydantic import Field, computed_field
 
 from repro.downstream.expect import ClientKind, mis_scaled
 from repro.harness import exit_codes, scales
 from repro.harness.report import LaunchReport, Record, text_table
 
-SCHEMA = "zero3-sp-gradfix/downstream-clients-report/v1"
 STATUSES = ("measured", "not-applicable", "error")
 
 
@@ -67,7 +64,7 @@ class DownstreamReport(LaunchReport):
     exit_code           int   0 holds; 1 does not; 2 an error row; 77 nothing to measure
     """
 
-    SCHEMA: ClassVar[str] = SCHEMA
+    SCHEMA = "zero3-sp-gradfix/downstream-clients-report/v1"
 
     deepspeed_fixed: bool
     marker: bool

@@ -3,12 +3,8 @@ to and from JSON, and the table a person reads. docs/code/repro-harness-gradscal
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from repro.harness import scales
 from repro.harness.report import PatternReport, Record, text_table
-
-SCHEMA = "zero3-sp-gradfix/repro-report/v1"
 
 
 class Row(Record):
@@ -33,7 +29,7 @@ class Row(Record):
 
 
 class Report(PatternReport):
-    SCHEMA: ClassVar[str] = SCHEMA
+    SCHEMA = "zero3-sp-gradfix/repro-report/v1"
 
     rows: list[Row]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
 
 from pydantic import Field
 
@@ -13,7 +12,6 @@ from repro.alst.expect import RECIPES as RECIPES, STAGES as STAGES  # re-exporte
 from repro.harness import scales
 from repro.harness.report import PatternReport, Record, text_table
 
-SCHEMA = "zero3-sp-gradfix/training-effect-report/v1"
 TOLERANCES = scales.TOLERANCES["training"]
 STEPS = 30
 LR = 1e-3
@@ -57,7 +55,7 @@ class TrainingReport(PatternReport):
     """The training-effect report: the reference's and each (stage, recipe) run's steps; holds: every run at the rule's
     factor of the reference on every step."""
 
-    SCHEMA: ClassVar[str] = SCHEMA
+    SCHEMA = "zero3-sp-gradfix/training-effect-report/v1"
 
     deepspeed_fixed: bool = Field(description="read from the installed DeepSpeed's code")
     marker: bool = Field(description="read from the installed DeepSpeed's code")

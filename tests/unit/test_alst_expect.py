@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from repro.alst.expect import fit, row_ok
-from repro.alst.report import SCHEMA, AlstReport, loss_entry, make_row, other_group_mismatch
+from repro.alst.report import AlstReport, loss_entry, make_row, other_group_mismatch
 from repro.alst.expect import RECIPES, STAGES
 from repro.harness import scales
 
@@ -190,7 +190,8 @@ def test_report_json_round_trip(tmp_path):
     path = tmp_path / "r.json"
     report.write(path)
     data = json.loads(path.read_text())
-    assert data["schema"] == SCHEMA and data["pattern"] == "fixed" and data["holds"] and data["exit_code"] == 0
+    assert data["schema"] == AlstReport.SCHEMA and data["pattern"] == "fixed"
+    assert data["holds"] and data["exit_code"] == 0
     assert set(
         data["tolerances"]) == {"ratio_rel_tol", "residual_tol", "element_rtol", "element_atol_rel", "loss_rel_tol"}
     assert [r["label"] for r in data["rows"]] == ["2", "2", "1", "1"]

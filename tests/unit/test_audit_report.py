@@ -3,7 +3,7 @@ import json
 import pytest
 
 from repro.audit.expect import KnownDiscrepancy
-from repro.audit.report import SCHEMA, AuditReport, MeasuredPoint, MeasuredRow, Point, Row, raw_point, render_summary
+from repro.audit.report import AuditReport, MeasuredPoint, MeasuredRow, Point, Row, raw_point, render_summary
 from repro.audit.space import AuditPoint
 from tests.conftest import FIXTURES
 
@@ -94,7 +94,7 @@ def test_json_round_trip_and_rejudge(tmp_path):
     report = _report(_points())
     report.write(tmp_path / "a.json")
     data = json.loads((tmp_path / "a.json").read_text())
-    assert data["schema"] == SCHEMA and data["exit_code"] == 0 and data["holds"] is True
+    assert data["schema"] == AuditReport.SCHEMA and data["exit_code"] == 0 and data["holds"] is True
     back = AuditReport.load(tmp_path / "a.json")
     assert back.to_dict() == report.to_dict()
     assert back.rejudge(KNOWN, "k.toml", "fixed").exit_code == 1

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from repro.gradscale.report import SCHEMA, Report, Row
+from repro.gradscale.report import Report, Row
 
 # Reports the reproducers wrote before the report became a pydantic model (labels "1.0", not "1").
 KEPT = Path(__file__).resolve().parents[2] / "docs" / "master-v4-reproducers"
@@ -26,7 +26,7 @@ def test_round_trip(tmp_path):
     report.wall_time_s = 1.5
     report.write(tmp_path / "r.json")
     data = json.loads((tmp_path / "r.json").read_text())
-    assert data["schema"] == SCHEMA and data["pattern"] == "buggy" and data["exit_code"] == 0
+    assert data["schema"] == Report.SCHEMA and data["pattern"] == "buggy" and data["exit_code"] == 0
     assert Report.load(tmp_path / "r.json") == report
 
 
@@ -73,5 +73,5 @@ def test_a_stored_verdict_that_disagrees_with_the_rows_is_rejected():
 def test_kept_reports_load_and_write_back_unchanged(path):
     data = json.loads(path.read_text())
     report = Report.load(path)
-    assert report.schema_name == SCHEMA and report.rows
+    assert report.schema_name == Report.SCHEMA and report.rows
     assert report.to_dict() == data
