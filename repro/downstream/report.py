@@ -8,8 +8,6 @@ from repro.downstream.expect import ClientKind, mis_scaled
 from repro.harness import exit_codes, scales
 from repro.harness.report import LaunchReport, Record, text_table
 
-STATUSES = ("measured", "not-applicable", "error")
-
 
 class ClientRow(Record):
     """One client x stage: measured (ratio vs the rule), not applicable (why) or error (last line)."""
@@ -18,7 +16,7 @@ class ClientRow(Record):
     client_version: str
     function: str  # what was called, e.g. "transformers.integrations.deepspeed.deepspeed_sp_compute_loss"
     stage: int | None
-    status: str  # one of STATUSES
+    status: str  # "measured" | "not-applicable" | "error"
     kind: str | None = None
     gate: str | None = None
     gate_version: str | None = None
