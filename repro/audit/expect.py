@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import math
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -208,11 +208,10 @@ def judge_row(point_fields: dict[str, Any], row: MeasuredRow, known: Sequence[Kn
 CATEGORIES = ("match", "sp_bug", "known", "unexplained", "rejected", "error")
 
 
-def point_category(status: str, rows: Iterable[Row]) -> str:
+def point_category(status: str, rows: Sequence[Row]) -> str:
     """What a point showed, whatever the expectation (docs/parity-audit.md)."""
     if status != "ran":
         return status
-    rows = list(rows)
     if not rows:
         return "error"
     if all(r.at_oracle for r in rows):
@@ -224,7 +223,6 @@ def point_category(status: str, rows: Iterable[Row]) -> str:
     return "unexplained"
 
 
-def point_holds(status: str, rows: Iterable[Row], expect: str) -> bool:
+def point_holds(status: str, rows: Sequence[Row], expect: str) -> bool:
     """Rejected points keep the expectation, errors do not, run points when every row is where it predicts."""
-    rows = list(rows)
     return status == "rejected" or (status == "ran" and bool(rows) and all(r.ok[expect] for r in rows))
