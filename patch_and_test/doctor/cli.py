@@ -31,6 +31,7 @@ from patch_and_test.core.errors import CommandParser, BadInput
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import parse_version, series_for_version
 from patch_and_test.core.source import load_lock
+from repro.downstream.expect import mis_scaled
 from repro.harness.report import text_table
 from repro.harness.scales import RECIPES, ReducePath, label
 
@@ -165,7 +166,7 @@ def _table(cells: list[rule.Cell]) -> list[str]:
 
 
 def _verdict_lines(verdict: rule.Verdict, z: rule.ZeroSettings) -> list[str]:
-    bad = [c for c in verdict.cells if not rule.is_one(c.now)]
+    bad = [c for c in verdict.cells if mis_scaled(c.now)]
     if verdict.affected is None:
         return [_depends_line(verdict, z)]
     if not verdict.affected:
@@ -173,9 +174,9 @@ def _verdict_lines(verdict: rule.Verdict, z: rule.ZeroSettings) -> list[str]:
     parts = []
     for c in bad:
         why = []
-        if not rule.is_one(c.deepspeed_now):
+        if mis_scaled(c.deepspeed_now):
             why.append(f"{c.param_class.path} without the fix divides by sp x dp, not dp")
-        if not rule.is_one(c.now / c.deepspeed_now):
+        if mis_scaled(c.now / c.deepspeed_now):
             why.append(f"the loss recipe x{label(c.now / c.deepspeed_now)}")
         scope = " (if your model has any)" if c.param_class.present is None else ""
         parts.append(f"{label(c.now)} x the true gradient for {c.param_class.label}{scope} with "
@@ -209,19 +210,19 @@ def _depends_line(verdict: rule.Verdict, z: rule.ZeroSettings) -> str:
 def _remedy_lines(verdict: rule.Verdict, z: rule.ZeroSettings, sources: list[rule.LossSource], sp: int,
                   ds: rule.DeepSpeedState, params: list[tuple[str, int]] | None) -> list[str]:
     lines = []
-    needs_fix = any(not rule.is_one(c.deepspeed_now) for c in verdict.cells if c.param_class.present is not False)
+    needs_fix = any(mis_scaled(c.deepspeed_now) for c in verdict.cells if c.param_class.present is not False)
     if verdict.affected is not False and needs_fix:
         lines += _series_remedy(ds.version)
         if z.stage == 3:
             alt, alt_classes = rule.workaround(z, params)
-            if all(rule.is_one(c.now) for c in rule.cells(alt, alt_classes, sources, sp, ds)):
+            if not any(mis_scaled(c.now) for c in rule.cells(alt, alt_classes, sources, sp, ds)):
                 bucket = alt.reduce_bucket_size if params else "your largest parameter's element count"
                 lines.append("  or, without a patch: zero_optimization reduce_scatter: false, contiguous_gradients: "
                              f"true, reduce_bucket_size >= {bucket} (every gradient then takes "
                              "__avg_scatter_contiguous_grads, which sums over sp; it holds a buffer of that many "
                              "elements)")
     for source in sources:
-        after = [c for c in verdict.cells if c.source == source and not rule.is_one(c.after_fix)]
+        after = [c for c in verdict.cells if c.source == source and mis_scaled(c.after_fix)]
         if after:
             remedy = rule.client_remedy(source, after[0], sp)
             lines.append(f"remedy: {remedy}" if verdict.affected else f"before you take the fix: {remedy}; with the "

@@ -154,10 +154,6 @@ def cells(z: ZeroSettings, classes: Sequence[ParamClass], sources: Sequence[Loss
     ]
 
 
-def is_one(value: float) -> bool:
-    return not mis_scaled(value)
-
-
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     affected: bool | None  # None: it depends on parameter sizes that were not given
@@ -171,11 +167,11 @@ class Verdict:
 
 def verdict(rows: Sequence[Cell]) -> Verdict:
     """Affected iff a class of parameters that is present gets a factor other than 1 now."""
-    if any(not is_one(c.now) for c in rows if c.param_class.present):
+    if any(mis_scaled(c.now) for c in rows if c.param_class.present):
         return Verdict(True, tuple(rows))
-    unknown = {is_one(c.now) for c in rows if c.param_class.present is None}
+    unknown = {mis_scaled(c.now) for c in rows if c.param_class.present is None}
     # one class is right, the other is not: sizes decide
-    return Verdict(None if unknown == {True, False} else False in unknown, tuple(rows))
+    return Verdict(None if unknown == {True, False} else True in unknown, tuple(rows))
 
 
 @dataclasses.dataclass(frozen=True)
