@@ -409,9 +409,7 @@ def _human(value: Any) -> Any:
 
 
 def sequence_parallel_size(run: RunConfig, given: int | None, path: Path) -> int:
-    """The file's sp, else --sp; a --sp that disagrees with the file is an error; sp >= 1."""
-    if given is not None and given < 1:
-        raise BadInput(f"--sp must be >= 1, got {given}")
+    """The file's sp, else --sp (diagnose has refused one < 1); a --sp that disagrees with the file is an error."""
     if run.sp is None:
         if given is None:
             raise BadInput(f"pass --sp N ({run.sp_where})")

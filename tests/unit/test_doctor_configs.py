@@ -122,8 +122,6 @@ def test_sp_is_the_files_and_a_disagreeing_flag_is_an_error(tmp_path):
     assert read.sequence_parallel_size(silent, 2, path) == 2
     with pytest.raises(BadInput, match="pass --sp N"):
         read.sequence_parallel_size(silent, None, path)
-    with pytest.raises(BadInput, match=">= 1"):
-        read.sequence_parallel_size(silent, 0, path)
 
 
 def test_the_typical_models_sizes_are_computed_from_its_shapes():
