@@ -26,7 +26,6 @@ import sys
 from pathlib import Path
 
 from patch_and_test.doctor import read, rule
-from patch_and_test.doctor.read import run_check
 from patch_and_test.core.errors import CommandParser, BadInput
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import parse_version, series_for_version
@@ -87,8 +86,8 @@ def diagnose(args: argparse.Namespace) -> tuple[list[str], int]:
     if args.recipe or not sources:
         sources = [rule.own_loss(args.recipe or "none")]
     params = list(sizes.params) if sizes else None
-    result = run_check(run.deepspeed, sp, installed.state, sources, params, sizes.hidden_size if sizes else None,
-                       installed.defaults, installed.defaults_from)
+    result = read.run_check(run.deepspeed, sp, installed.state, sources, params, sizes.hidden_size if sizes else None,
+                            installed.defaults, installed.defaults_from)
     z, verdict, ds = result.zero, result.verdict, installed.state
     where = f"the tree {installed.package}" if args.deepspeed else "installed here"
     lines = [
