@@ -223,7 +223,7 @@ def _remedy_lines(verdict: rule.Verdict, z: rule.ZeroSettings, sources: list[rul
     for source in sources:
         after = [c for c in verdict.cells if c.source == source and mis_scaled(c.after_fix)]
         if after:
-            remedy = rule.client_remedy(source, after[0], sp)
+            remedy = rule.client_remedy(source, sp)
             lines.append(f"remedy: {remedy}" if verdict.affected else f"before you take the fix: {remedy}; with the "
                          f"fix its gradients become {label(after[0].after_fix)} x the true gradient")
     return lines

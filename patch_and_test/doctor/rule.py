@@ -203,8 +203,8 @@ def workaround(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> tup
     return alt, [ParamClass("all (each within the bucket)", ReducePath.CONTIGUOUS, None, every=True)]
 
 
-def client_remedy(source: LossSource, cell: Cell, sp: int) -> str:
-    """What to change in the loss code so that ``cell`` gets the true gradient with the fix in."""
+def client_remedy(source: LossSource, sp: int) -> str:
+    """What to change in ``source``'s loss code so that its gradients are the true ones with the fix in."""
     if source.kind.kind == "allgather":
         return (f"{source.label}: the loss is aggregated with the differentiable all_gather, whose backward sums "
                 f"the sp ranks' gradients (x{sp}): backprop each rank's own token-weighted share, or divide the "
