@@ -162,21 +162,17 @@ def load_config(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        data = _hjson(text)
+        try:
+            import hjson
+
+            data = hjson.loads(text)
+        except Exception:  # noqa: BLE001 - no hjson, or any hjson failure: not a config
+            data = None
         if data is None:
             raise BadInput(f"{path} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise BadInput(f"{path} is not a config: a JSON object is expected, got {type(data).__name__}")
     return data
-
-
-def _hjson(text: str) -> Any:
-    try:
-        import hjson
-
-        return hjson.loads(text)
-    except Exception:  # noqa: BLE001 - no hjson, or any hjson failure: not a config
-        return None
 
 
 def _bool(key: str, value: Any) -> bool:
