@@ -554,6 +554,5 @@ def run_check(config: dict[str, Any], sp: int, deepspeed: rule.DeepSpeedState, s
     if z.bucket_decides and z.reduce_bucket_size is None:
         raise BadInput('zero_optimization.reduce_bucket_size is "auto" and decides the reduce path here: pass '
                        "--model (HF fills it with hidden_size^2) or give it a number")
-    classes = rule.param_classes(z, list(params) if params is not None else None)
-    cells = rule.cells(z, classes, sources, sp, deepspeed)
+    cells = rule.cells(z, rule.param_classes(z, params), sources, sp, deepspeed)
     return Check(z, sp, deepspeed, tuple(sources), rule.verdict(cells))
