@@ -5,7 +5,7 @@ Every factor is measured: a census library's kept ``tox -m downstream`` reports 
 of the kept training-effect runs of its recipe (``docs/figures/training_effect-{unpatched,patched}.json``). A factor
 that is not a simple fraction (``scales.label``), that the report's own check does not hold for, or that is not
 the rule's (``census.read_factors``) is an error, as is advice written for another verdict than the factors give.
-``splice`` puts the table between README's marker lines; tests/unit/test_stack_table.py checks it is current.
+``zero3-sp docs`` puts the table between README's marker lines; tests/unit/test_stack_table.py checks it is current.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Optional
 
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core import templating
-from patch_and_test.core.templating import Model, replace_block
+from patch_and_test.core.templating import Model
 from patch_and_test.downstream.census import (CENSUS, Census, Factor, Library, StageFactors, Verdict, measured_factors,
                                               read_factors, verdict)
 from patch_and_test.downstream.table import KEPT_RESULTS, PHASES
@@ -141,8 +141,3 @@ def render(census_file: Path = CENSUS, results: Path = KEPT_RESULTS, figures: Pa
     census = Census.load(census_file)
     rows = [stack_row(s, census, results, figures) for s in STACKS]
     return templating.render("stack_table.md.j2", census=census, rows=rows).rstrip("\n")
-
-
-def splice(document: str, **kw) -> str:
-    """``document`` (README.md's text) with its stack-table block rendered (``render``'s keywords)."""
-    return replace_block(document, render(**kw), BEGIN, END)
