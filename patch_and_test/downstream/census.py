@@ -20,7 +20,6 @@ from repro.downstream.report import DownstreamReport
 from repro.harness import scales
 from repro.harness.report import JsonReport, Record
 
-SCHEMA = "zero3-sp-gradfix/downstream-census/v1"
 CENSUS = KEPT_RESULTS / "census.json"
 BEGIN = "<!-- downstream-census:begin (rendered by zero3-sp docs; do not edit) -->"
 END = "<!-- downstream-census:end -->"
@@ -81,7 +80,7 @@ class Citation(Record):
 
 class Census(JsonReport):
     """JSON schema ``zero3-sp-gradfix/downstream-census/v1``: the census (module docstring)."""
-    SCHEMA: ClassVar[str] = SCHEMA
+    SCHEMA: ClassVar[str] = "zero3-sp-gradfix/downstream-census/v1"
 
     checked: str  # the date the releases on PyPI were read
     deepspeed_version: str  # the DeepSpeed release of the measured and the read factors, unpatched and patched
