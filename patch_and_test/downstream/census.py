@@ -23,7 +23,6 @@ from repro.harness.report import JsonReport, Record
 CENSUS = KEPT_RESULTS / "census.json"
 BEGIN = "<!-- downstream-census:begin (rendered by zero3-sp docs; do not edit) -->"
 END = "<!-- downstream-census:end -->"
-GAINS, MUST_CHANGE, UNTOUCHED = "gains from the fix", "must change with it", "untouched"
 Verdict = Literal["gains from the fix", "must change with it", "untouched"]
 
 
@@ -112,10 +111,10 @@ class CensusRow(Model):
 def verdict(stages: list[StageFactors]) -> Verdict:
     """A true gradient the fix makes wrong: must change; a wrong one it makes true: gains. Pure."""
     if any(s.unpatched.label == "1" and s.patched.label != "1" for s in stages):
-        return MUST_CHANGE
+        return "must change with it"
     if any(s.unpatched.label != "1" and s.patched.label == "1" for s in stages):
-        return GAINS
-    return UNTOUCHED
+        return "gains from the fix"
+    return "untouched"
 
 
 def read_factors(recipe: ClientKind, sp: int, deepspeed_version: str) -> list[StageFactors]:
