@@ -77,11 +77,6 @@ def install_patched_transformers(version: str, patches_dir: Path, log: Path, cac
     return [p.name for p in patches]
 
 
-def installed_clients() -> dict[str, str]:
-    found = {c.dist: dist_version(c.dist) for c in CLIENTS}
-    return {d: v for d, v in found.items() if v}
-
-
 def _installer_cmd(*args: str, as_python: str | None = None) -> list[str]:
     inst = install.Installer.find()
     if inst.kind == "uv":
@@ -121,7 +116,7 @@ def run(env: str, results: Path, version: str | None, specs: list[str], tf_patch
         if tf_patches is not None:
             record.transformers_patches = install_patched_transformers(tf_version or "5.25.0", tf_patches, log,
                                                                        cache_root())
-        record.clients = installed_clients()
+        record.clients = {c.dist: v for c in CLIENTS if (v := dist_version(c.dist))}  # the installed ones
         shown = ", ".join(f"{d} {v}" for d, v in record.clients.items()) or "none"
         step("clients", shown + (f" (--install specs installed as for Python {as_python})" if as_python else ""), t)
 
