@@ -51,7 +51,7 @@ def preflight(args: ReproArgs) -> int | None:
 
 
 def checked_launch(program, emit) -> Callable[[ReproArgs], int]:
-    """The run of an ALST-recipe family (this one and training): the preflight, then the ranks."""
+    """The run of an ALST-recipe family (this one, training and downstream): the preflight, then the ranks."""
 
     def run(args: ReproArgs) -> int:
         stop = preflight(args)

@@ -17,11 +17,10 @@ More: docs/code/repro-alst-training-downstream.md
 
 from __future__ import annotations
 
-from repro.alst.run import preflight
+from repro.alst.run import checked_launch
 from repro.downstream.measure import program
 from repro.downstream.report import DownstreamReport
-from repro.harness import launch
-from repro.harness.cli import ReproArgs, main_guard
+from repro.harness.cli import main_guard
 
 EXPECT_HELP = (
     "what the installed DeepSpeed is: buggy (unpatched) or fixed (carries the fix); every client's gradient "
@@ -29,19 +28,12 @@ EXPECT_HELP = (
 
 
 def main(argv: list[str] | None = None) -> int:
+    written: dict = {}
 
-    def run(args: ReproArgs) -> int:
-        stop = preflight(args)
-        if stop is not None:
-            return stop
-        written: dict = {}
+    def emit(report: dict, wall: float, json_path) -> None:
+        written.update(report)
+        DownstreamReport.emit(report, wall, json_path)
 
-        def sink(report: dict, wall: float) -> None:
-            written.update(report)
-            DownstreamReport.emit(report, wall, args.json)
-
-        code = launch.run(args, program, sink)
-        # The report decides 2 (an error row) and 77 (nothing to measure); the ranks return 0/1.
-        return written.get("exit_code", code) if code in (0, 1) else code
-
-    return main_guard(__doc__, run, argv=argv, expect_help=EXPECT_HELP)
+    code = main_guard(__doc__, checked_launch(program, emit), argv=argv, expect_help=EXPECT_HELP)
+    # The report decides 2 (an error row) and 77 (nothing to measure); the ranks return 0/1.
+    return written.get("exit_code", code) if code in (0, 1) else code
