@@ -127,8 +127,7 @@ def stack_row(stack: Stack, census: Census, results: Path, figures: Path) -> Sta
     if lib is not None and lib.measured is not None:
         where = lib.measured
         stages = measured_factors(where, recipe, results, census.sp)
-        source = (f"{where.client} {where.client_version}: "
-                  f"[{where.env}](docs/downstream-results/{where.env}/)")
+        source = f"{where.client} {where.client_version}: [{where.env}](docs/downstream-results/{where.env}/)"
     else:
         stages = training_factors(recipe, figures, census.sp, census.deepspeed_version)
         source = f"its `{recipe.kind}` runs, step 0: [{TRAINING.format(phase='*')}](docs/figures/)"
