@@ -8,24 +8,22 @@ import shutil
 
 import pytest
 
-from patch_and_test.core.templating import replace_block
 from patch_and_test.downstream import stacks
+from patch_and_test.review import docs
 from repro.downstream.expect import ClientKind
 from patch_and_test.downstream.table import KEPT_RESULTS
 
 README = stacks.DOCUMENT.read_text()
 
 
-def _splice(document: str) -> str:
-    return replace_block(document, stacks.render(), stacks.BEGIN, stacks.END)
-
-
-def test_readmes_block_is_the_kept_runs_rendered_and_a_hand_edit_shows():
-    assert _splice(README) == README, "README.md's stack table is stale: run zero3-sp docs"
+def test_readmes_block_is_the_kept_runs_rendered_and_a_hand_edit_shows(tmp_path):
+    [splice] = [a.render for a in docs.ARTIFACTS if a.name == "stack table"]  # what zero3-sp docs writes
+    assert splice(stacks.DOCUMENT) == {stacks.DOCUMENT: README}, "README.md's stack table is stale: run zero3-sp docs"
     row = "| your own loss: each rank's own share | 1 | 1/2 | 1 |"
     assert row in README
-    edited = README.replace(row, "| your own loss: each rank's own share | 1 | 1 | 1 |")
-    assert _splice(edited) != edited
+    edited = tmp_path / "README.md"
+    edited.write_text(README.replace(row, "| your own loss: each rank's own share | 1 | 1 | 1 |"))
+    assert splice(edited)[edited] != edited.read_text()
 
 
 def test_the_block_lies_within_readmes_first_lines():
