@@ -27,11 +27,8 @@ class ProbeModel(torch.nn.Module):
              for s in specs})
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        loss = None
-        for spec, x in zip(self.specs, inputs):
-            term = 0.5 * (self.weights[spec.name] * x.to(self.weights[spec.name].dtype)).pow(2).sum()
-            loss = term if loss is None else loss + term
-        return loss
+        weights = [self.weights[spec.name] for spec in self.specs]
+        return sum(0.5 * (w * x.to(w.dtype)).pow(2).sum() for w, x in zip(weights, inputs))
 
 
 # Micro-step m > 0 draws from its own stream; micro-step 0 keeps the single-step reproducers' seed.

@@ -3,6 +3,7 @@ configuration; rank 0 reports; every rank computes the whole oracle itself, no c
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from typing import Callable, Sequence
 
@@ -54,12 +55,9 @@ def make_rows(zero: ZeroConfig, measured: Sequence[tuple], expected: dict, sp: i
         target, buggy_target = (scales.expected_scale(path, sp, e) for e in (expect, "buggy"))
         ok, buggy_ok, fixed_ok = (matches(grad, oracle, scale) for scale in (target, buggy_target, 1.0))
         rows.append(
-            Row(config=zero.label(), stage=zero.stage, reduce_scatter=zero.reduce_scatter,
-                contiguous_gradients=zero.contiguous_gradients, reduce_bucket_size=zero.reduce_bucket_size,
-                param=spec.name, numel=spec.numel, path=str(path), observed_norm=fit.observed_norm,
-                expected_norm=fit.expected_norm, ratio=fit.ratio, residual=fit.residual,
-                label=scales.label(fit.ratio, fit.residual), target=target, ok=ok, buggy_target=buggy_target,
-                buggy_ok=buggy_ok, fixed_ok=fixed_ok))
+            Row(config=zero.label(), **dataclasses.asdict(zero), param=spec.name, numel=spec.numel, path=str(path),
+                **dataclasses.asdict(fit), label=scales.label(fit.ratio, fit.residual), target=target, ok=ok,
+                buggy_target=buggy_target, buggy_ok=buggy_ok, fixed_ok=fixed_ok))
     return rows
 
 
