@@ -74,6 +74,4 @@ def expected_gradients(specs: tuple[ParamSpec, ...], topology: Topology, micro_s
     for m in range(micro_steps):
         local = [local_gradients(specs, r, micro_step=m, model_dtype=model_dtype) for r in range(topology.world_size)]
         per_step.append({s.name: expected_gradient([g[s.name] for g in local], topology) for s in specs})
-    if micro_steps == 1:
-        return per_step[0]
     return {s.name: torch.stack([step[s.name] for step in per_step]).mean(0) for s in specs}
