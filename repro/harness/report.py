@@ -71,9 +71,7 @@ class JsonReport(BaseModel):
 
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
-        schema = cls.model_json_schema(by_alias=True, mode="serialization")
-        schema["$id"] = cls.SCHEMA
-        return schema
+        return {**cls.model_json_schema(by_alias=True, mode="serialization"), "$id": cls.SCHEMA}
 
 
 class LaunchReport(JsonReport):
