@@ -1,8 +1,6 @@
 #!/usr/bin/env python
 """Gradient-scale parity audit: the runnable script (its ranks run it too); the audit is repro/audit/."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 
