@@ -37,7 +37,7 @@ def _select(args):
 
 def main(argv: list[str] | None = None) -> int:
     return run.main(__doc__, "zero3_sp_mixed_bucket", _select, LAYERS, _add_arguments,
-                    check=run.require_paths(ReducePath.CONTIGUOUS, ReducePath.AVG_SCATTER), argv=argv)
+                    required_paths=(ReducePath.CONTIGUOUS, ReducePath.AVG_SCATTER), argv=argv)
 
 
 if __name__ == "__main__":

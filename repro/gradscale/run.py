@@ -61,12 +61,10 @@ def make_rows(zero: ZeroConfig, measured: Sequence[tuple], expected: dict, sp: i
     return rows
 
 
-Check = Callable[[list[Row]], None]  # raises when a run did not exercise what the script is about
-
-
 def main(description: str, script: str, select_configs: Callable[[ReproArgs],
                                                                  Sequence[ZeroConfig]], specs: tuple[ParamSpec, ...],
-         add_arguments=None, check: Check | None = None, argv: list[str] | None = None) -> int:
+         add_arguments=None, required_paths: Sequence[ReducePath] = (), argv: list[str] | None = None) -> int:
+    """``required_paths``: each must carry a gradient, else the run did not exercise what the script is about."""
 
     def launch_ranks(args: ReproArgs) -> int:
         configs = select_configs(args)
@@ -78,21 +76,11 @@ def main(description: str, script: str, select_configs: Callable[[ReproArgs],
                 row for zero in configs for row in make_rows(zero, measure(zero, specs, ctx.rank, ctx.device, mpu),
                                                              expected, ctx.topology.sp, ctx.args.expect)
             ]
-            if check is not None:
-                check(rows)
+            if missing := [str(p) for p in required_paths if not any(r.path == str(p) for r in rows)]:
+                raise RuntimeError(f"no gradient went through {', '.join(missing)}: the scenario did not occur")
             report = Report(**launch.launch_fields(ctx, script), rows=rows)
             return launch.RankResult(report.exit_code, report.to_dict() if ctx.rank == 0 else None)
 
         return launch.run(args, program, lambda report, wall: Report.emit(report, wall, args.json))
 
     return main_guard(description, launch_ranks, add_arguments, argv)
-
-
-def require_paths(*paths: ReducePath) -> Check:
-    """A check that every given path carried at least one gradient."""
-
-    def check(rows: list[Row]) -> None:
-        if missing := [str(p) for p in paths if not any(r.path == str(p) for r in rows)]:
-            raise RuntimeError(f"no gradient went through {', '.join(missing)}: the scenario did not occur")
-
-    return check
