@@ -26,9 +26,6 @@ class Topology:
     def sp_groups(self) -> list[list[int]]:
         return [list(range(i * self.sp, (i + 1) * self.sp)) for i in range(self.dp)]
 
-    def dp_groups(self) -> list[list[int]]:
-        return [list(range(j, self.world_size, self.sp)) for j in range(self.sp)]
-
 
 class SequenceParallelMpu:
     """A minimal mpu for DeepSpeed versions without ``parallel_state_sp`` (before 0.17); its "data-parallel
