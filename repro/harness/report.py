@@ -146,8 +146,7 @@ class PatternReport(LaunchReport):
 
 def error_line(err: BaseException) -> str:
     """An exception as one line: its type and the last line of its text."""
-    lines = f"{type(err).__name__}: {err}".strip().splitlines()
-    return lines[-1] if lines else type(err).__name__
+    return f"{type(err).__name__}: {err}".strip().splitlines()[-1]  # never empty: the type's name leads
 
 
 def text_table(header: Sequence[str], lines: Sequence[Sequence[str]],
