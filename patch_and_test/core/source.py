@@ -13,9 +13,11 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+from pydantic import Field
 
 from patch_and_test.core import errors
 from patch_and_test.core.gitrun import git_out
@@ -48,27 +50,44 @@ SDIST_LAYOUT = 2
 GRAFTED_PATHS = ("accelerator", "bin", "csrc", "deepspeed", "op_builder", "requirements", "setup.py", "version.txt")
 
 
-@dataclass(frozen=True)
-class SourceTree:
-    path: Path  # a git work tree that is ours to patch
-    version: str  # from its version.txt
+class Graft(Record):
+    """A newest-upstream commit: the sdist of ``release`` over ``history`` (both recorded in the verdict)."""
+
+    commit: str
+    release: str
+    sdist_sha256: str
+    history: str  # the mirror's master commit: parent of the graft, source of tests/ and docs/
+    history_date: str
+
+
+class SourceRecord(Record):
+    """Where a run's DeepSpeed tree came from, as its verdict records it (``SourceTree`` less the lock)."""
+
     origin: str  # "pypi-sdist", "checkout", "mirror" or "newest-upstream"
+    path: str
+    version: str  # from its version.txt
     upstream_commit: str | None  # the DeepSpeed commit it was made from (None for an sdist; the graft's id)
     base: str  # the local commit to apply a series onto (HEAD when returned)
     branch: str
     has_tests: bool
+    dropped_paths: tuple[str, ...]
+    graft: Graft | None = None  # newest-upstream: what the tree is made of (absent in verdicts written before)
+
+
+class SourceTree(SourceRecord):
+    """A git work tree that is ours to patch, locked by ``claim`` until ``release``."""
+
+    path: Path
     dropped_paths: tuple[str, ...] = ()  # left out because their blobs are missing
-    graft: Graft | None = None  # newest-upstream: what the tree is made of
     series_name: str | None = None  # the series this origin takes whatever its version.txt says
-    claim: IO | None = field(default=None, compare=False, repr=False)
+    claim: Any = Field(default=None, exclude=True, repr=False)
 
     def release(self) -> None:
         if self.claim is not None:
             self.claim.close()
 
     def record(self) -> SourceRecord:
-        fields = {name: getattr(self, name) for name in SourceRecord.model_fields}
-        return SourceRecord(**{**fields, "path": str(self.path)})
+        return SourceRecord.model_validate(self.model_dump(mode="json", include=set(SourceRecord.model_fields)))
 
 
 def mirror_path() -> Path:
@@ -327,30 +346,6 @@ def from_checkout(path: Path | str, series_name: str | None = None, cache: Path 
     series_name = series_name or series_for_version(version).name
     return _copy(root, head, "checkout", f"zero3-sp-fix/{series_name}", cache, version=version, origin="checkout",
                  upstream_commit=head)
-
-
-class Graft(Record):
-    """A newest-upstream commit: the sdist of ``release`` over ``history`` (both recorded in the verdict)."""
-
-    commit: str
-    release: str
-    sdist_sha256: str
-    history: str  # the mirror's master commit: parent of the graft, source of tests/ and docs/
-    history_date: str
-
-
-class SourceRecord(Record):
-    """Where a run's DeepSpeed tree came from, as its verdict records it (``SourceTree`` less the lock)."""
-
-    origin: str
-    path: str
-    version: str
-    upstream_commit: str | None
-    base: str
-    branch: str
-    has_tests: bool
-    dropped_paths: tuple[str, ...]
-    graft: Graft | None = None  # absent in verdicts written before newest-upstream trees
 
 
 def grafted_entries(history: list[tuple[str, str, str]], release: list[tuple[str, str, str]],
