@@ -133,12 +133,10 @@ class Series:
     def companion_patches(self) -> tuple[Patch, ...]:
         return tuple(p for p in self.patches if p.role == "companion")
 
-    def record(self, applied: ApplyResult | None = None) -> ChosenSeries:
-        """The series as a run's verdict records it; with ``applied``, what applied to the tree and what not."""
-        done = {} if applied is None else dict(applied=applied.applied, skipped=applied.skipped, base=applied.base,
-                                               head=applied.head)
+    def record(self, **applied) -> ChosenSeries:
+        """The series as a run's verdict records it; ``apply_series`` adds what applied to the tree and what not."""
         return ChosenSeries(name=self.name, version=self.version, base_commit=self.base_commit, base_ref=self.base_ref,
-                            range=self.range_text, **done)
+                            range=self.range_text, **applied)
 
 
 @dataclass(frozen=True)
@@ -278,23 +276,6 @@ class SkippedPatch(Record):
     reason: str
 
 
-@dataclass(frozen=True)
-class ApplyResult:
-    series: str
-    series_version: int
-    applied: tuple[str, ...]
-    skipped: tuple[SkippedPatch, ...]
-    base: str  # HEAD before
-    head: str  # HEAD after: the resulting commit
-
-    def summary(self) -> str:
-        text = (f"applied series {self.series} v{self.series_version}: {len(self.applied)} patch(es)"
-                f" -> {self.head[:12]}")
-        for skip in self.skipped:
-            text += f"\nskipped {skip.file}: {skip.reason}"
-        return text
-
-
 class ChosenSeries(Record):
     """The series chosen for a run's tree; once applied (not on a tree that had the fix), what applied and what not."""
 
@@ -306,7 +287,11 @@ class ChosenSeries(Record):
     applied: tuple[str, ...] | None = None
     skipped: tuple[SkippedPatch, ...] | None = None
     base: str | None = None  # HEAD before the series
-    head: str | None = None  # HEAD after it
+    head: str | None = None  # HEAD after it: the resulting commit
+
+    def summary(self) -> str:  # once applied
+        skips = "".join(f"\nskipped {skip.file}: {skip.reason}" for skip in self.skipped)
+        return f"applied series {self.name} v{self.version}: {len(self.applied)} patch(es) -> {self.head[:12]}{skips}"
 
 
 def _identity_env(root: Path) -> dict:
@@ -337,7 +322,7 @@ def _restore(root: Path, head: str, ref: str) -> None:
         git(root, "reset", "-q", "--hard", head)
 
 
-def apply_series(repo: Path | str, series: Series) -> ApplyResult:
+def apply_series(repo: Path | str, series: Series) -> ChosenSeries:
     """``git am`` the series onto ``repo``'s branch, all or nothing; patches needing folders the tree lacks are skipped
     and reported."""
     root = work_tree_root(Path(repo))
@@ -371,8 +356,8 @@ def apply_series(repo: Path | str, series: Series) -> ApplyResult:
             _restore(root, head, ref)
             raise errors.SeriesDoesNotApply(f"series {series.name} v{series.version}: {failed} does not apply to "
                                             f"{root} ({reason}); the tree is back at {head[:12]}")
-    return ApplyResult(series=series.name, series_version=series.version, applied=tuple(p.file for p in to_apply),
-                       skipped=tuple(skipped), base=head, head=_state(root)[0])
+    return series.record(applied=tuple(p.file for p in to_apply), skipped=tuple(skipped), base=head,
+                         head=_state(root)[0])
 
 
 def _failed_patch(root: Path, patches: Sequence[Patch], start: str) -> str:

@@ -126,7 +126,7 @@ def _run_steps(r: _Run) -> None:
     else:
         applied = series_mod.apply_series(tree.path, chosen)
         base = applied.base
-        r.verdict.series = chosen.record(applied)
+        r.verdict.series = applied
         r.step("apply series", "ok", applied.summary().replace("\n", "; "), t)
 
     t = time.monotonic()

@@ -8,7 +8,7 @@ import pytest
 
 from patch_and_test.core.checks import ended_early, outcome_counts
 from patch_and_test.core.errors import Exit
-from patch_and_test.core.series import ApplyResult, SkippedPatch, load_manifest
+from patch_and_test.core.series import SkippedPatch, load_manifest
 from patch_and_test.core.source import Graft, SourceTree
 from repro.harness.env import HostEnvironment, host_environment
 
@@ -30,15 +30,17 @@ def test_a_series_records_what_applied_once_it_did():
     series = load_manifest().by_name("master")
     chosen = series.record()
     assert chosen.range == series.range_text and chosen.applied is None and chosen.head is None
-    applied = ApplyResult(series="master", series_version=series.version, applied=("0001-a.patch", ),
-                          skipped=(SkippedPatch(file="0002-b.patch",
-                                                reason="needs tests/"), ), base="b" * 40, head="h" * 40)
-    done = series.record(applied).model_dump(mode="json")
+    applied = series.record(applied=("0001-a.patch", ), skipped=(SkippedPatch(file="0002-b.patch",
+                                                                              reason="needs tests/"), ), base="b" * 40,
+                            head="h" * 40)
+    done = applied.model_dump(mode="json")
     assert done["applied"] == ["0001-a.patch"] and done["skipped"] == [{
         "file": "0002-b.patch",
         "reason": "needs tests/"
     }]
     assert (done["base"], done["head"]) == ("b" * 40, "h" * 40)
+    assert applied.summary() == (f"applied series master v{series.version}: 1 patch(es) -> {'h' * 12}\n"
+                                 "skipped 0002-b.patch: needs tests/")
 
 
 def test_the_host_environment_is_typed():
