@@ -34,7 +34,10 @@ class Installed:
 def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
     """Install commit ``rev`` of ``tree`` into this interpreter (replacing any DeepSpeed)."""
     tid = git_out(tree, "rev-parse", f"{rev}^{{tree}}").strip()
-    key = hashlib.sha256("|".join([tid, sys.version, _torch_version()]).encode()).hexdigest()[:16]
+    if (torch := dist_version("torch")) is None:
+        raise InstallFailed(
+            "torch is not installed in this environment: install it first (its CPU build: README, 'Two commands')")
+    key = hashlib.sha256("|".join([tid, sys.version, torch]).encode()).hexdigest()[:16]
     wheel_dir = cache_root() / "wheels" / key
     wheels = sorted(wheel_dir.glob("deepspeed-*.whl")) if wheel_dir.is_dir() else []
     cached = bool(wheels)
@@ -47,7 +50,9 @@ def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
         # Without bytecode (PYTHONDONTWRITEBYTECODE in CI images; uv does not compile) every rank re-parses DeepSpeed.
         deepspeed = Path(sysconfig.get_paths()["purelib"]) / "deepspeed"
         _run([sys.executable, "-m", "compileall", "-q", "-j0", str(deepspeed)], out)
-        prebuild_comm_op(out)
+        env = dict(os.environ, MAX_JOBS="2",
+                   PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+        _run([sys.executable, "-c", _PREBUILD], out, env=env, cwd=PACKAGE_ROOT)  # its two sources side by side
     return Installed(importlib.metadata.version("deepspeed"), cached, installer.kind)
 
 
@@ -63,12 +68,6 @@ os.environ["DS_ACCELERATOR"] = "cpu"
 from deepspeed.comm.torch import build_shm_op
 build_shm_op()
 """
-
-
-def prebuild_comm_op(out) -> None:
-    env = dict(os.environ, MAX_JOBS="2",
-               PYTHONPATH=os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
-    _run([sys.executable, "-c", _PREBUILD], out, env=env, cwd=PACKAGE_ROOT)  # its two sources side by side
 
 
 def _build_wheel(tree: Path, rev: str, wheel_dir: Path, installer: Installer, out) -> Path:
@@ -119,13 +118,6 @@ class Installer:
             uv_args = ["build", "--wheel", "--no-build-isolation", "--python", sys.executable, "-o", str(out_dir)]
             return [*self.argv, *uv_args, str(source)]
         return [*self.argv, "wheel", "--no-deps", "--no-build-isolation", "-w", str(out_dir), str(source)]
-
-
-def _torch_version() -> str:
-    if (version := dist_version("torch")) is None:
-        raise InstallFailed(
-            "torch is not installed in this environment: install it first (its CPU build: README, 'Two commands')")
-    return version
 
 
 def _run(cmd: list[str], out, env=None, cwd=None) -> None:
