@@ -145,9 +145,8 @@ class Manifest:
     series: tuple[Series, ...]
 
     def by_name(self, name: str) -> Series:
-        for series in self.series:
-            if series.name == name:
-                return series
+        if found := next((series for series in self.series if series.name == name), None):
+            return found
         names = ", ".join(s.name for s in self.series)
         raise errors.BadInput(f"no series named {name!r} in {self.path} (have: {names})")
 
@@ -209,9 +208,8 @@ def load_manifest(path: Path | str | None = None) -> Manifest:
 def series_for_version(version: str, manifest: Manifest | None = None) -> Series:
     manifest = manifest or load_manifest()
     parsed = parse_version(version)
-    for series in manifest.series:
-        if series.covers(parsed):
-            return series
+    if found := next((series for series in manifest.series if series.covers(parsed)), None):
+        return found
     low, high = manifest.bounds
     gap = " (a gap between series: see the manifest)" if low <= parsed < high else ""
     raise errors.UnknownVersion(f"DeepSpeed {format_version(parsed)} is not supported{gap}: "

@@ -363,12 +363,8 @@ def _excluded(rel: str) -> bool:
 def _tree_entries(repo: Path, commit: str) -> list[tuple[str, str, str]]:
     """(mode, object, path) of every entry of ``commit``'s tree."""
     records = filter(None, git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0"))
-    entries = []
-    for record in records:
-        meta, path = record.split("\t", 1)
-        mode, _, sha = meta.split()
-        entries.append((mode, sha, path))
-    return entries
+    entries = (record.split("\t", 1) for record in records)  # "<mode> <type> <object>", the path
+    return [(meta.split()[0], meta.split()[2], path) for meta, path in entries]
 
 
 def _hash_files(repo: Path, root: Path, paths: tuple[str, ...]) -> list[tuple[str, str, str]]:
