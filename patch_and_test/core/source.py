@@ -136,9 +136,8 @@ def pip_command() -> list[str]:
     """How to run pip here: this interpreter's, else the one on PATH."""
     if importlib.util.find_spec("pip") is not None:
         return [sys.executable, "-m", "pip"]
-    for name in ("pip3", "pip"):
-        if shutil.which(name):
-            return [shutil.which(name)]  # type: ignore[list-item]
+    if found := shutil.which("pip3") or shutil.which("pip"):
+        return [found]
     raise errors.BadInput("pip is needed to download DeepSpeed sdists and none was found")
 
 
