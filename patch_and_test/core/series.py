@@ -370,14 +370,6 @@ def _first_error_line(text: str) -> str:
                 lines[0] if lines else "git am failed")
 
 
-def mailinfo(patch: Path, scratch: Path) -> tuple[dict[str, str], str, Path]:
-    """(headers, message, diff file) of one format-patch file, as ``git am`` reads it."""
-    msg, diff = scratch / "msg", scratch / "diff"
-    out = git(None, "mailinfo", str(msg), str(diff), input=patch.read_bytes(), text=False).stdout.decode()
-    info = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
-    return info, msg.read_text(), diff
-
-
 def commit_patches(repo: Path, base: str, patches: Sequence[Path], scratch: Path,
                    env: dict | None = None) -> list[str]:
     """The commits ``git am`` would make of ``patches`` on ``base``, made with plumbing on an index in ``scratch``: no
@@ -385,9 +377,13 @@ def commit_patches(repo: Path, base: str, patches: Sequence[Path], scratch: Path
     scratch.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **(env or {}), "GIT_INDEX_FILE": str(scratch / "index")}
     git(repo, "read-tree", base, env=env)
+    msg, diff = scratch / "msg", scratch / "diff"
     made: list[str] = []
     for patch in patches:
-        info, message, diff = mailinfo(patch, scratch)
+        # Its headers, message and diff, as git am reads them.
+        out = git(None, "mailinfo", str(msg), str(diff), input=patch.read_bytes(), text=False).stdout.decode()
+        info = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+        message = msg.read_text()
         applied = git(repo, "apply", "--cached", "--whitespace=nowarn", str(diff), check=False, env=env)
         if applied.returncode != 0:
             why = "; ".join(line.strip() for line in applied.stderr.splitlines() if line.strip()) or "git apply failed"
