@@ -94,10 +94,6 @@ class Patch:
         return touched_files(self.path)
 
     @property
-    def needs_tests(self) -> bool:  # a PyPI sdist has no tests/: roles test and companion
-        return bool(self.needs_dirs)
-
-    @property
     def needs_dirs(self) -> tuple[str, ...]:
         return ROLES[self.role]
 
@@ -123,11 +119,11 @@ class Series:
 
     @property
     def fix_patches(self) -> tuple[Patch, ...]:  # what applies to a PyPI sdist: the fix, and a backport's marker
-        return tuple(p for p in self.patches if not p.needs_tests)
+        return tuple(p for p in self.patches if not p.needs_dirs)
 
     @property
-    def test_patches(self) -> tuple[Patch, ...]:
-        return tuple(p for p in self.patches if p.needs_tests)
+    def test_patches(self) -> tuple[Patch, ...]:  # roles test and companion: they need tests/, which an sdist lacks
+        return tuple(p for p in self.patches if p.needs_dirs)
 
     @property
     def companion_patches(self) -> tuple[Patch, ...]:

@@ -160,7 +160,7 @@ def test_every_series_has_the_regression_test_in_both_layouts(manifest):
         assert "@TESTS@" not in letter and "@COMPANION@" not in letter and "***" not in letter
         if series.name in WITH_COMPANION:
             (companion, ) = series.companion_patches
-            assert companion.needs_tests and companion.needs_dirs == ("tests", "docs")
+            assert companion.needs_dirs == ("tests", "docs")
 
 
 def test_the_pull_request_is_made_on_the_newest_upstream_tree(manifest):
