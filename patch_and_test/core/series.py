@@ -331,10 +331,8 @@ def apply_series(repo: Path | str, series: Series) -> ChosenSeries:
         missing = [f"{d}/" for d in patch.needs_dirs if not (root / d).is_dir()]
         if missing:
             needs = " and ".join(f"{d}/" for d in patch.needs_dirs)
-            skipped.append(
-                SkippedPatch(
-                    file=patch.file, reason=f"needs {needs}, which this tree does not have "
-                    f"(no {' or '.join(missing)}; a PyPI sdist has none)"))
+            reason = f"needs {needs}, which this tree does not have (no {' or '.join(missing)}; a PyPI sdist has none)"
+            skipped.append(SkippedPatch(file=patch.file, reason=reason))
         else:
             to_apply.append(patch)
 
