@@ -30,8 +30,6 @@ _HEADER_NAME = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_][A-Za-z0-
 
 @dataclasses.dataclass(frozen=True)
 class Hunk:
-    path: str  # the file, relative to the tree (the post-image name)
-    old_start: int
     header: str  # git's function context after the second @@
     removed: tuple[tuple[int, str], ...]  # (old line number, text)
     added: tuple[tuple[int, str], ...]  # (old line number it is inserted before, text)
@@ -98,8 +96,7 @@ def parse_patch(text: str, patch_name: str = "") -> list[FileChange]:
                     new_left -= 1
                 elif tag != "\\":  # context (a blank one may have lost its space); not "\ No newline at end of file"
                     old_line, old_left, new_left = old_line + 1, old_left - 1, new_left - 1
-            path, hunks = files[-1]
-            hunks.append(Hunk(path, int(m.group(1)), m.group(5).strip(), tuple(removed), tuple(added)))
+            files[-1][1].append(Hunk(m.group(5).strip(), tuple(removed), tuple(added)))
     return [FileChange(path, patch_name, tuple(hunks)) for path, hunks in files]
 
 
