@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--results", type=Path, default=None, help="default: results/<env-name>")
     parser.add_argument("--timeout", type=positive_seconds, default=600.0,
                         help="deadline per reproducer launch, s (default %(default)s; the parity audit gets 3x)")
-    parser.add_argument("--no-upstream-suites", action="store_true",
+    parser.add_argument("--no-upstream-suites", dest="upstream_suites", action="store_false",
                         help="with a checkout: skip DeepSpeed's own tests that the series can reach, before/after")
     parser.add_argument(
         "--upstream-depth", choices=["quick", "full"], default=os.environ.get("ZERO3_SP_UPSTREAM_DEPTH") or "quick",
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         "full: every affected test (hours on 2 cores); env ZERO3_SP_UPSTREAM_DEPTH")
     parser.add_argument("--upstream-workers", type=int, default=0,
                         help="run the affected DeepSpeed tests with pytest-xdist -n N (default: one process)")
-    parser.add_argument("--no-audit", action="store_true",
+    parser.add_argument("--no-audit", dest="audit", action="store_false",
                         help="skip the parity audit (repro/parity_audit.py, quick mode) before and after")
     return parser
 
@@ -74,11 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: give one of DEEPSPEED_SRC, DEEPSPEED_VERSION and --newest-upstream", file=sys.stderr)
         return int(Exit.ERROR)
     results = results_dir(args)
-    verdict = run(
-        PipelineConfig(env_name=args.env_name, results=results, version=args.version, src=args.src,
-                       newest_upstream=args.newest_upstream, backend=args.backend, timeout=args.timeout,
-                       upstream_suites=not args.no_upstream_suites, upstream_depth=args.upstream_depth,
-                       upstream_workers=args.upstream_workers, audit=not args.no_audit))
+    # The parser's destinations are PipelineConfig's fields.
+    verdict = run(PipelineConfig(**{**vars(args), "results": results}))
     if verdict.error:
         # "skipped: " for exit 77, as the reproducers print it; tox's toxfile.py shows it as SKIP.
         label = "skipped" if verdict.exit_code == Exit.SKIPPED else "error"
