@@ -136,8 +136,7 @@ def _run_steps(r: _Run) -> None:
 
     suite_before = selection = None
     if not r.verdict.already_fixed:
-        for script in _reproducers(r, tree.version):
-            _reproducer(r, script, "buggy", "before")
+        _reproducers(r, tree.version, "buggy", "before")
         if tree.has_tests and cfg.upstream_suites:
             # DeepSpeed's tests import deepspeed from the tree itself: run them on the base commit.
             with _checked_out(tree.path, base):
@@ -149,8 +148,7 @@ def _run_steps(r: _Run) -> None:
     r.verdict.deepspeed_after = after.version
     r.step("install patched", "ok", _installed(after), t, cfg.results / "install-after.log")
 
-    for script in _reproducers(r, tree.version):
-        _reproducer(r, script, "fixed", "after")
+    _reproducers(r, tree.version, "fixed", "after")
     _clients(r)
     _after_test(r, "twin TestZero3SequenceParallelGradientScale", "twin of the upstream test",
                 ["--run-twin", TWIN_TEST], PACKAGE_ROOT)
@@ -175,14 +173,14 @@ def _check_alst_pin(version: str | None) -> None:
         raise BadInput(problem)
 
 
-def _reproducers(r: _Run, version: str) -> tuple[str, ...]:
+def _reproducers(r: _Run, version: str, expect: str, phase: str) -> None:
+    """The reproducers, the audit (unless --no-audit) and ALST where it can run; else its skip, recorded once."""
     scripts = checks.REPRODUCERS + ((checks.AUDIT, ) if r.cfg.audit else ())
     why_not = checks.alst_unavailable(version)
-    if why_not is None:
-        return scripts + (checks.ALST, )
-    if not any(step.name == checks.ALST for step in r.verdict.steps):
+    if why_not is not None and not any(step.name == checks.ALST for step in r.verdict.steps):
         r.step(checks.ALST, "skipped", why_not, time.monotonic())
-    return scripts
+    for script in scripts + ((checks.ALST, ) if why_not is None else ()):
+        _reproducer(r, script, expect, phase)
 
 
 @contextlib.contextmanager
