@@ -176,18 +176,15 @@ def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quic
     results.mkdir(parents=True, exist_ok=True)
     # Names, not this machine's paths: the base commit says which tree it was.
     name = src.resolve().name if src is not None else source_mod.NEWEST_UPSTREAM
-    verdict = AffectedVerdict(source=name, series=series_dir.name, only=list(only or []),
-                              environment=host_environment("gloo"))
     with_roles = manifest_series(series_dir)
-    verdict.series_version = with_roles.version if with_roles is not None else None
+    verdict = AffectedVerdict(source=name, series=series_dir.name, series_version=getattr(with_roles, "version", None),
+                              only=list(only or []), environment=host_environment("gloo"))
     tree = None
     try:
         chosen = series_from_dir(series_dir)
-        if src is None:
-            tree = source_mod.from_newest_upstream(f"affected-{series_dir.name}")
-            verdict.graft = tree.graft
-        else:
-            tree = source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}")
+        tree = (source_mod.from_newest_upstream(f"affected-{series_dir.name}")
+                if src is None else source_mod.from_checkout(src, series_name=f"affected-{series_dir.name}"))
+        verdict.graft = tree.graft  # None for a checkout
         run_on_tree(verdict, tree, chosen, results, roles=with_roles, depth=depth, only=only, workers=workers)
     except PipelineError as err:
         verdict.error, verdict.error_exit = str(err), int(err.exit_code)
