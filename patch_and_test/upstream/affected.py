@@ -127,12 +127,9 @@ def _definitions(source: str) -> list[tuple[int, int, str, str]] | None:
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    defs = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            defs.append((first, node.end_lineno
-                         or node.lineno, "class" if isinstance(node, ast.ClassDef) else "def", node.name))
+    nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+    defs = [(min([n.lineno] + [d.lineno for d in n.decorator_list]), (n.end_lineno or n.lineno),
+             "class" if isinstance(n, ast.ClassDef) else "def", n.name) for n in nodes]
     return sorted(defs, key=lambda d: (d[0], -d[1]))
 
 
