@@ -74,8 +74,7 @@ def run(cfg: PipelineConfig) -> Verdict:
         _run_steps(r)
     except PipelineError as err:
         # Recorded, not printed: the CLI prints it as its one-line error.
-        r.verdict.error = str(err)
-        r.verdict.error_exit = int(err.exit_code)
+        r.verdict.error, r.verdict.error_exit = str(err), int(err.exit_code)
         r.verdict.steps.append(
             Step(name="error", status="skipped" if err.exit_code == Exit.SKIPPED else "error", detail=str(err)))
     finally:
