@@ -90,10 +90,17 @@ def test_a_run_past_its_deadline_is_a_crash_and_the_comparison_an_error(tree, tm
     assert c.status == "error" and any("deadline" in e for e in c.errors)
 
 
-def test_rerun_runs_node_ids(tree, tmp_path):
-    seen = us.rerun(tree, ["unit/test_a.py::test_ok", "unit/test_a.py::test_fail"], tmp_path / "out", times=2,
-                    timeout=300)
-    assert seen == {"unit/test_a.py::test_ok": ["passed", "passed"], "unit/test_a.py::test_fail": ["failed", "failed"]}
+def test_reruns_run_node_ids_and_tell_flaky_from_regression(tree, tmp_path):
+    from tests.unit.test_upstream_suite import run
+    tests = ["unit/test_a.py::test_ok", "unit/test_a.py::test_fail"]
+    c = us.compare_after_reruns("s", tree, run("before", dict.fromkeys(tests, "passed")),
+                                run("after", dict.fromkeys(tests, "failed")), tmp_path / "out", workers=0, times=2,
+                                timeout=300)
+    seen = {r.test: (r.reruns, r.category) for r in c.results}
+    assert seen == {
+        "unit/test_a.py::test_ok": (("passed", "passed"), "flaky"),
+        "unit/test_a.py::test_fail": (("failed", "failed"), "regression")
+    }
 
 
 def test_xdist_workers_record_once_per_test(tree, tmp_path):

@@ -266,20 +266,14 @@ def run_suite(name: str, tree: Path, files: list[str], out_dir: Path, *, depth: 
                     messages=messages, not_collectable=broken, ranks=ranks, deselected=deselected)
 
 
-def compare_after_reruns(name: str, tree: Path, before: SuiteRun, after: SuiteRun, out_dir: Path, *,
-                         workers: int) -> SuiteComparison:
-    """Every passed-before/failed-after test rerun (``RERUNS`` times), then the two runs compared."""
-    reruns = rerun(tree, rerun_candidates(before, after), out_dir, workers=workers)
-    return compare(name, before, after, reruns)
-
-
-def rerun(tree: Path, tests: list[str], out_dir: Path, *, times: int = RERUNS, timeout: float = 1800,
-          workers: int = 0) -> dict[str, list[str]]:
-    """Each test's outcomes on ``times`` more runs (all of them in one pytest run per round)."""
-    seen: dict[str, list[str]] = {t: [] for t in tests}
+def compare_after_reruns(name: str, tree: Path, before: SuiteRun, after: SuiteRun, out_dir: Path, *, workers: int,
+                         times: int = RERUNS, timeout: float = 1800) -> SuiteComparison:
+    """Every passed-before/failed-after test run ``times`` more (all of them in one pytest run per round), then the
+    two runs compared."""
+    tests = rerun_candidates(before, after)
+    reruns: dict[str, list[str]] = {t: [] for t in tests}
     for i in range(times if tests else 0):
-        run = run_suite(f"rerun-{i + 1}", tree, [], out_dir, keep=(), timeout=timeout, workers=workers,
-                        node_ids=list(tests))
+        run = run_suite(f"rerun-{i + 1}", tree, [], out_dir, keep=(), timeout=timeout, workers=workers, node_ids=tests)
         for t in tests:
-            seen[t].append(run.outcomes.get(t, "error"))
-    return seen
+            reruns[t].append(run.outcomes.get(t, "error"))
+    return compare(name, before, after, reruns)
