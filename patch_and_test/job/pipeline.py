@@ -10,21 +10,16 @@ import dataclasses
 import time
 from pathlib import Path
 
-from patch_and_test.upstream import affected
-from patch_and_test.core import checks
-from patch_and_test.downstream import clients as client_check
-from patch_and_test.core import inputs
-from patch_and_test.core import install
-from patch_and_test.core import series as series_mod
-from patch_and_test.core import source as source_mod
-from patch_and_test.upstream import suite as upstream_suite
-from patch_and_test.upstream.job import REGRESSION
+from patch_and_test import PACKAGE_ROOT
+from patch_and_test.core import checks, inputs, install, series as series_mod, source as source_mod
 from patch_and_test.core.errors import BadInput, Exit, PipelineError, Skipped
 from patch_and_test.core.templating import counts
+from patch_and_test.downstream import clients as client_check
 from patch_and_test.job.verdict import Step, Verdict, summary_table
+from patch_and_test.upstream import affected, suite as upstream_suite
+from patch_and_test.upstream.job import REGRESSION
 from repro.harness.cli import gpu_count
 from repro.harness.env import host_environment
-from patch_and_test import PACKAGE_ROOT
 
 WORLD_SIZE = 2  # the reproducers' default launch: sp=2, dp=1
 AUDIT_TIMEOUT_FACTOR = 3  # the job's audit is two launches of many engines each: minutes on shared cores

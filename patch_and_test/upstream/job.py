@@ -17,12 +17,10 @@ from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field, computed_field
 
-from patch_and_test.upstream import affected
-from patch_and_test.core import series as series_mod
-from patch_and_test.core import source as source_mod
-from patch_and_test.upstream import suite as upstream_suite
-from patch_and_test.core.errors import CommandParser, Exit, PipelineError
+from patch_and_test.core import series as series_mod, source as source_mod
 from patch_and_test.core.checks import ended_early
+from patch_and_test.core.errors import CommandParser, Exit, PipelineError
+from patch_and_test.upstream import affected, suite as upstream_suite
 from repro.harness.env import HostEnvironment, host_environment
 from repro.harness.files import relative_to
 from repro.harness.report import JsonReport
