@@ -35,7 +35,7 @@ from patch_and_test.core.gitrun import git
 from patch_and_test.core.inputs import sha256_file
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import (Manifest, Series, SkippedPatch, apply_series, format_version, load_manifest,
-                                        parse_version, series_for_version, tree_has_fix)
+                                        parse_version, tree_has_fix, version_sort_key)
 from repro.harness.report import JsonReport, Record
 
 SCHEMA = "zero3-sp-gradfix/releases/v1"
@@ -134,10 +134,7 @@ class ReleasesReport(JsonReport):
     def failures(self) -> dict[str, str]:
         """Version -> why its row fails; a listed release without a row fails too."""
         out = {v: "listed but not checked" for v in self.listed if v not in {r.version for r in self.rows}}
-        for row in self.rows:
-            problem = row_problem(row, self.series_of(row))
-            if problem:
-                out[row.version] = problem
+        out.update((row.version, why) for row in self.rows if (why := row_problem(row, self.series_of(row))))
         return out
 
     @computed_field
@@ -178,15 +175,11 @@ def table_rows(report: ReleasesReport) -> list[dict[str, str]]:
     failures = report.failures
     for row in report.rows:
         series = report.series_of(row)
-        notes = []
-        if row.version in failures:
-            notes.append(failures[row.version])
-        if row.mirror_tag is False:
-            notes.append("no git tag: PyPI is its only source")
-        if row.version_txt != row.version:
-            notes.append(f"its version.txt says {row.version_txt}")
-        if row.locked:
-            notes.append("sha256 pinned in deepspeed-sdists.lock")
+        notes = [
+            failures.get(row.version), "no git tag: PyPI is its only source" if row.mirror_tag is False else None,
+            f"its version.txt says {row.version_txt}" if row.version_txt != row.version else None,
+            "sha256 pinned in deepspeed-sdists.lock" if row.locked else None
+        ]
         tag = {True: f"v{row.version}", False: "**none**", None: "?"}[row.mirror_tag]
         out.append(
             dict(version=f"**{row.version}**" if row.mirror_tag is False else row.version, tag=tag,
@@ -195,7 +188,7 @@ def table_rows(report: ReleasesReport) -> list[dict[str, str]]:
                  before="unfixed" if not row.fixed_before else "**fixed**",
                  after="fixed" if row.fixed_after else "**unfixed**",
                  verdict="**FAILS**" if row.version in failures else "holds",
-                 note="; ".join(notes).replace("|", "\\|")))
+                 note="; ".join(filter(None, notes)).replace("|", "\\|")))
     return out
 
 
@@ -219,14 +212,10 @@ def series_used(series: Series) -> SeriesUsed:
 def select_versions(available: list[str], low: str, high: str) -> list[str]:
     """The releases from ``low`` to ``high`` (both included), oldest first; unreadable ones skipped."""
     lo, hi = parse_version(low), parse_version(high)
-    picked = []
-    for text in available:
-        try:
-            version = parse_version(text)
-        except errors.UnknownVersion:
-            continue
-        if lo <= version <= hi and format_version(version) == text:
-            picked.append(text)
+    picked = [
+        t for t in available
+        if (version := version_sort_key(t)) and lo <= version <= hi and format_version(version) == t
+    ]
     return sorted(picked, key=parse_version)
 
 
@@ -257,10 +246,7 @@ def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] |
     cached = source.sdist_path(version, lock).is_file()
     archive = source.fetch_sdist(version, lock, require_lock=False)
     digest = sha256_file(archive)
-    try:
-        series = series_for_version(version, manifest)
-    except errors.UnknownVersion:
-        series = None
+    series = next((s for s in manifest.series if s.covers(parse_version(version))), None)
     tree = source.from_pypi(version, lock=lock, require_lock=False)
     try:
         if source.sdist_digest(tree) != digest:
