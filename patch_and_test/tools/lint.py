@@ -46,10 +46,18 @@ DEFAULT_FLAKE8 = ("--select=E9,F,W6", "--ignore=E,F403,F405,F541,F841,W", "--per
 # DeepSpeed's codespell arguments (.pre-commit-config.yaml, the same from v0.14 to master).
 CODESPELL_ARGS = ("--ignore-regex=\\n", "--ignore-words-list=youn,unsupport,noe,cann", "--check-filenames",
                   "--check-hidden")
-TORCHDIST = re.compile(r"torch\.distributed |torch\.distributed(?!\.nn)")
 SPDX = re.compile(r"^(#|//) SPDX-License-Identifier: Apache-2.0( AND BSD-3-Clause)?$", re.M)
 TEAM = re.compile(r"^(#|//) DeepSpeed Team$", re.M)
 LICENSED_SUFFIXES = (".py", ".c", ".cpp", ".cu", ".cc", ".h", ".hpp", ".cuh", ".hip", ".tr")
+# DeepSpeed's check-torchdist and check-torchcuda, line by line: (a line it refuses, the files' suffix, why).
+LINE_RULES = {
+    "check-torchdist": [(re.compile(r"torch\.distributed |torch\.distributed(?!\.nn)"), "",
+                         "torch.distributed: use deepspeed.comm (torch.distributed.nn is allowed)")],
+    "check-torchcuda": [(re.compile(r"^(?!.*#ignore-cuda).*torch\.cuda"), "",
+                         "torch.cuda: use get_accelerator() (or mark the line #ignore-cuda)"),
+                        (re.compile(r"\.cuda\(\)"), "", ".cuda(): use .to(get_accelerator().device_name())"),
+                        (re.compile(r"\.is_cuda"), ".py", ".is_cuda: use get_accelerator().on_accelerator(tensor)")],
+}
 
 
 @dataclass(frozen=True)
@@ -114,25 +122,12 @@ def check_text(rel: str, text: str, tree: Path | None = None) -> list[Finding]:
             findings.append(Finding(rel, "check-license", "no '# SPDX-License-Identifier: Apache-2.0' line"))
         if not TEAM.search(text):
             findings.append(Finding(rel, "check-license", "no '# DeepSpeed Team' line"))
-    if not _hook_excludes(tree, "check-torchdist", rel):
-        for number, line in enumerate(lines, 1):
-            if TORCHDIST.search(line):
-                findings.append(
-                    Finding(f"{rel}:{number}", "check-torchdist",
-                            "torch.distributed: use deepspeed.comm (torch.distributed.nn is allowed)"))
-    if not _hook_excludes(tree, "check-torchcuda", rel):
-        for number, line in enumerate(lines, 1):
-            if "torch.cuda" in line and "#ignore-cuda" not in line:
-                findings.append(
-                    Finding(f"{rel}:{number}", "check-torchcuda",
-                            "torch.cuda: use get_accelerator() (or mark the line #ignore-cuda)"))
-            if ".cuda()" in line:
-                findings.append(
-                    Finding(f"{rel}:{number}", "check-torchcuda", ".cuda(): use .to(get_accelerator().device_name())"))
-            if rel.endswith(".py") and ".is_cuda" in line:
-                findings.append(
-                    Finding(f"{rel}:{number}", "check-torchcuda",
-                            ".is_cuda: use get_accelerator().on_accelerator(tensor)"))
+    for hook, rules in LINE_RULES.items():
+        if not _hook_excludes(tree, hook, rel):
+            findings += [
+                Finding(f"{rel}:{number}", hook, why) for number, line in enumerate(lines, 1)
+                for refused, suffix, why in rules if rel.endswith(suffix) and refused.search(line)
+            ]
     return findings
 
 
@@ -164,8 +159,7 @@ def run_tools(tree: Path, files: list[str]) -> list[Finding]:
         for section in re.split(r"(?m)^(?=--- )", out.stdout):
             header = re.match(r"--- (\S+)", section)
             if header:
-                changed = sum(1 for line in section.splitlines()
-                              if line.startswith("+") and not line.startswith("+++"))
+                changed = sum(line.startswith("+") and not line.startswith("+++") for line in section.splitlines())
                 findings.append(Finding(header[1], "yapf", f"yapf {TOOLS['yapf']} would reformat {changed} line(s)"))
         config = ["--config=.flake8"] if (tree / ".flake8").is_file() else list(DEFAULT_FLAKE8)
         out = subprocess.run([*_tool("flake8"), *config, *py], cwd=tree, capture_output=True, text=True)
