@@ -42,10 +42,8 @@ def env_deepspeed_version(env_name: str) -> str | None:
 def skip_reason(outcome: Any) -> str:
     """The job's one-line "skipped: <reason>" (or the last line it wrote) from a tox Outcome."""
     lines = [line.strip() for line in f"{outcome.out or ''}\n{outcome.err or ''}".splitlines() if line.strip()]
-    for line in reversed(lines):
-        if line.startswith("skipped: "):
-            return line[len("skipped: "):]
-    return lines[-1] if lines else f"exit {SKIPPED}"
+    reason = next((line.removeprefix("skipped: ") for line in reversed(lines) if line.startswith("skipped: ")), None)
+    return reason or (lines[-1] if lines else f"exit {SKIPPED}")
 
 
 def skip_for(exit_code: int, outcomes: list[Any]) -> str | None:
