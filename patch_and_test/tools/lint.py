@@ -232,7 +232,6 @@ def main(argv: list[str] | None = None) -> int:
     except errors.PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(errors.Exit.ERROR)
-    failed = False
     for line in unlinted:
         print(line)
     for report in reports:
@@ -253,5 +252,4 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {finding}")
         print(f"  {len(report.files)} file(s): {', '.join(report.files)}: "
               f"{'OK' if not report.findings else f'{len(report.findings)} finding(s)'}")
-        failed = failed or bool(report.findings)
-    return 1 if failed else 0  # 1: findings (the report above); 2: could not lint
+    return 1 if any(report.findings for report in reports) else 0  # 1: findings (the report above); 2: could not lint
