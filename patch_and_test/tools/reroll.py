@@ -76,10 +76,9 @@ def split_scaffolding(repo: Path, upstream: str, head: str) -> tuple[str, list[s
 
 def check_signoffs(repo: Path, commits: list[str]) -> None:
     for commit in commits:
-        author = git_out(repo, "log", "-1", "--format=%an <%ae>", commit).strip()
-        trailers = git_out(repo, "log", "-1", "--format=%(trailers:key=Signed-off-by,valueonly)", commit)
+        out = git_out(repo, "log", "-1", "--format=%an <%ae>%x00%s%x00%(trailers:key=Signed-off-by,valueonly)", commit)
+        author, subject, trailers = (part.strip() for part in out.split("\0"))
         if author not in [t.strip() for t in trailers.splitlines()]:
-            subject = git_out(repo, "log", "-1", "--format=%s", commit).strip()
             raise errors.BadInput(f"{commit[:12]} ({subject}) is not signed off by its author {author}: "
                                   f"git commit --amend -s")
 
@@ -193,9 +192,7 @@ def reroll(repo: Path, branch: str, series_name: str, version: int, *, upstream:
     repo = repo.resolve()
     if version < 1:
         raise errors.BadInput("-v must be 1 or more")
-    if upstream is None:
-        upstream = _manifest_base(manifest_path, series_name)
-    upstream = _commit(repo, upstream)
+    upstream = _commit(repo, _manifest_base(manifest_path, series_name) if upstream is None else upstream)
     head = _commit(repo, branch)
     local_base, scaffolding, commits = split_scaffolding(repo, upstream, head)
     check_signoffs(repo, commits)
