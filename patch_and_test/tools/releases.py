@@ -312,7 +312,8 @@ def problems(manifest: Manifest, json_path: Path = DEFAULT_JSON) -> list[str]:
     return found + [f"{version}: {why}" for version, why in report.failures.items()]
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = errors.CommandParser(prog=COMMAND, description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="version_from", metavar="VERSION",
@@ -332,12 +333,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parse_version(text)
         except errors.UnknownVersion as exc:
             parser.error(str(exc))
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
     try:
         manifest = load_manifest(args.manifest)
         if args.versions:
