@@ -103,12 +103,9 @@ def cover_from_patch(path: Path) -> tuple[str, str]:
     return subject, body.strip("\n")
 
 
-CHANGE_ID = re.compile(r"^change-id: (\S+)$", re.M)
-
-
 def change_id(series_name: str, previous_letter: str) -> str:
     """b4's series identity: kept from the previous version's letter, else ``YYYYMMDD-<slug>-<hash>``."""
-    found = CHANGE_ID.search(previous_letter)
+    found = re.search(r"^change-id: (\S+)$", previous_letter, re.M)
     if found:
         return found[1]
     day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
@@ -129,17 +126,14 @@ def _fill_cover(path: Path, subject: str, body: str, local_base: str, upstream: 
     path.write_text(text)
 
 
-# The ALST / Ulysses-HF tests whose loss recipe relied on the bug: a change to them is a companion.
-COMPANION_TESTS = ("tests/unit/ulysses_alst/", )
-
-
 def _role(repo: Path, commit: str) -> str:
     """A commit's role (series.ROLES) from what it touches; docs/ with code is refused."""
     paths = [path for _, path in _touched(repo, commit)]
     in_tests = [p.startswith("tests/") for p in paths]
     in_docs = [p.startswith("docs/") for p in paths]
-    # A companion may change only the ALST test where a release has no tutorial to change.
-    alst = any(p.startswith(COMPANION_TESTS) for p in paths)
+    # The ALST / Ulysses-HF tests, whose loss recipe relied on the bug, are a companion's: a companion may change
+    # only them where a release has no tutorial to change.
+    alst = any(p.startswith("tests/unit/ulysses_alst/") for p in paths)
     if all(t or d for t, d in zip(in_tests, in_docs)) and (any(in_docs) or alst):
         return "companion"
     if all(in_tests):
