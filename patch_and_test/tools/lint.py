@@ -182,11 +182,9 @@ def run_tools(tree: Path, files: list[str]) -> list[Finding]:
 
 def lint_series(series: Series, tree: source.SourceTree) -> LintedSeries:
     result = apply_series(tree.path, series)
-    linted = [p.path for p in series.patches if p.file in result.applied]
-    files = touched_files(*linted)
+    files = touched_files(*(p.path for p in series.patches if p.file in result.applied))
     findings = run_tools(tree.path, files)
-    for patch in series.patches:
-        findings += [Finding(patch.file, "dco", why) for why in check_signoff(patch.path)]
+    findings += [Finding(patch.file, "dco", why) for patch in series.patches for why in check_signoff(patch.path)]
     findings.extend(check_cover(series))
     return LintedSeries(series=series.name, tree=tree, files=tuple(files), findings=tuple(findings),
                         not_linted=tuple(f"{s.file} ({s.reason})" for s in result.skipped))
