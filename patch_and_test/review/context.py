@@ -209,9 +209,7 @@ def load_context(bundle: Path) -> PrContext:
     toml = bundle / "patches" / "series.toml"
     series = list(reversed(load_manifest(toml).series)) if toml.exists() else []
     affected = affected_results(bundle / "results" / "affected")
-    matrix = _matrix(bundle, verdicts)
-    reduce_path = bundle / "results" / "benchmarks" / "reduce_path.json"
-    cost_run = ReducePath.load(reduce_path) if reduce_path.exists() else None
+    matrix, numerics = _matrix(bundle, verdicts), _numerics(bundle)
     signoff = [sign_state(bundle / "patches" / s.name) for s in series]
     # The bundle's PR.md shows the kept run of the newest-upstream tree (``send`` renders its own run).
     newest = next((data for _, data in affected if data.graft), None)
@@ -219,8 +217,7 @@ def load_context(bundle: Path) -> PrContext:
     return PrContext(body=body_context(newest, ready), signoff=signoff, fix=_fix(series), series=series,
                      notice=(bundle / "downstream-notice.md").exists(), matrix=matrix, tests=_tests(bundle, verdicts),
                      affected=affected_context(affected) if affected else None, alst=_alst(bundle, verdicts),
-                     audit=_audit(bundle, verdicts), numerics=_numerics(bundle, reduce_path,
-                                                                        cost_run), environment=_environment(verdicts),
+                     audit=_audit(bundle, verdicts), numerics=numerics, environment=_environment(verdicts),
                      evidence=sorted(p.relative_to(bundle).as_posix() for p in (bundle / "results").rglob("*.json")))
 
 
@@ -337,11 +334,8 @@ def affected_context(found: list[tuple[str, AffectedVerdict]]) -> AffectedTable:
         trees=found, reasons=[Reason(kind=k, subject=t, why=w, trees=sorted(names)) for (k, t, w), names in ordered])
 
 
-_ORDER = [config.label() for config in REFERENCE_CONFIGS + ZERO3_CONFIGS]  # the reproducers' own order
-
-
-def _config_order(config: str) -> int:
-    return _ORDER.index(config) if config in _ORDER else len(_ORDER)
+# config label -> its place in the reproducers' own order
+_ORDER = {config.label(): i for i, config in enumerate(REFERENCE_CONFIGS + ZERO3_CONFIGS)}
 
 
 def _matrix(bundle: Path, verdicts: dict[str, Verdict]) -> Matrix | None:
@@ -359,8 +353,8 @@ def _matrix(bundle: Path, verdicts: dict[str, Verdict]) -> Matrix | None:
     rows = [
         MatrixRow(script=script, config=config, param=param,
                   values=[RatioPair(**row[env]) if env in row else None for env, _ in ran])
-        for (script, config,
-             param), row in sorted(table.items(), key=lambda kv: (kv[0][0], _config_order(kv[0][1]), kv[0][2]))
+        for (script, config, param
+             ), row in sorted(table.items(), key=lambda kv: (kv[0][0], _ORDER.get(kv[0][1], len(_ORDER)), kv[0][2]))
     ]
 
     def cells(found: list[tuple[str, Verdict]]) -> list[Cell]:
@@ -375,13 +369,8 @@ def _tests(bundle: Path, verdicts: dict[str, Verdict]) -> Tests | None:
                                               for t in v.tests], suites=v.suites, after_dir=f"results/{env}/after")
         for env, v in _by_version(verdicts) if v.tests or v.suites
     ]
-    if not cells:
-        return None
-    return Tests(cells=cells,
-                 pre_existing=sorted({t
-                                      for v in verdicts.values()
-                                      for s in v.suites
-                                      for t in s.pre_existing}))
+    pre_existing = sorted({t for v in verdicts.values() for s in v.suites for t in s.pre_existing})
+    return Tests(cells=cells, pre_existing=pre_existing) if cells else None
 
 
 def _checks(bundle: Path, verdicts: dict[str, Verdict], scripts: tuple[str, ...], load):
@@ -403,9 +392,9 @@ def _alst(bundle: Path, verdicts: dict[str, Verdict]) -> list[AlstRow]:
             ratios.setdefault((r.recipe, r.stage), []).append(r.ratio)
         spans = [ratios.get((recipe, stage)) for recipe in ("allgather", "own_share") for stage in (2, 3)]
         rows.append(
-            AlstRow(cell=cell_label(v), phase=phase, report=rel(bundle,
-                                                                check.report), deepspeed=report.deepspeed_version,
-                    pattern=check.pattern, spans=[Span(lo=min(s), hi=max(s)) if s else None for s in spans]))
+            AlstRow(cell=cell_label(v), phase=phase, report=rel(bundle, check.report), pattern=check.pattern,
+                    deepspeed=report.deepspeed_version,
+                    spans=[Span(lo=min(s), hi=max(s)) if s else None for s in spans]))
     return rows
 
 
@@ -423,20 +412,21 @@ def _audit(bundle: Path, verdicts: dict[str, Verdict]) -> Audit | None:
         writeups.update({k.id: k.writeup for k in report.known})
     if not rows:
         return None
-    hits = []
-    for kid in sorted(known):
-        # The write-up the audit's known list names for this entry (docs/upstream-candidates/ in the repo).
-        doc = f"upstream-candidates/{Path(writeups.get(kid) or kid + '.md').name}"
-        hits.append(
-            KnownHit(id=kid, doc=doc if (bundle / doc).exists() else None,
-                     versions=sorted(known[kid], key=version_sort_key)))
+    # The write-up the audit's known list names for each entry (docs/upstream-candidates/ in the repo).
+    docs = {kid: f"upstream-candidates/{Path(writeups.get(kid) or kid + '.md').name}" for kid in known}
+    hits = [
+        KnownHit(id=kid, doc=docs[kid] if (bundle / docs[kid]).exists() else None,
+                 versions=sorted(known[kid], key=version_sort_key)) for kid in sorted(known)
+    ]
     return Audit(rows=rows, known=hits)
 
 
-def _numerics(bundle: Path, path: Path, run: ReducePath | None) -> Numerics | None:
-    """Cost and numerics of the reduce path (benchmarks/reduce_path.py, its report at ``path``), where it ran."""
-    if run is None:
+def _numerics(bundle: Path) -> Numerics | None:
+    """Cost and numerics of the reduce path (benchmarks/reduce_path.py, its report in the bundle), where it ran."""
+    path = bundle / "results" / "benchmarks" / "reduce_path.json"
+    if not path.exists():
         return None
+    run = ReducePath.load(path)
     # The forms of the fix are named by the run; "recommended" is the master series' patch 1.
     recommended = run.recommended
     forms = [recommended] + sorted(n for n in run.patches if n != recommended)
