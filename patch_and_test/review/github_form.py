@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from patch_and_test.core import errors
+from patch_and_test.core import errors, templating
 from patch_and_test.core.gitrun import git, git_out
 from patch_and_test.core.series import Series, apply_series, commit_patches, differences_from_git_am
 from patch_and_test.core.source import (FIXED_IDENTITY, NEWEST_UPSTREAM, build_graft, from_series_base,
@@ -52,30 +52,6 @@ def build_branch(mirror: Path, series: Series, work: Path) -> tuple[Path, str]:
     return repo, head
 
 
-README = """# The master series as a branch
-
-`{bundle}` holds the branch `{branch}`: the master series (v{version}) committed on
-`{base}` ({base_ref}), head `{head}`. Its only prerequisite is that base commit.
-{where}
-```bash
-git bundle verify /path/to/{bundle}
-git fetch /path/to/{bundle} {branch}:{branch}
-git diff --stat {base_short} {branch}      # the series' commits
-```
-
-To send it, make the branch on your own up-to-date DeepSpeed checkout instead, signed by you and tested
-there: `zero3-sp send --deepspeed-src /path/to/DeepSpeed` (SENDING.md). Pull request: title
-`pr-title.txt`, body `pr-body.md` (the bundle's PR.md without its title); the squash commit's message
-is `squash-message.txt`.
-"""
-WHERE = {
-    NEWEST_UPSTREAM:
-    "\nThat base is not an upstream commit: it is DeepSpeed's newest release (its sdist)\n"
-    "committed on a commit of master, whose tests it keeps; `zero3-sp run --newest-upstream`\n"
-    "(zero3-sp-gradfix) builds it with this id in a clone of DeepSpeed: fetch the bundle there.\n",
-}
-
-
 def write(bundle: Path, series: Series, mirror: Path | None) -> list[str]:
     """Write ``<bundle>/github/``; returns notes (what could not be made here, and why)."""
     out = bundle / "github"
@@ -88,9 +64,7 @@ def write(bundle: Path, series: Series, mirror: Path | None) -> list[str]:
         repo, head = build_branch(mirror, series, Path(tmp))
         git(repo, "bundle", "create", str(out / BUNDLE_FILE), BRANCH, f"^{series.base_commit}")
     (out / "README.md").write_text(
-        README.format(bundle=BUNDLE_FILE, branch=BRANCH, version=series.version, base=series.base_commit,
-                      base_short=series.base_commit[:12], base_ref=series.base_ref, head=head,
-                      where=WHERE.get(series.base_ref, "\n")))
+        templating.render("github_README.md.j2", series=series, head=head, bundle=BUNDLE_FILE, branch=BRANCH))
     return []
 
 
