@@ -32,9 +32,8 @@ from patch_and_test.core import signoff
 from patch_and_test.core import source
 from patch_and_test.core.errors import CommandParser, Exit, PipelineError, positive_seconds
 from patch_and_test.core.series import load_manifest, parse_version, series_for_version
-from patch_and_test.review.context import load_context
-from patch_and_test.review.pr import (ISSUE, KEPT as KEPT_AFFECTED, MAX_LINES, PAGES, local_links, nonblank_lines,
-                                      write_pages)
+from patch_and_test.review.pr import (ISSUE, KEPT as KEPT_AFFECTED, MAX_LINES, PAGES, load_context, local_links,
+                                      nonblank_lines, write_pages)
 from patch_and_test.job.verdict import Verdict
 
 NAME = "zero3-sp-gradfix"

@@ -31,7 +31,7 @@ def _texts(bundle: Path, series: Series) -> dict[str, str]:
     """The title, the squash commit's message (title, then PR.md's body, ending with the sign-offs), the body."""
     pr = (bundle / "PR.md").read_text() if (bundle / "PR.md").exists() else ""
     first = pr.partition("\n")[0]
-    # PR.md's title (review.context.TITLE); a PR.md without one: the series' first patch's subject
+    # PR.md's title (review.pr.TITLE); a PR.md without one: the series' first patch's subject
     title = first[2:] if first.startswith("# ") else series.patches[0].subject
     body = pr_body(pr)
     return {"pr-title.txt": title + "\n", "squash-message.txt": f"{title}\n\n{body.rstrip()}\n", "pr-body.md": body}

@@ -40,9 +40,8 @@ from patch_and_test.core.series import (Manifest, Series, apply_series, commit_p
                                         work_tree_root)
 from patch_and_test.core.signoff import git_identity, parse_identity, resign
 from patch_and_test.core.source import SourceTree, checkout_sparse, clone_shared, from_checkout
-from patch_and_test.review.context import TITLE, body_context
 from patch_and_test.review.github_form import BRANCH, pr_body
-from patch_and_test.review.pr import MAX_LINES, nonblank_lines, render_body
+from patch_and_test.review.pr import MAX_LINES, TITLE, body_context, nonblank_lines, render_body
 from patch_and_test.upstream.job import AffectedVerdict, run_on_tree
 from repro.harness.env import host_environment
 

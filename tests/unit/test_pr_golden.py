@@ -11,7 +11,7 @@ The fixtures are trimmed copies of real runs (provenance: ``tests/fixtures/*/PRO
 ``render_pr`` reads only the bundle's own files (its ``patches/``, ``results/`` and
 ``downstream-notice.md``), nothing of the package's ``patches/`` or ``docs/``. What else the
 golden files depend on is the package's code: the templates (``patch_and_test/templates/``: the
-prose between the numbers), ``patch_and_test.review.context`` and the report models it validates
+prose between the numbers), ``patch_and_test.review.pr`` and the report models it validates
 with (``repro.gradscale.report``, ``repro.alst.report``, ``repro.downstream.report``). A change to
 the wording is a change to the golden files: rerun with ``UPDATE_GOLDEN=1`` and review the diff.
 The golden files were first written by the f-string renderer the templates replaced; PR.md's were

@@ -23,8 +23,7 @@ def _bundle(tmp_path):
 
 
 def test_pr_is_a_squash_message_of_at_most_25_lines_that_links_nothing_in_the_bundle(tmp_path):
-    from patch_and_test.review.context import TITLE
-    from patch_and_test.review.pr import MAX_LINES, local_links, nonblank_lines, render_pr
+    from patch_and_test.review.pr import MAX_LINES, TITLE, local_links, nonblank_lines, render_pr
 
     b = _bundle(tmp_path)
     text = render_pr(b)
@@ -72,7 +71,7 @@ def test_the_context_is_typed_and_read_only():
     import pydantic
     import pytest
 
-    from patch_and_test.review.context import PrContext, load_context
+    from patch_and_test.review.pr import PrContext, load_context
 
     ctx = load_context(FIXTURES / "bundle")
     assert isinstance(ctx, PrContext)
