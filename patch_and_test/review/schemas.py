@@ -14,9 +14,6 @@ from typing import Any
 
 import pydantic
 
-from patch_and_test import PACKAGE_ROOT
-
-SCHEMAS_DIR = PACKAGE_ROOT / "docs" / "schemas"
 SUFFIX = ".schema.json"
 GENERATOR = f"written by zero3-sp docs with pydantic {pydantic.VERSION}"  # each file's $comment
 # name (docs/schemas/<name>.schema.json) -> the model, by dotted name; bundle verify validates by it too.
