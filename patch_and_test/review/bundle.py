@@ -25,9 +25,8 @@ from pydantic import ValidationError
 
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.downstream import table as downstream_table
-from patch_and_test.review import github_form
+from patch_and_test.review import docs, github_form
 from patch_and_test.core import inputs
-from patch_and_test.review import schemas
 from patch_and_test.core import signoff
 from patch_and_test.core import source
 from patch_and_test.core.errors import CommandParser, Exit, PipelineError, positive_seconds
@@ -252,7 +251,7 @@ def markdown_problems(bundle: Path) -> list[str]:
 
 def validate_reports(bundle: Path) -> tuple[list[str], list[str]]:
     """(problems, notes): every report in the bundle read back through its model, one line per file that fails."""
-    models, skipped = schemas.load_models()
+    models, skipped = docs.load_models()
     known = {model.SCHEMA: model for model in models.values()}  # the name a report carries in its schema key
     problems = []
     for path in sorted(bundle.rglob("*.json")):
@@ -268,7 +267,7 @@ def validate_reports(bundle: Path) -> tuple[list[str], list[str]]:
         elif isinstance(schema, str):
             model = known.get(schema)
         else:  # the benchmarks' kept runs predate the schema key: their file names say
-            model = schemas.by_file(models, path) if isinstance(data, dict) else None
+            model = docs.by_file(models, path) if isinstance(data, dict) else None
         if model is None:
             continue
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from patch_and_test.review import benchmark_reports as models, schemas
+from patch_and_test.review import benchmark_reports as models, docs
 
 ROOT = Path(__file__).resolve().parents[2]
 KEPT = ROOT / "benchmarks" / "results"
@@ -20,7 +20,7 @@ FILES = sorted(KEPT.rglob("*.json"))
 
 
 def _model(path: Path):
-    return schemas.by_file(schemas.load_models()[0], path)
+    return docs.by_file(docs.load_models()[0], path)
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.relative_to(KEPT).as_posix())

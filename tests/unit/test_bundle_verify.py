@@ -97,7 +97,7 @@ def test_a_downstream_report_with_an_unknown_key_fails(bundle):
 
 
 def test_a_reproducer_row_whose_ok_flag_was_edited_fails(bundle):
-    from patch_and_test.review.schemas import MODELS, import_model
+    from patch_and_test.review.docs import MODELS, import_model
 
     try:
         import_model(MODELS["repro-report"])

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from patch_and_test.review import schemas
+from patch_and_test.review import docs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def loaded():
-    models, skipped = schemas.load_models()
+    models, skipped = docs.load_models()
     for why in skipped.values():
         warnings.warn(f"schema not checked, its model does not import: {why}")
     return models, skipped
@@ -24,9 +24,9 @@ def loaded():
 
 def test_docs_schemas_is_up_to_date(loaded):
     models, skipped = loaded
-    assert skipped == {} and set(models) == set(schemas.MODELS)
-    files = schemas.rendered(ROOT / "docs" / "schemas")
-    assert [p for p, text in files.items() if text is None or not schemas.same(p.read_text(), text)] == [], \
+    assert skipped == {} and set(models) == set(docs.MODELS)
+    files = docs.rendered(ROOT / "docs" / "schemas")
+    assert [p for p, text in files.items() if text is None or not docs.same(p.read_text(), text)] == [], \
         "a report model changed: run `zero3-sp docs` and commit docs/schemas/"
 
 
@@ -36,28 +36,28 @@ def test_every_listed_model_names_its_own_schema(loaded):
     assert len(set(ids)) == len(ids)
     for name, model in models.items():
         assert model.SCHEMA.startswith("zero3-sp-gradfix/") and name in model.SCHEMA, (name, model.SCHEMA)
-        data = json.loads(schemas.render(model))
+        data = json.loads(docs.render_schema(model))
         assert data["$id"] == model.SCHEMA and data["type"] == "object"
 
 
 def test_rendered_files_and_the_orphans_to_remove(tmp_path, capsys):
-    verdict = {"verdict": schemas.MODELS["verdict"]}
+    verdict = {"verdict": docs.MODELS["verdict"]}
     (tmp_path / "gone.schema.json").write_text("{}\n")
-    files = schemas.rendered(tmp_path, verdict)
+    files = docs.rendered(tmp_path, verdict)
     assert files.keys() == {tmp_path / "verdict.schema.json", tmp_path / "gone.schema.json"}
     assert files[tmp_path / "gone.schema.json"] is None  # a name no longer listed
     text = files[tmp_path / "verdict.schema.json"]
     assert text.endswith("}\n") and text.startswith('{\n  "$comment": "written by zero3-sp docs')  # pretty, sorted
-    assert not schemas.same(text.replace('"env"', '"environ"'), text)
+    assert not docs.same(text.replace('"env"', '"environ"'), text)
     # A model listed but not importable: its file is left alone, neither rendered nor removed.
-    assert schemas.rendered(tmp_path, {
+    assert docs.rendered(tmp_path, {
         **verdict, "gone": "repro.no_such_module.Report"
     }).keys() == {tmp_path / "verdict.schema.json"}
     assert "warning: skipped repro.no_such_module.Report" in capsys.readouterr().err
 
 
 def test_a_model_that_does_not_import_is_skipped_with_the_reason():
-    models, skipped = schemas.load_models({
+    models, skipped = docs.load_models({
         "verdict": "patch_and_test.job.verdict.Verdict",
         "nowhere": "repro.no_such_module.Report",
         "not-a-model": "patch_and_test.job.verdict.Step"
@@ -82,12 +82,12 @@ def test_the_committed_reports_are_valid(folder, loaded):
 
 def test_another_pydantic_wording_is_not_a_changed_model(loaded):
     models, _ = loaded
-    text = schemas.render(models["verdict"])
+    text = docs.render_schema(models["verdict"])
     data = json.loads(text)
     data["$comment"] = "written by zero3-sp docs with pydantic 2.99.0"
     data["title"] = "Verdict, as a newer pydantic words it"
-    assert schemas.same(json.dumps(data), text)
+    assert docs.same(json.dumps(data), text)
     data["properties"]["environment"] = data["properties"].pop("env")
-    assert not schemas.same(json.dumps(data), text)
+    assert not docs.same(json.dumps(data), text)
     # the same pydantic writes the same text: any other text is a changed model
-    assert not schemas.same(text.replace("Verdict", "Verdict ", 1), text)
+    assert not docs.same(text.replace("Verdict", "Verdict ", 1), text)
