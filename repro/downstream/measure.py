@@ -20,7 +20,7 @@ import sys
 import types
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from repro.alst import measure as alst_measure, tiny_llama
 from repro.alst.expect import fit
@@ -69,8 +69,8 @@ class Client:
     name: str
     version: str
     function: str  # dotted name of what is called
-    call: Callable | None  # (engine, batch, sp_group, sp, ds_config) -> the tensor to backprop
-    kind: ClientKind | None
+    call: Callable | None = None  # (engine, batch, sp_group, sp, ds_config) -> the tensor to backprop
+    kind: ClientKind | None = None
     why_not: str = ""  # not applicable
     error: str = ""  # installed, but importing it failed
     exclude: dict = dataclasses.field(default_factory=dict)  # params left out of the fit (not the recipe's scale): why
@@ -151,10 +151,10 @@ def find_transformers() -> Client | None:
     try:
         fn, fn_name, trainer_cls = transformers_sp_loss()
     except Exception as err:  # noqa: BLE001 - any import failure is the row's content
-        return Client("transformers", version, "transformers.integrations.deepspeed.deepspeed_sp_compute_loss", None,
-                      None, error=error_line(err))
+        return Client("transformers", version, "transformers.integrations.deepspeed.deepspeed_sp_compute_loss",
+                      error=error_line(err))
     if fn is None:
-        return Client("transformers", version, "-", None, None, why_not=no_transformers_sp_loss(version))
+        return Client("transformers", version, "-", why_not=no_transformers_sp_loss(version))
 
     def call(engine, batch, sp_group, sp, ds_config):
         accelerator = sp_accelerator(sp_group, sp)
@@ -165,18 +165,11 @@ def find_transformers() -> Client | None:
     return Client("transformers", version, fn_name, call, classify(client_source(fn)))
 
 
-class TrainerEntry(NamedTuple):
-    version: str
-    module: types.ModuleType
-    entry_name: str
-    entry: Callable  # the Trainer subclass's compute_loss
-    loss_fn: Callable  # transformers' sp loss, which compute_loss reaches
-    loss_name: str
-
-
-def trainer_entry(client: str, module: str, trainer: str, who: str) -> TrainerEntry | Client | None:
-    """A Trainer subclass whose compute_loss hands the sp loss to transformers'; the client's row when it cannot
-    be called (an import error, no sp loss in transformers); None when the client is not installed."""
+def trainer_client(client: str, module: str, trainer: str, who: str, make_trainer: Callable,
+                   why_not_called: Callable = lambda module, version: "") -> Client | None:
+    """A client whose Trainer subclass's compute_loss hands the sp loss to transformers', called on
+    ``make_trainer(module, engine, accelerator)``; its row without a call when it cannot be called (an import
+    error, no sp loss in transformers, ``why_not_called``'s reason); None when the client is not installed."""
     version = dist_version(client)
     if version is None:
         return None
@@ -186,61 +179,51 @@ def trainer_entry(client: str, module: str, trainer: str, who: str) -> TrainerEn
         entry = getattr(imported, trainer).compute_loss
         loss_fn, loss_name, _ = transformers_sp_loss()
     except Exception as err:  # noqa: BLE001 - any import failure is the row's content
-        return Client(client, version, entry_name, None, None, error=error_line(err))
+        return Client(client, version, entry_name, error=error_line(err))
     if loss_fn is None:
         return Client(
-            client, version, entry_name, None, None,
+            client, version, entry_name,
             why_not=f"{who} hands the sp loss to transformers' Trainer.compute_loss, and " +
             no_transformers_sp_loss(dist_version("transformers")))
-    return TrainerEntry(version, imported, entry_name, entry, loss_fn, loss_name)
-
-
-def trainer_client(name: str, found: TrainerEntry, make_trainer: Callable) -> Client:
-    """The client whose entry is ``found``'s compute_loss, called on ``make_trainer(engine, accelerator)``."""
+    if why_not := why_not_called(imported, version):
+        return Client(client, version, entry_name, why_not=why_not)
 
     def call(engine, batch, sp_group, sp, ds_config):
-        trainer = make_trainer(engine, sp_accelerator(sp_group, sp))
+        trainer = make_trainer(imported, engine, sp_accelerator(sp_group, sp))
         with hf_deepspeed_config(ds_config):
-            return found.entry(trainer, engine, dict(batch), False)
+            return entry(trainer, engine, dict(batch), False)
 
-    return Client(name, found.version, found.entry_name, call,
-                  classify(client_source(found.loss_fn), client_source(found.entry)),
-                  reaches=(found.loss_name, found.loss_fn.__code__))
+    return Client(client, version, entry_name, call, classify(client_source(loss_fn), client_source(entry)),
+                  reaches=(loss_name, loss_fn.__code__))
 
 
 def find_trl() -> Client | None:
-    found = trainer_entry("trl", "trl.trainer.sft_trainer", "SFTTrainer", "its SFTTrainer")
-    if not isinstance(found, TrainerEntry):
-        return found
-    sft = found.module
-    if not hasattr(sft, "add_fused_lm_head"):
-        return Client(
-            "trl", found.version, found.entry_name, None, None,
-            why_not=f"not called: this reproducer drives SFTTrainer.compute_loss as trl 1.16 writes it "
-            f"(the model's forward given trl's fused LM head, add_fused_lm_head); trl {found.version}'s "
+
+    def why_not_called(sft, version: str) -> str:
+        return "" if hasattr(sft, "add_fused_lm_head") else (
+            f"not called: this reproducer drives SFTTrainer.compute_loss as trl 1.16 writes it "
+            f"(the model's forward given trl's fused LM head, add_fused_lm_head); trl {version}'s "
             "sft_trainer has no add_fused_lm_head")
 
-    def make_trainer(engine, accelerator):
+    def make_trainer(sft, engine, accelerator):
         # SFTTrainer.__init__ gives the model trl's fused LM head; compute_loss asks for it (fused_lm_head=True).
         sft.add_fused_lm_head(engine.module, outputs=("log_probs", "entropy", "is_top1"))
         return trainer_instance(sft.SFTTrainer, accelerator=accelerator, model=engine, aux_loss_enabled=False,
                                 _metrics={"train": defaultdict(list)}, _total_train_tokens=0, _tp_size=1)
 
-    return trainer_client("trl", found, make_trainer)
+    return trainer_client("trl", "trl.trainer.sft_trainer", "SFTTrainer", "its SFTTrainer", make_trainer,
+                          why_not_called)
 
 
 def find_axolotl() -> Client | None:
-    found = trainer_entry("axolotl", "axolotl.core.trainers.base", "AxolotlTrainer", "its trainer")
-    if not isinstance(found, TrainerEntry):
-        return found
 
-    def make_trainer(engine, accelerator):
+    def make_trainer(base, engine, accelerator):
         # What compute_loss reads on the sp path: no token counting, no packing, no ORPO, no multimodal ids.
         args = types.SimpleNamespace(include_tkps=False, sample_packing=False, orpo_alpha=None)
-        return trainer_instance(found.module.AxolotlTrainer, accelerator=accelerator, model=engine, args=args,
+        return trainer_instance(base.AxolotlTrainer, accelerator=accelerator, model=engine, args=args,
                                 _inject_mm_token_type_ids=False, _model_type="llama")
 
-    return trainer_client("axolotl", found, make_trainer)
+    return trainer_client("axolotl", "axolotl.core.trainers.base", "AxolotlTrainer", "its trainer", make_trainer)
 
 
 def find_arctic_training() -> Client | None:
@@ -252,7 +235,7 @@ def find_arctic_training() -> Client | None:
         sft = importlib.import_module("arctic_training.trainer.sft_trainer")
         fn = sft.SFTTrainer.loss
     except Exception as err:  # noqa: BLE001
-        return Client("arctic_training", version, fn_name, None, None, error=error_line(err))
+        return Client("arctic_training", version, fn_name, error=error_line(err))
 
     def call(engine, batch, sp_group, sp, ds_config):
         # SFTTrainer.loss is wrapped by ArcticTraining's callback mixin: a trainer with no callbacks registered.
@@ -277,15 +260,15 @@ def find_accelerate() -> Client | None:
     try:
         spec = importlib.util.find_spec(ACCELERATE_SCRIPT)
     except Exception as err:  # noqa: BLE001
-        return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, error=error_line(err))
+        return Client("accelerate", version, ACCELERATE_SCRIPT, error=error_line(err))
     if spec is None or not spec.origin:
         return Client(
-            "accelerate", version, "-", None, None,
+            "accelerate", version, "-",
             why_not=f"accelerate {version} has no {ACCELERATE_SCRIPT} (no ALST recipe shipped) and no sp "
             "loss code of its own")
     why = (module_level_recipe(Path(spec.origin).read_text())
            or "its loss code is in a function this reproducer does not know how to call yet")
-    return Client("accelerate", version, ACCELERATE_SCRIPT, None, None, why_not=why)
+    return Client("accelerate", version, ACCELERATE_SCRIPT, why_not=why)
 
 
 def module_level_recipe(source: str) -> str:
