@@ -49,14 +49,14 @@ def run(optimizer: str, sp: int, steps: int, clip: float | None) -> dict:
     make = (functools.partial(torch.optim.SGD, lr=1e-2) if optimizer == "sgd" else functools.partial(
         torch.optim.AdamW, lr=1e-3, eps=1e-8, weight_decay=0.0))
     opts = {scale: make(model.parameters()) for scale, model in models.items()}
-    norms, clipped = {1: [], sp: []}, {1: 0, sp: 0}
+    norms, clipped = {1: [], sp: []}, {"1x": 0, f"{sp}x": 0}
     for ids, labels in _batches(steps):
         for scale, model in models.items():
             opts[scale].zero_grad()
             (scale * model(input_ids=ids, labels=labels).loss).backward()
             if clip is not None:
                 norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
-                clipped[scale] += norm > clip
+                clipped[f"{scale}x"] += norm > clip
             else:
                 norm = float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
             norms[scale].append(norm)
@@ -69,10 +69,7 @@ def run(optimizer: str, sp: int, steps: int, clip: float | None) -> dict:
         "steps": steps,
         "clip_max_norm": clip,
         "grad_norm_ratio_first_step": norms[sp][0] / norms[1][0],
-        "steps_clipped": {
-            f"{s}x": clipped[s]
-            for s in (1, sp)
-        },
+        "steps_clipped": clipped,
         "update_norm_1x": float(moved.norm()),
         f"update_norm_{sp}x": float(moved_scaled.norm()),
         "update_rel_diff": float((moved_scaled - moved).norm() / moved.norm()),
