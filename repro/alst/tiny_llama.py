@@ -126,17 +126,12 @@ def default_model_dir(seed: int = SEED) -> Path:
     return cache_root() / "tiny-llama" / config_key(seed)
 
 
-def hub_cache_repo_dir(hf_home: Path, repo_id: str = HUB_REPO_ID) -> Path:
-    """``<hf_home>/hub/models--<org>--<name>``: huggingface_hub's cache layout for a model repo."""
-    return Path(hf_home) / "hub" / ("models--" + repo_id.replace("/", "--"))
-
-
 def populate_hub_cache(hf_home: Path, repo_id: str = HUB_REPO_ID, seed: int = SEED,
                        revision: str = CACHE_REVISION) -> Path:
     """Put the tiny model into ``hf_home``'s hub cache under ``repo_id`` (``refs/main`` -> the revision,
     ``snapshots/<revision>/``: what huggingface_hub reads offline); return the snapshot folder."""
     model_dir = build(default_model_dir(seed), seed)
-    repo_dir = hub_cache_repo_dir(hf_home, repo_id)
+    repo_dir = Path(hf_home) / "hub" / ("models--" + repo_id.replace("/", "--"))  # the hub cache's layout
     snapshot = repo_dir / "snapshots" / revision
     snapshot.mkdir(parents=True, exist_ok=True)
     for item in model_dir.iterdir():

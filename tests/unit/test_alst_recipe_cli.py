@@ -83,9 +83,7 @@ def test_tiny_llama_shape_is_the_hub_repos():
     assert (cfg["num_hidden_layers"], cfg["vocab_size"], cfg["intermediate_size"]) == (2, 32000, 64)
 
 
-def test_hub_cache_layout_and_env(tmp_path):
-    repo = tiny_llama.hub_cache_repo_dir(tmp_path)
-    assert repo == tmp_path / "hub" / "models--hf-internal-testing--tiny-random-LlamaForCausalLM"
+def test_offline_env(tmp_path):
     env = tiny_llama.offline_env(tmp_path)
     assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == str(tmp_path.resolve())
 
@@ -99,6 +97,9 @@ def test_hub_cache_is_read_offline(tmp_path, monkeypatch):
     transformers = pytest.importorskip("transformers")
     monkeypatch.setenv("ZERO3_SP_CACHE", str(tmp_path / "cache"))
     snapshot = tiny_llama.populate_hub_cache(tmp_path / "hf")
+    repo = tmp_path / "hf" / "hub" / "models--hf-internal-testing--tiny-random-LlamaForCausalLM"  # the hub's layout
+    assert snapshot == repo / "snapshots" / tiny_llama.CACHE_REVISION
+    assert (repo / "refs" / "main").read_text() == tiny_llama.CACHE_REVISION
     assert (snapshot / "config.json").exists() and (snapshot / "model.safetensors").exists()
     code = ("from transformers import AutoModelForCausalLM as A; "
             f"m = A.from_pretrained('{tiny_llama.HUB_REPO_ID}'); "
