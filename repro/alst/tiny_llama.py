@@ -63,13 +63,9 @@ def make_model(seed: int = SEED):
     import torch
 
     config = transformers.LlamaConfig(**TINY_LLAMA_CONFIG)
-    state = torch.random.get_rng_state()
-    try:
+    with torch.random.fork_rng(devices=[]):  # the global CPU generator is restored afterwards
         torch.manual_seed(seed)
-        model = transformers.LlamaForCausalLM(config).float()
-    finally:
-        torch.random.set_rng_state(state)
-    return model
+        return transformers.LlamaForCausalLM(config).float()
 
 
 def build(folder: Path, seed: int = SEED) -> Path:
