@@ -266,10 +266,9 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     for stage in STAGES:
         for recipe in RECIPES:
             grads, full_loss, paths = run_sp(stage, recipe, model_dir, mpu, sp, dp_index, gather_impl, notes)
-            rows += [
+            rows.extend(
                 make_row(recipe, stage, name, grads[name], expected[name], sp, ctx.args.expect, paths[name])
-                for name in PARAMS
-            ]
+                for name in PARAMS)
             losses.append(loss_entry(recipe, stage, full_loss, baseline_losses[dp_index]))
     # Rank 0 reports dp group 0's losses; every rank checked its own, and a mismatch anywhere fails.
     mine_ok = all(x["ok"] for x in losses)

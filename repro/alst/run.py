@@ -40,8 +40,7 @@ def usage_error(args: ReproArgs) -> str | None:
 
 def preflight(args: ReproArgs) -> int | None:
     """The exit code when the check cannot run here (bad arguments, or a skip), before any rank starts."""
-    problem = usage_error(args)
-    if problem:
+    if problem := usage_error(args):
         print(f"error: {problem}", file=sys.stderr)
         return exit_codes.ERROR
     if not launch.external_launcher_env() and launch.CHILD_DIR_VAR not in os.environ and (reason := skip_reason()):

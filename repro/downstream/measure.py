@@ -81,12 +81,10 @@ def transformers_sp_loss():
     """(function, dotted name, the Trainer class when it is Trainer's method (5.0-5.1)) of transformers' sp loss;
     (None, "-", None) when the installed transformers has none; raises when transformers does not import."""
     integ = importlib.import_module("transformers.integrations.deepspeed")
-    fn = getattr(integ, "deepspeed_sp_compute_loss", None)
-    if fn is not None:
+    if (fn := getattr(integ, "deepspeed_sp_compute_loss", None)) is not None:
         return fn, "transformers.integrations.deepspeed.deepspeed_sp_compute_loss", None
     trainer_cls = importlib.import_module("transformers.trainer").Trainer
-    fn = getattr(trainer_cls, "_deepspeed_sp_compute_loss", None)
-    if fn is not None:
+    if (fn := getattr(trainer_cls, "_deepspeed_sp_compute_loss", None)) is not None:
         return fn, "transformers.trainer.Trainer._deepspeed_sp_compute_loss", trainer_cls
     return None, "-", None
 
