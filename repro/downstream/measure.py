@@ -329,8 +329,7 @@ def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, 
     if missed:
         notes.append(f"the entry did not reach {client.reaches[0]}, whose recipe the rule was given")
     return ClientRow(client=client.name, client_version=client.version, function=client.function, stage=stage,
-                     status="measured", kind=client.kind.kind, gate=client.kind.gate,
-                     gate_version=client.kind.gate_version, divides_by_sp=client.kind.divides_by_sp,
+                     status="measured", **dataclasses.asdict(client.kind),
                      reached=client.reaches[0] if client.reaches and not missed else None,
                      compensates=compensates(client.kind, deepspeed_version, marker) if stage == 3 else False,
                      ratio=f.scalar.ratio, residual=f.scalar.residual, param_ratios=per_param, expected=target,
