@@ -89,9 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_ERROR
     if previous is not None:  # --from-json: judge again, run nothing
-        report = previous.rejudge(known, _known_file(args), args.expect)
-        _emit(report, args)
-        return report.exit_code
+        return _emit(previous.rejudge(known, _known_file(args), args.expect), args)
     if launch.CHILD_DIR_VAR in os.environ:  # a rank this audit spawned for one topology
         return launch.run(args, _rank_program(args, [args.sp], known), lambda report, wall: None)
     explicit_ws, explicit_sp = args.extra["world_size_given"], args.extra["sp_given"]
@@ -109,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return interruptible(_parent, args, topos, known)
 
     def sink(partial: dict, wall: float) -> None:
-        report = _final(args, known, _external_runs(partial["topologies"]), partial["points"], partial["meta"])
-        report.wall_time_s = round(wall, 3)
-        _emit(report, args)
+        _emit(_final(args, known, partial["topologies"], partial["points"], partial["meta"], wall), args)
 
     return launch.run(args, _rank_program(args, [t.sp for t in topos], known), sink)
 
@@ -145,11 +141,10 @@ def _parent(args: ReproArgs, topos, known) -> int:
     topo_runs, points, meta = [], [], {}
     for topo, topo_points in groups.items():
         left = deadline - time.monotonic()
-        entry = _topology_entry(topo, topo_points)
         if left < MIN_LAUNCH_S:
             topo_runs.append(
-                dict(entry, exit_code=EXIT_ERROR, wall_time_s=0.0,
-                     message=f"not started: {left:.0f} s left of the {args.timeout:.0f} s deadline"))
+                _topology_run(topo, topo_points, EXIT_ERROR, 0.0,
+                              f"not started: {left:.0f} s left of the {args.timeout:.0f} s deadline"))
             continue
         backend = resolve_backend(args.extra["backend_choice"], topo.world_size)
         child_args = dataclasses.replace(args, world_size=topo.world_size, sp=topo.sp, timeout=left, backend=backend,
@@ -179,43 +174,41 @@ def _parent(args: ReproArgs, topos, known) -> int:
         else:
             message = "the launch failed (see its error above)"
             code = EXIT_ERROR if code in (0, 1) else code
-        topo_runs.append(dict(entry, exit_code=code, wall_time_s=wall, message=message))
+        topo_runs.append(_topology_run(topo, topo_points, code, wall, message))
         print(f"[parity-audit] {topo.label()}: exit {code}, {wall:.1f} s", file=sys.stderr, flush=True)
     if all(t["exit_code"] == EXIT_SKIP for t in topo_runs):
         return EXIT_SKIP
     local_meta = dict(deepspeed_version=dist_version("deepspeed") or "none", torch_version=dist_version("torch")
                       or "none", backend=args.backend, device="cpu")
-    report = _final(args, known, topo_runs, points, meta or local_meta)
-    report.wall_time_s = round(time.monotonic() - started, 3)
-    _emit(report, args)
-    return report.exit_code
+    return _emit(_final(args, known, topo_runs, points, meta or local_meta, time.monotonic() - started), args)
 
 
-def _topology_entry(topo: Topo, points: list) -> dict:
-    """A launch's topology and its point count: a ``TopologyRun`` without its outcome."""
-    return dict(world_size=topo.world_size, sp=topo.sp, dp=topo.dp, points=len(points))
-
-
-def _external_runs(topos: list[dict]) -> list[dict]:
-    return [dict(t, exit_code=0, wall_time_s=None, message="") for t in topos]
+def _topology_run(topo: Topo, points: list, exit_code: int = 0, wall_time_s: float | None = None,
+                  message: str = "") -> dict:
+    """A launch's ``TopologyRun`` (by default a rank's, under an external launcher: no outcome of its own)."""
+    return dict(world_size=topo.world_size, sp=topo.sp, dp=topo.dp, points=len(points), exit_code=exit_code,
+                wall_time_s=wall_time_s, message=message)
 
 
 def _known_file(args: ReproArgs) -> str:
     return "(none: --no-known)" if args.extra["no_known"] else relative_to(str(args.extra["known"]), REPO_ROOT)
 
 
-def _final(args: ReproArgs, known, topo_runs, points, meta) -> AuditReport:
+def _final(args: ReproArgs, known, topo_runs, points, meta, wall: float | None = None) -> AuditReport:
     launcher = "external" if launch.external_launcher_env() else "local"
     return AuditReport.build(known=known, known_file=_known_file(args), expect=args.expect, points=points,
-                             script=SCRIPT, launcher=launcher, mode=args.extra["mode"], topologies=topo_runs, **meta)
+                             script=SCRIPT, launcher=launcher, mode=args.extra["mode"], topologies=topo_runs,
+                             wall_time_s=None if wall is None else round(wall, 3), **meta)
 
 
-def _emit(report: AuditReport, args: ReproArgs) -> None:
+def _emit(report: AuditReport, args: ReproArgs) -> int:
+    """Print the table and the summary, write the JSON; the report's exit code."""
     if (table := args.extra["table"]) != "none":
         print(report.table(only_failing=(table == "failing")) + "\n", flush=True)
     print(render_summary(report), flush=True)
     if args.json is not None:
         report.write(args.json)
+    return report.exit_code
 
 
 def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
@@ -227,7 +220,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         for topo in (Topo.create(ctx.world_size, sp) for sp in sps):
             points = _points(args, [topo])
             points_out += run_topology(points, topo, ctx.rank, ctx.device)
-            topos_out.append(_topology_entry(topo, points))
+            topos_out.append(_topology_run(topo, points))
         # Unlinked after the last collective: the mapping stays valid for the rest of the run.
         if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
             launch.remove_shm_buffers(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], ctx.rank)
@@ -236,8 +229,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         partial = dict(topologies=topos_out, points=[p.model_dump(mode="json") for p in points_out], meta=meta)
         # Under an external launcher every rank judges its own (identical) measurements: its exit code is the
         # verdict; a local launch's parent judges the merged report.
-        code = _final(args, known, _external_runs(topos_out), points_out,
-                      meta).exit_code if ctx.external_launcher else 0
+        code = _final(args, known, topos_out, points_out, meta).exit_code if ctx.external_launcher else 0
         return launch.RankResult(code, partial if ctx.rank == 0 else None)
 
     return program
