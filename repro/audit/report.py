@@ -113,20 +113,14 @@ def judge_point(point: MeasuredPoint | Mapping[str, Any], known: Sequence[KnownD
 
 
 def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect: str) -> Summary:
-    counts = collections.Counter(p.category for p in points)
-    known_points: collections.Counter = collections.Counter()
     groups: dict[tuple[str, str], list[tuple[str, str, int]]] = {}  # (path, cause) -> (point, label, stage) a row
     worst: dict[str, float] = {}
     for p in points:
-        dtype = p.point.dtype
         for r in p.rows:
-            target = r.target[expect]
-            if r.ok[expect] and target is not None:
-                worst[dtype] = max(worst.get(dtype, 0.0), scales.error_at(r.ratio, r.residual, target))
-            if r.at_oracle:
-                continue
-            groups.setdefault((r.path, _cause(p, r)), []).append((p.id, r.label, p.point.stage))
-        known_points.update({k for r in p.rows if not r.at_oracle for k in r.known})
+            if r.ok[expect] and (target := r.target[expect]) is not None:
+                worst[p.point.dtype] = max(worst.get(p.point.dtype, 0.0), scales.error_at(r.ratio, r.residual, target))
+            if not r.at_oracle:
+                groups.setdefault((r.path, _cause(p, r)), []).append((p.id, r.label, p.point.stage))
     code_of = {**{k.id: k.code for k in known}, "sp-bug": (SP_BUG_CODE, )}
     disagreements = []
     for path, cause in sorted(groups, key=lambda key: (key[1] == "unexplained", *key)):
@@ -137,13 +131,13 @@ def summarize(points: Sequence[Point], known: Sequence[KnownDiscrepancy], expect
             Disagreement(path=path, cause=cause, code=code, rows=len(labels), points=len(ids),
                          stages=sorted(set(stages)), ratios=dict(sorted(collections.Counter(labels).items())),
                          examples=ids[:5]))
-    return Summary(
-        counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
-                      **{c: counts.get(c, 0)
-                         for c in CATEGORIES}), failing_points=[p.id for p in points if not p.holds],
-        known_points={k.id: known_points.get(k.id, 0)
-                      for k in known}, disagreements=disagreements, rejected=_by_message(points, "rejected"),
-        errors=_by_message(points, "error"), max_rel_err=dict(sorted(worst.items())))
+    # per known id: the points it covers off 1.0
+    known_points = {k.id: sum(any(k.id in r.known and not r.at_oracle for r in p.rows) for p in points) for k in known}
+    counts = {c: sum(p.category == c for p in points) for c in CATEGORIES}
+    return Summary(counts=Counts(points=len(points), ran=sum(p.status == "ran" for p in points),
+                                 **counts), failing_points=[p.id for p in points if not p.holds],
+                   known_points=known_points, disagreements=disagreements, rejected=_by_message(points, "rejected"),
+                   errors=_by_message(points, "error"), max_rel_err=dict(sorted(worst.items())))
 
 
 def _cause(point: Point, row: Row) -> str:
