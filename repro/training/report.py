@@ -83,8 +83,7 @@ class TrainingReport(PatternReport):
         lines = []
         for r in self.runs:
             c = self.check(r, self.expect)
-            first, last = (s.grad_norm / ref.grad_norm
-                           for s, ref in ((r.steps[0], self.reference[0]), (r.steps[-1], self.reference[-1])))
+            first, last = (r.steps[i].grad_norm / self.reference[i].grad_norm for i in (0, -1))
             lines.append((f"zero{r.stage}", r.recipe, ", ".join(f"{k} x{v}" for k, v in r.reduce_paths.items()),
                           f"{first:.5f}, {last:.5f}", scales.label(c.factor), f"{c.first_ratio_err:.1e}",
                           f"{c.worst_ratio_err:.1e}", "ok" if c.ok else "MISMATCH"))
