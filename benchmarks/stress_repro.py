@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import signal
 import statistics
@@ -166,17 +167,12 @@ def fault_sigint(proc: subprocess.Popen, tag: str, sig: signal.Signals = signal.
         os.kill(proc.pid, sig)
 
 
-def fault_sigterm(proc: subprocess.Popen, tag: str) -> None:
-    """SIGTERM (a job's deadline, a CI cancel) to the launching process mid-run."""
-    fault_sigint(proc, tag, signal.SIGTERM)
-
-
 # (fault, what it adds to the 2-rank launch's argv, the exit code it must end with, what it does mid-run, what stderr
-# must say)
+# must say); sigterm-parent: a job's deadline, a CI cancel
 FAULT_CASES = (
     ("kill-rank", [], 2, fault_kill_rank, "rank 1"),
     ("sigint-parent", [], 130, fault_sigint, "interrupted"),
-    ("sigterm-parent", [], 130, fault_sigterm, "interrupted"),
+    ("sigterm-parent", [], 130, functools.partial(fault_sigint, sig=signal.SIGTERM), "interrupted"),
     ("unwritable-results", ["--json", "/dev/null/stress/out.json"], 2, None, "error: cannot write the results file"),
     ("deadline", ["--timeout", "5"], 2, None, "deadline of 5 s exceeded"),
 )

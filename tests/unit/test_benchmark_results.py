@@ -100,3 +100,22 @@ def test_bundle_verify_reads_a_kept_result_by_its_name(tmp_path):
     assert [p.split(": Input")[0] for p in problems] == [
         f"results/benchmarks/launch_cost.json: not a valid {models.LaunchCost.SCHEMA} report: runs.single.0.wall_s"
     ]
+
+
+@pytest.mark.parametrize("fault, sig", [("sigint-parent", "SIGINT"), ("sigterm-parent", "SIGTERM")])
+def test_a_signal_fault_sends_its_signal_to_the_launching_process(monkeypatch, fault, sig):
+    import signal
+    import subprocess
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("stress_repro", ROOT / "benchmarks" / "stress_repro.py")
+    stress = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stress)
+    monkeypatch.setattr(stress, "_wait_until_running", lambda proc, tag: {})  # no ranks: the signal goes at once
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        next(case[3] for case in stress.FAULT_CASES if case[0] == fault)(proc, "tag")
+        assert proc.wait(timeout=30) == -getattr(signal, sig)
+    finally:
+        proc.kill()
