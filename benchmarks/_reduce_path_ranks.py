@@ -364,15 +364,10 @@ def _allocations(call: Callable, restore: Callable, ctx: RankContext) -> dict:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = call()
         del out
-    running = peak = allocated = count = 0
-    for e in sorted(prof.events(), key=lambda e: e.time_range.start):
-        own = e.self_cpu_memory_usage
-        running += own
-        peak = max(peak, running)
-        if own > 0:
-            allocated += own
-            count += 1
-    return dict(method="torch.profiler profile_memory", bytes=allocated, count=count, peak_bytes=peak)
+    own = [e.self_cpu_memory_usage for e in sorted(prof.events(), key=lambda e: e.time_range.start)]  # < 0: freed
+    allocs = [x for x in own if x > 0]
+    return dict(method="torch.profiler profile_memory", bytes=sum(allocs), count=len(allocs),
+                peak_bytes=max(itertools.accumulate(own, initial=0)))  # the running total's peak, from 0
 
 
 # Sizes with and without padding (numel % world != 0 for world 2, 3, 4), one below the world size.
