@@ -5,7 +5,6 @@ the clients (docs/doctor.md, "What it reads"). Every failure is a ``BadInput`` w
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 import importlib.util
 import json
@@ -147,31 +146,32 @@ def constants_defaults(source: str) -> dict[str, Any]:
     return {key: found[name] for key, name in TOP_LEVEL.items() if name in found}
 
 
-def config_text(path: Path) -> str:
+def load_config(path: Path, yaml_file: bool = False) -> dict[str, Any]:
+    """A config file: YAML where ``yaml_file``, else JSON (as HF's integration and accelerate read it), else hjson
+    (as DeepSpeed reads it)."""
     try:
-        return path.read_text()
+        text = path.read_text()
     except FileNotFoundError:
         raise BadInput(f"no such config: {path}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise BadInput(f"cannot read the config {path}: {err}") from None
-
-
-def load_config(path: Path) -> dict[str, Any]:
-    """A JSON config file: JSON (as HF's integration and accelerate read it), else hjson (as DeepSpeed reads it)."""
-    text = config_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
+    if yaml_file:
+        data = _yaml(path, text)
+    else:
         try:
-            import hjson
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            try:
+                import hjson
 
-            data = hjson.loads(text)
-        except Exception:  # noqa: BLE001 - no hjson, or any hjson failure: not a config
-            data = None
-        if data is None:
-            raise BadInput(f"{path} is not valid JSON: {err}") from None
+                data = hjson.loads(text)
+            except Exception:  # noqa: BLE001 - no hjson, or any hjson failure: not a config
+                data = None
+            if data is None:
+                raise BadInput(f"{path} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
-        raise BadInput(f"{path} is not a config: a JSON object is expected, got {type(data).__name__}")
+        expected = "a YAML mapping" if yaml_file else "a JSON object"
+        raise BadInput(f"{path} is not a config: {expected} is expected, got {type(data).__name__}")
     return data
 
 
@@ -257,7 +257,7 @@ def read_config(path: Path) -> RunConfig:
     """A DeepSpeed config, an accelerate config or an ArcticTraining config: YAML by the file's suffix (as accelerate
     tells its two formats apart), JSON else; the kind by its keys."""
     yaml_file = path.suffix.lower() in (".yaml", ".yml")
-    data = _yaml(path) if yaml_file else load_config(path)
+    data = load_config(path, yaml_file)
     if "distributed_type" in data:
         return accelerate_config(path, data)
     if "model" in data and "data" in data:
@@ -276,23 +276,19 @@ def deepspeed_config(data: dict[str, Any]) -> RunConfig:
     return RunConfig("DeepSpeed config", data, _int("sequence_parallel_size", value, 1), "sequence_parallel_size")
 
 
-def _yaml(path: Path) -> dict[str, Any]:
-    text = config_text(path)
+def _yaml(path: Path, text: str) -> Any:
     try:
         import yaml
     except ImportError:
         raise BadInput(f"reading {path} needs PyYAML (pip install pyyaml; accelerate and ArcticTraining depend on "
                        "it)") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise BadInput(f"{path} is not valid YAML: {getattr(err, 'problem', None) or error_line(err)}{where}") \
             from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{path} is not a config: a YAML mapping is expected, got {type(data).__name__}")
-    return data
 
 
 def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -324,7 +320,7 @@ def accelerate_config(path: Path, data: dict[str, Any]) -> RunConfig:
         if refused:
             raise BadInput(f"accelerate refuses {', '.join(refused)} next to deepspeed_config_file (they belong in "
                            "the DeepSpeed config file)")
-        ds = copy.deepcopy(load_config(Path(file)))  # HfDeepSpeedConfig opens the path as given
+        ds = load_config(Path(file))  # HfDeepSpeedConfig opens the path as given
         if not Path(file).is_absolute():
             notes.append(f"deepspeed_config_file {file} read from the current directory, as accelerate opens it")
         zero = ds.get("zero_optimization")
