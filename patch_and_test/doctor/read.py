@@ -430,9 +430,7 @@ def parse_param_sizes(text: str) -> ModelSizes:
 
 def hidden_size_of(config: Any) -> int | None:
     """The hidden size the way HF's integration picks it (trainer_config_finalize)."""
-    for holder in (config, getattr(config, "text_config", None)):
-        if holder is None:
-            continue
+    for holder in (config, getattr(config, "text_config", None)):  # no text_config: None, which has neither
         if getattr(holder, "hidden_size", None) is not None:
             return int(holder.hidden_size)
         if getattr(holder, "hidden_sizes", None):
@@ -451,7 +449,6 @@ def model_sizes(spec: str) -> ModelSizes:
         config = transformers.AutoConfig.from_pretrained(spec)
     except Exception as err:  # noqa: BLE001 - any failure to find or parse it is bad input
         raise BadInput(f"cannot read a transformers config from {spec!r}: {error_line(err)}") from None
-    model = None
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
         try:
             with torch.device("meta"):
@@ -459,7 +456,7 @@ def model_sizes(spec: str) -> ModelSizes:
             break
         except Exception as err:  # noqa: BLE001
             problem = error_line(err)
-    if model is None:
+    else:
         raise BadInput(f"cannot build {spec!r} on the meta device: {problem}")
     params = tuple((name, int(p.numel())) for name, p in model.named_parameters())
     return ModelSizes(f"{type(model).__name__} from {spec}", params, hidden_size_of(config))
