@@ -22,7 +22,7 @@ from patch_and_test.downstream.census import (CENSUS, Census, Factor, Library, S
 from patch_and_test.downstream.table import KEPT_RESULTS, PHASES
 from repro.downstream.expect import STAGES, ClientKind
 from repro.harness import scales
-from repro.training.report import TrainingReport, TrainingRun
+from repro.training.report import TrainingReport
 
 DOCUMENT = PACKAGE_ROOT / "README.md"
 FIGURES = PACKAGE_ROOT / "docs" / "figures"  # training_effect-{unpatched,patched}.json
@@ -92,15 +92,13 @@ def training_factors(recipe: ClientKind, figures: Path, sp: int, deepspeed_versi
         runs = {r.stage: r for r in report.runs if r.recipe == recipe.kind}
         if set(runs) != set(STAGES):
             raise ValueError(f"{path}: no ZeRO-2 and ZeRO-3 runs of the {recipe.kind} recipe")
-        by_phase[phase] = {stage: _step0(report, run) for stage, run in runs.items()}
+        expect = "fixed" if report.deepspeed_fixed else "buggy"
+        by_phase[phase] = {}
+        for stage, run in runs.items():  # matches_rule: the report's check of every step
+            ratio = run.steps[0].grad_norm / report.reference[0].grad_norm
+            by_phase[phase][stage] = Factor(value=ratio, label=scales.label(ratio), measured=True,
+                                            matches_rule=report.check(run, expect).ok)
     return [StageFactors(stage=s, **{phase: by_phase[phase][s] for phase in PHASES}) for s in STAGES]
-
-
-def _step0(report: TrainingReport, run: TrainingRun) -> Factor:
-    """A run's step-0 gradient norm over the reference's; ``matches_rule``: the report's check of every step."""
-    ratio = run.steps[0].grad_norm / report.reference[0].grad_norm
-    return Factor(value=ratio, label=scales.label(ratio), measured=True,
-                  matches_rule=report.check(run, "fixed" if report.deepspeed_fixed else "buggy").ok)
 
 
 def _checked(stack: Stack, recipe: ClientKind, stages: list[StageFactors], census: Census) -> list[StageFactors]:
