@@ -170,11 +170,8 @@ def rows(census: Census, results: Path = KEPT_RESULTS) -> list[CensusRow]:
     return out
 
 
-def render(census: Census, results: Path = KEPT_RESULTS) -> str:
-    """The census table and the cited hand compensations (no markers)."""
+def render(census: Census | None = None, results: Path = KEPT_RESULTS) -> str:
+    """The census table and the cited hand compensations (no markers); by default the notice's: census.json with the
+    kept runs."""
+    census = Census.load(CENSUS) if census is None else census
     return templating.render("downstream_census.md.j2", census=census, rows=rows(census, results)).rstrip("\n")
-
-
-def kept_table() -> str:
-    """The notice's census: census.json with the kept runs."""
-    return render(Census.load(CENSUS), KEPT_RESULTS)

@@ -92,7 +92,7 @@ def _measured(rows) -> Measured:
     return Measured(recipe=first, zero2=by_stage.get(2), zero3=by_stage.get(3), stages=stages, left_out=left_out)
 
 
-def table_rows(root: Path, shown_root: str = "results/downstream") -> list[TableRow]:
+def table_rows(root: Path, shown_root: str) -> list[TableRow]:
     """One row per env x DeepSpeed x client; a not-applicable client once per verdict."""
     out, shown_na = [], set()
     for env, phase, rep in reports(root):
@@ -108,14 +108,10 @@ def table_rows(root: Path, shown_root: str = "results/downstream") -> list[Table
     return out
 
 
-def render(root: Path, shown_root: str = "results/downstream") -> str:
-    """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once."""
+def render(root: Path = KEPT_RESULTS, shown_root: str = "docs/downstream-results") -> str:
+    """The Markdown table (no markers): one line per env x DeepSpeed x client; a not-applicable row once. By default
+    the docs' table: every env of the kept runs."""
     return templating.render("downstream_table.md.j2", rows=table_rows(root, shown_root)).rstrip("\n")
-
-
-def kept_table() -> str:
-    """The docs' table: every env of the kept runs."""
-    return render(KEPT_RESULTS, "docs/downstream-results")
 
 
 def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:

@@ -149,9 +149,9 @@ EXIT_CODES = ("<!-- exit-codes:begin (rendered by zero3-sp docs from patch_and_t
 ARTIFACTS = (
     Artifact("stack table", "README.md", block(stacks.BEGIN, stacks.END, stacks.render)),
     Artifact("exit codes", "README.md", block(*EXIT_CODES, lambda: exit_codes_markdown().rstrip("\n"))),
-    Artifact("downstream table", "docs/downstream-notice.md", block(table.BEGIN, table.END, table.kept_table)),
-    Artifact("downstream table", "docs/backport-clients.md", block(table.BEGIN, table.END, table.kept_table)),
-    Artifact("downstream census", "docs/downstream-notice.md", block(census.BEGIN, census.END, census.kept_table)),
+    Artifact("downstream table", "docs/downstream-notice.md", block(table.BEGIN, table.END, table.render)),
+    Artifact("downstream table", "docs/backport-clients.md", block(table.BEGIN, table.END, table.render)),
+    Artifact("downstream census", "docs/downstream-notice.md", block(census.BEGIN, census.END, census.render)),
     Artifact("affected tests", "docs/affected-tests.md", block(pr.BEGIN, pr.END, pr.affected_table)),
     Artifact("releases", "docs/releases.md", lambda path: {path: releases.kept_markdown(path)}),
     Artifact("schemas", "docs/schemas", rendered, same=same),
