@@ -141,17 +141,14 @@ def measured_factors(where: MeasuredIn, recipe: ClientKind | None, results: Path
         rows = {r.stage: r for r in report.rows if (r.client, r.client_version) == key and r.status == "measured"}
         if set(rows) != set(STAGES):
             raise ValueError(f"{path}: no measured ZeRO-2 and ZeRO-3 rows of {where.client} {where.client_version}")
-        for r in rows.values():
+        by_phase[phase] = {}
+        for stage, r in rows.items():
             if recipe is not None and recipe != r.recipe:
                 raise ValueError(f"{path}: the run classified {where.client}'s code as {r.recipe}, "
                                  f"the census reads {recipe}")
-        by_phase[phase] = rows
-
-    def factor(r) -> Factor:
-        return Factor(value=r.ratio, label=scales.label(r.ratio, r.residual), measured=True,
-                      matches_rule=r.matches_rule)
-
-    return [StageFactors(stage=s, **{phase: factor(by_phase[phase][s]) for phase in PHASES}) for s in STAGES]
+            by_phase[phase][stage] = Factor(value=r.ratio, label=scales.label(r.ratio, r.residual), measured=True,
+                                            matches_rule=r.matches_rule)
+    return [StageFactors(stage=s, **{phase: by_phase[phase][s] for phase in PHASES}) for s in STAGES]
 
 
 def rows(census: Census, results: Path = KEPT_RESULTS) -> list[CensusRow]:
