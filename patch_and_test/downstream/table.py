@@ -12,7 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from repro.downstream.report import ClientRow, DownstreamReport, deepspeed_label
 
@@ -31,12 +31,16 @@ KEPT_RESULTS = PACKAGE_ROOT / "docs" / "downstream-results"  # the runs the comm
 CORE_ENVS = ("downstream-arctic", "downstream-tf5.24", "downstream-tf5.25", "downstream-tf5.25-patched")
 
 
-def reports(root: Path, envs: tuple[str, ...] | None = None) -> list[tuple[str, str, DownstreamReport]]:
-    """(env, phase, report) under ``root`` (of ``envs`` only, if given), envs sorted by name, unpatched first."""
+def _client_rows(root: Path, envs: tuple[str, ...] | None = None) -> Iterator[tuple]:
+    """(env, phase, report, (client, client_version), the client's rows in order) under ``root`` (of ``envs`` only,
+    if given), envs sorted by name, unpatched first."""
     dirs = sorted(p for p in root.iterdir()
                   if p.is_dir() and (envs is None or p.name in envs)) if root.is_dir() else []
-    return [(d.name, phase, DownstreamReport.load(d / phase / REPORT)) for d in dirs for phase in PHASES
-            if (d / phase / REPORT).is_file()]
+    for d, phase in ((d, phase) for d in dirs for phase in PHASES if (d / phase / REPORT).is_file()):
+        report, by_client = DownstreamReport.load(d / phase / REPORT), {}
+        for r in report.rows:
+            by_client.setdefault((r.client, r.client_version), []).append(r)
+        yield from ((d.name, phase, report, key, rows) for key, rows in by_client.items())
 
 
 class StageResult(Model):
@@ -71,14 +75,6 @@ class TableRow(Model):
     measured: Optional[Measured]
 
 
-def _by_client(rows: list) -> dict[tuple[str, str], list]:
-    """Report rows per (client, client_version), in order."""
-    out: dict[tuple[str, str], list] = {}
-    for r in rows:
-        out.setdefault((r.client, r.client_version), []).append(r)
-    return out
-
-
 def _measured(rows) -> Measured:
     """A client's measured rows (one per stage) on one DeepSpeed build."""
     stages = [
@@ -95,16 +91,14 @@ def _measured(rows) -> Measured:
 def table_rows(root: Path, shown_root: str) -> list[TableRow]:
     """One row per env x DeepSpeed x client; a not-applicable client once per verdict."""
     out, shown_na = [], set()
-    for env, phase, rep in reports(root):
+    for env, phase, rep, key, rows in _client_rows(root):
         ds = f"{public_version(rep.deepspeed_version)} {deepspeed_label(rep.deepspeed_fixed, rep.marker)}"
-        for key, rows in _by_client(rep.rows).items():
-            row = dict(env=env, client=" ".join(key), deepspeed=ds, report=f"`{shown_root}/{env}/{phase}/{REPORT}`")
-            if rows[0].status == "measured":
-                measured = _measured([x for x in rows if x.status == "measured"])
-                out.append(TableRow(**row, verdict=None, measured=measured))
-            elif (key, rows[0].verdict) not in shown_na:
-                shown_na.add((key, rows[0].verdict))
-                out.append(TableRow(**row, verdict=rows[0].verdict, measured=None))
+        row = dict(env=env, client=" ".join(key), deepspeed=ds, report=f"`{shown_root}/{env}/{phase}/{REPORT}`")
+        if rows[0].status == "measured":
+            out.append(TableRow(**row, verdict=None, measured=_measured([x for x in rows if x.status == "measured"])))
+        elif (key, rows[0].verdict) not in shown_na:
+            shown_na.add((key, rows[0].verdict))
+            out.append(TableRow(**row, verdict=rows[0].verdict, measured=None))
     return out
 
 
@@ -118,16 +112,15 @@ def plain_table(root: Path, envs: tuple[str, ...] | None = CORE_ENVS) -> str:
     """The measured ratios, one line per client x DeepSpeed build, as plain text for a cover letter. Pure.
     ("+ proposed": a gate that reads the capability marker, i.e. the proposed transformers change.)"""
     lines = [f"  {'client':<36}{'DeepSpeed':<18}{'ZeRO-2':>8}{'ZeRO-3':>8}"]
-    for _env, _phase, rep in reports(root, envs):
-        for key, rows in _by_client(rep.rows).items():
-            measured = [x for x in rows if x.status == "measured"]
-            if not measured:
-                continue
-            ratio = {x.stage: x.ratio for x in rows if x.ratio is not None}
-            client = " ".join(key) + (" + proposed" if measured[0].gate == "marker-or-version" else "")
-            ds = f"{public_version(rep.deepspeed_version)} {'patched' if rep.deepspeed_fixed else 'unpatched'}"
-            lines.append(f"  {client:<36}{ds:<18}" + "".join(f"{ratio[s]:>8.2f}" if s in ratio else f"{'-':>8}"
-                                                             for s in (2, 3)))
+    for _env, _phase, rep, key, rows in _client_rows(root, envs):
+        measured = [x for x in rows if x.status == "measured"]
+        if not measured:
+            continue
+        ratio = {x.stage: x.ratio for x in rows if x.ratio is not None}
+        client = " ".join(key) + (" + proposed" if measured[0].gate == "marker-or-version" else "")
+        ds = f"{public_version(rep.deepspeed_version)} {'patched' if rep.deepspeed_fixed else 'unpatched'}"
+        lines.append(f"  {client:<36}{ds:<18}" + "".join(f"{ratio[s]:>8.2f}" if s in ratio else f"{'-':>8}"
+                                                         for s in (2, 3)))
     return "\n".join(lines)
 
 
