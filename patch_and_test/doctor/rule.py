@@ -114,14 +114,10 @@ def param_classes(z: ZeroSettings, params: Sequence[tuple[str, int]] | None) -> 
         return [ParamClass(label, path, count, _largest(params or ()), every=True)]
     if z.reduce_bucket_size is None:
         raise ValueError("reduce_bucket_size is needed to split the parameters")
-    n = z.reduce_bucket_size
+    n, sides = z.reduce_bucket_size, (("<=", ReducePath.CONTIGUOUS), (">", ReducePath.AVG_SCATTER))
     if params is None:
-        return [
-            ParamClass(f"<= {n} elements", ReducePath.CONTIGUOUS, None),
-            ParamClass(f"> {n} elements", ReducePath.AVG_SCATTER, None)
-        ]
-    small, large = [p for p in params if p[1] <= n], [p for p in params if p[1] > n]
-    groups = ((small, "<=", ReducePath.CONTIGUOUS), (large, ">", ReducePath.AVG_SCATTER))
+        return [ParamClass(f"{op} {n} elements", path, None) for op, path in sides]
+    groups = (([p for p in params if reduce_path(z, p[1]) is path], op, path) for op, path in sides)
     return [ParamClass(f"{len(g)} {op} {n} elements", path, len(g), _largest(g)) for g, op, path in groups if g]
 
 
