@@ -65,8 +65,7 @@ def find_deepspeed(src: Path | None = None) -> InstalledDeepSpeed:
         fixed = source_has_fix(source)
     except (OSError, SyntaxError, UnicodeDecodeError) as err:
         raise BadInput(f"cannot read DeepSpeed's {stage3}: {type(err).__name__}: {err}") from None
-    defaults, where = read_defaults(package)
-    return InstalledDeepSpeed(DeepSpeedState(version, fixed, marker_set(source)), package, defaults, where)
+    return InstalledDeepSpeed(DeepSpeedState(version, fixed, marker_set(source)), package, *read_defaults(package))
 
 
 def _tree_version(package: Path) -> str:
