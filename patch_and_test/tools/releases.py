@@ -35,7 +35,7 @@ from patch_and_test.core.gitrun import git
 from patch_and_test.core.inputs import sha256_file
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import (Manifest, Series, SkippedPatch, apply_series, format_version, load_manifest,
-                                        parse_version, tree_has_fix, version_sort_key)
+                                        parse_version, series_for_version, tree_has_fix, version_sort_key)
 from repro.harness.report import JsonReport, Record
 
 SCHEMA = "zero3-sp-gradfix/releases/v1"
@@ -246,7 +246,10 @@ def check_release(version: str, manifest: Manifest, lock: dict, tags: set[str] |
     cached = source.sdist_path(version, lock).is_file()
     archive = source.fetch_sdist(version, lock, require_lock=False)
     digest = sha256_file(archive)
-    series = next((s for s in manifest.series if s.covers(parse_version(version))), None)
+    try:
+        series = series_for_version(version, manifest)
+    except errors.UnknownVersion:
+        series = None
     tree = source.from_pypi(version, lock=lock, require_lock=False)
     try:
         if source.sdist_digest(tree) != digest:
