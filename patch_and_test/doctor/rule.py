@@ -77,8 +77,10 @@ def own_loss(recipe: str) -> LossSource:
 
 def reduce_path(z: ZeroSettings, numel: int | None) -> ReducePath | None:
     """The method that reduces a parameter with ``numel`` elements; None when the size decides and is unknown."""
-    if z.stage in (0, 1, 2):
-        return ReducePath.STAGE_0 if z.stage == 0 else ReducePath.STAGE_1_2
+    if z.stage == 0:
+        return ReducePath.STAGE_0
+    if z.stage in (1, 2):
+        return ReducePath.STAGE_1_2
     if z.stage != 3:
         raise ValueError(f"ZeRO stage {z.stage} does not exist")
     if not z.bucket_decides:
