@@ -36,11 +36,14 @@ def _client_rows(root: Path, envs: tuple[str, ...] | None = None) -> Iterator[tu
     if given), envs sorted by name, unpatched first."""
     dirs = sorted(p for p in root.iterdir()
                   if p.is_dir() and (envs is None or p.name in envs)) if root.is_dir() else []
-    for d, phase in ((d, phase) for d in dirs for phase in PHASES if (d / phase / REPORT).is_file()):
-        report, by_client = DownstreamReport.load(d / phase / REPORT), {}
-        for r in report.rows:
-            by_client.setdefault((r.client, r.client_version), []).append(r)
-        yield from ((d.name, phase, report, key, rows) for key, rows in by_client.items())
+    for d in dirs:
+        for phase in PHASES:
+            if not (d / phase / REPORT).is_file():
+                continue
+            report, by_client = DownstreamReport.load(d / phase / REPORT), {}
+            for r in report.rows:
+                by_client.setdefault((r.client, r.client_version), []).append(r)
+            yield from ((d.name, phase, report, key, rows) for key, rows in by_client.items())
 
 
 class StageResult(Model):
