@@ -363,7 +363,7 @@ def _tree_entries(repo: Path, commit: str) -> list[tuple[str, str, str]]:
     """(mode, object, path) of every entry of ``commit``'s tree."""
     records = filter(None, git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0"))
     entries = (record.split("\t", 1) for record in records)  # "<mode> <type> <object>", the path
-    return [(meta.split()[0], meta.split()[2], path) for meta, path in entries]
+    return [(mode, sha, path) for meta, path in entries for mode, _, sha in [meta.split()]]
 
 
 def _hash_files(repo: Path, root: Path, paths: tuple[str, ...]) -> list[tuple[str, str, str]]:
