@@ -64,7 +64,8 @@ def write(bundle: Path, series: Series, mirror: Path | None) -> list[str]:
         repo, head = build_branch(mirror, series, Path(tmp))
         git(repo, "bundle", "create", str(out / BUNDLE_FILE), BRANCH, f"^{series.base_commit}")
     (out / "README.md").write_text(
-        templating.render("github_README.md.j2", series=series, head=head, bundle=BUNDLE_FILE, branch=BRANCH))
+        templating.render("github_README.md.j2", series=series, head=head, bundle=BUNDLE_FILE, branch=BRANCH,
+                          grafted=series.base_ref == NEWEST_UPSTREAM))
     return []
 
 
