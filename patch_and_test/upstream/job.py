@@ -175,7 +175,8 @@ def run(src: Path | None, series_dir: Path, results: Path, *, depth: str = "quic
     # Names, not this machine's paths: the base commit says which tree it was.
     name = src.resolve().name if src is not None else source_mod.NEWEST_UPSTREAM
     with_roles = manifest_series(series_dir)
-    verdict = AffectedVerdict(source=name, series=series_dir.name, series_version=getattr(with_roles, "version", None),
+    verdict = AffectedVerdict(source=name, series=series_dir.name,
+                              series_version=with_roles.version if with_roles is not None else None,
                               only=list(only or []), environment=host_environment("gloo"))
     tree = None
     try:
