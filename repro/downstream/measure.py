@@ -24,15 +24,14 @@ from typing import Callable
 
 from repro.alst import measure as alst_measure, tiny_llama
 from repro.alst.expect import fit
-from repro.downstream.expect import (MARKER_MODULE, MARKER_NAME, STAGES, ClientKind, classify, compensates,
-                                     expected_ratio)
+from repro.downstream.expect import (CLIENTS, MARKER_MODULE, MARKER_NAME, STAGES, VIA_CLIENTS, ClientKind, classify,
+                                     compensates, expected_ratio)
 from repro.downstream.report import ClientRow, DownstreamReport
 from repro.harness import launch, scales
 from repro.harness.env import dist_version
 from repro.harness.report import error_line
 
 SCRIPT = "downstream_clients"
-PARAMS = alst_measure.PARAMS
 ACCELERATE_SCRIPT = "accelerate.test_utils.scripts.external_deps.test_ds_alst_ulysses_sp"
 CALLERS = (
     "transformers: accelerator and ParallelismConfig stand-ins (sp group, sp_backend, sp_size) + a real "
@@ -142,10 +141,7 @@ def codes_called(thunk: Callable, codes: dict[str, types.CodeType]):
     return result, sorted(name for name, code in codes.items() if code in seen)
 
 
-def find_transformers() -> Client | None:
-    version = dist_version("transformers")
-    if version is None:
-        return None
+def find_transformers(version: str) -> Client:
     try:
         fn, fn_name, trainer_cls = transformers_sp_loss()
     except Exception as err:  # noqa: BLE001 - any import failure is the row's content
@@ -163,14 +159,13 @@ def find_transformers() -> Client | None:
     return Client("transformers", version, fn_name, call, classify(client_source(fn)))
 
 
-def trainer_client(client: str, module: str, trainer: str, who: str, make_trainer: Callable,
-                   why_not_called: Callable = lambda module, version: "") -> Client | None:
-    """A client whose Trainer subclass's compute_loss hands the sp loss to transformers', called on
-    ``make_trainer(module, engine, accelerator)``; its row without a call when it cannot be called (an import
-    error, no sp loss in transformers, ``why_not_called``'s reason); None when the client is not installed."""
-    version = dist_version(client)
-    if version is None:
-        return None
+def trainer_client(client: str, version: str, trainer: str, who: str, make_trainer: Callable,
+                   why_not_called: Callable = lambda module, version: "") -> Client:
+    """A client whose Trainer subclass (``trainer``, in its ``VIA_CLIENTS`` code file) hands the sp loss to
+    transformers' in its compute_loss, called on ``make_trainer(module, engine, accelerator)``; its row without a
+    call when it cannot be called (an import error, no sp loss in transformers, ``why_not_called``'s reason)."""
+    code_file = next(c.code_file for c in VIA_CLIENTS if c.name == client)
+    module = code_file.removesuffix(".py").replace("/", ".")
     entry_name = f"{module}.{trainer}.compute_loss"
     try:
         imported = importlib.import_module(module)
@@ -195,7 +190,7 @@ def trainer_client(client: str, module: str, trainer: str, who: str, make_traine
                   reaches=(loss_name, loss_fn.__code__))
 
 
-def find_trl() -> Client | None:
+def find_trl(version: str) -> Client:
 
     def why_not_called(sft, version: str) -> str:
         return "" if hasattr(sft, "add_fused_lm_head") else (
@@ -209,11 +204,10 @@ def find_trl() -> Client | None:
         return trainer_instance(sft.SFTTrainer, accelerator=accelerator, model=engine, aux_loss_enabled=False,
                                 _metrics={"train": defaultdict(list)}, _total_train_tokens=0, _tp_size=1)
 
-    return trainer_client("trl", "trl.trainer.sft_trainer", "SFTTrainer", "its SFTTrainer", make_trainer,
-                          why_not_called)
+    return trainer_client("trl", version, "SFTTrainer", "its SFTTrainer", make_trainer, why_not_called)
 
 
-def find_axolotl() -> Client | None:
+def find_axolotl(version: str) -> Client:
 
     def make_trainer(base, engine, accelerator):
         # What compute_loss reads on the sp path: no token counting, no packing, no ORPO, no multimodal ids.
@@ -221,13 +215,10 @@ def find_axolotl() -> Client | None:
         return trainer_instance(base.AxolotlTrainer, accelerator=accelerator, model=engine, args=args,
                                 _inject_mm_token_type_ids=False, _model_type="llama")
 
-    return trainer_client("axolotl", "axolotl.core.trainers.base", "AxolotlTrainer", "its trainer", make_trainer)
+    return trainer_client("axolotl", version, "AxolotlTrainer", "its trainer", make_trainer)
 
 
-def find_arctic_training() -> Client | None:
-    version = dist_version("arctic-training") or dist_version("arctic_training")
-    if version is None:
-        return None
+def find_arctic_training(version: str) -> Client:
     fn_name = "arctic_training.trainer.sft_trainer.SFTTrainer.loss"
     try:
         sft = importlib.import_module("arctic_training.trainer.sft_trainer")
@@ -251,10 +242,7 @@ def find_arctic_training() -> Client | None:
                   exclude={"lm_head.weight": lm_head})
 
 
-def find_accelerate() -> Client | None:
-    version = dist_version("accelerate")
-    if version is None:
-        return None
+def find_accelerate(version: str) -> Client:
     try:
         spec = importlib.util.find_spec(ACCELERATE_SCRIPT)
     except Exception as err:  # noqa: BLE001
@@ -286,8 +274,10 @@ def module_level_recipe(source: str) -> str:
 
 
 def find_clients() -> list[Client]:
-    found = (find_transformers(), find_accelerate(), find_arctic_training(), find_trl(), find_axolotl())
-    return [c for c in found if c is not None]
+    """The installed clients of ``CLIENTS``, in its order (a distribution's name is matched normalised)."""
+    finders = dict(transformers=find_transformers, accelerate=find_accelerate, arctic_training=find_arctic_training,
+                   trl=find_trl, axolotl=find_axolotl)
+    return [finders[spec.name](version) for spec in CLIENTS if (version := dist_version(spec.dist)) is not None]
 
 
 def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_index: int,
@@ -302,7 +292,7 @@ def run_client(client: Client, stage: int, model_dir: Path, mpu, sp: int, dp_ind
         codes = dict([client.reaches]) if client.reaches else {}
         loss, reached = codes_called(functools.partial(client.call, engine, batch, sp_group, sp, config), codes)
         engine.backward(loss)
-        grads = full_gradients(engine, list(PARAMS), f"zero{stage} {client.name}: ")
+        grads = full_gradients(engine, list(alst_measure.PARAMS), f"zero{stage} {client.name}: ")
         return {name: grad.detach().double().cpu().clone() for name, _, grad in grads}, reached
     finally:
         destroy_engine(engine)
@@ -316,12 +306,12 @@ def measured_row(client: Client, stage: int, grads: dict, expected_grads: dict, 
     reach the loss function it was classified by cannot match the rule."""
     import torch
 
-    fitted = [p for p in PARAMS if p not in client.exclude]
+    fitted = [p for p in alst_measure.PARAMS if p not in client.exclude]
     observed = torch.cat([grads[p].flatten() for p in fitted])
     baseline = torch.cat([expected_grads[p].flatten() for p in fitted])
     target = expected_ratio(client.kind, stage, sp, assume_fixed, deepspeed_version, marker)
     f = fit(observed, baseline, target)
-    per_param = {p: scales.fit(grads[p], expected_grads[p]).ratio for p in PARAMS}
+    per_param = {p: scales.fit(grads[p], expected_grads[p]).ratio for p in alst_measure.PARAMS}
     notes = [
         f"{p} left out of the fit (measured ratio {per_param[p]:.4g}): {why}" for p, why in client.exclude.items()
     ]
@@ -382,6 +372,6 @@ def program(ctx: launch.RankContext) -> launch.RankResult:
     report = DownstreamReport(
         **launch.launch_fields(ctx, SCRIPT), deepspeed_fixed=fixed, marker=marker, rows=rows,
         extra=dict(model=alst_measure.MODEL, seq_len=alst_measure.SEQ_LEN, masked_prefix=alst_measure.MASKED_PREFIX,
-                   params=list(PARAMS), zero_config=alst_measure.ZERO_CONFIG, dtype="float32", callers=CALLERS,
-                   **notes))
+                   params=list(alst_measure.PARAMS), zero_config=alst_measure.ZERO_CONFIG, dtype="float32",
+                   callers=CALLERS, **notes))
     return launch.RankResult(1 if report.exit_code == 1 else 0, report.to_dict() if ctx.rank == 0 else None)

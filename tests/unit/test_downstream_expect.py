@@ -254,7 +254,8 @@ def _wrapping_client(reaches):
 def test_a_wrapping_entry_that_did_not_reach_its_loss_function_cannot_match():
     import torch
 
-    from repro.downstream.measure import PARAMS, measured_row
+    from repro.alst.measure import PARAMS
+    from repro.downstream.measure import measured_row
 
     grads = {p: torch.full((3, ), 2.0) for p in PARAMS}
     client = _wrapping_client(("tf.loss", _marker_helper.__code__))
