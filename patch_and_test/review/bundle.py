@@ -97,12 +97,10 @@ def build(results: Path, dist: Path, cells: list[Cell], timeout: float, audit: b
     if sign_as is not None:
         for folder in sorted(p.parent for p in (bundle / "patches").glob("*/0000-cover-letter.patch")):
             signoff.resign(PACKAGE_ROOT / "patches" / folder.name, folder, *sign_as)
-    for env in [c.env for c in cells] + sorted(p.name for p in results.glob("patch-and-test-src*") if p.is_dir()):
-        if (results / env).is_dir():
-            shutil.copytree(results / env, bundle / "results" / env, ignore=shutil.ignore_patterns("*.tmp"))
     if COMMITTED_BENCHMARKS.is_dir():  # kept runs (timing needs a quiet machine); newer local runs win
         shutil.copytree(COMMITTED_BENCHMARKS, bundle / "results" / "benchmarks")
-    for name in EVIDENCE_DIRS:
+    envs = [c.env for c in cells] + sorted(p.name for p in results.glob("patch-and-test-src*"))
+    for name in [*envs, *EVIDENCE_DIRS]:  # the cells' results, then the evidence other checks wrote
         if (results / name).is_dir():
             shutil.copytree(results / name, bundle / "results" / name, ignore=shutil.ignore_patterns("*.tmp"),
                             dirs_exist_ok=True)
