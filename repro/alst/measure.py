@@ -43,11 +43,12 @@ def skip_reason() -> str | None:
     return None
 
 
-def tokens(seed: int):
-    """A seeded sample: (input_ids, position_ids, labels), each [1, SEQ_LEN], the first MASKED_PREFIX labels -100."""
+def tokens(seed):
+    """A seeded sample: (input_ids, position_ids, labels), each [1, SEQ_LEN], the first MASKED_PREFIX labels -100.
+    ``seed``: an int, or a torch.Generator to draw from in turn (successive samples of one stream)."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
+    gen = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
     input_ids = torch.randint(2, tiny_llama.TINY_LLAMA_CONFIG["vocab_size"], (1, SEQ_LEN), generator=gen)
     labels = input_ids.clone()
     labels[:, :MASKED_PREFIX] = -100

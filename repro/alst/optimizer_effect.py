@@ -17,21 +17,17 @@ import functools
 import sys
 from pathlib import Path
 
-from repro.alst import tiny_llama
+from repro.alst import measure, tiny_llama
 from repro.harness import exit_codes
 from repro.harness.files import write_json
 
 
-def _batches(steps: int, seq_len: int = 16):
+def _batches(steps: int):
+    """``steps`` samples as the ALST check draws them (``measure.tokens``), in turn from one seeded generator."""
     import torch
 
     gen = torch.Generator().manual_seed(8692)
-    vocab = tiny_llama.TINY_LLAMA_CONFIG["vocab_size"]
-    for _ in range(steps):
-        ids = torch.randint(2, vocab, (1, seq_len), generator=gen)
-        labels = ids.clone()
-        labels[:, :3] = -100
-        yield ids, labels
+    return [measure.tokens(gen) for _ in range(steps)]
 
 
 def _flat(model):
@@ -50,7 +46,7 @@ def run(optimizer: str, sp: int, steps: int, clip: float | None) -> dict:
         torch.optim.AdamW, lr=1e-3, eps=1e-8, weight_decay=0.0))
     opts = {scale: make(model.parameters()) for scale, model in models.items()}
     norms, clipped = {1: [], sp: []}, {"1x": 0, f"{sp}x": 0}
-    for ids, labels in _batches(steps):
+    for ids, _, labels in _batches(steps):
         for scale, model in models.items():
             opts[scale].zero_grad()
             (scale * model(input_ids=ids, labels=labels).loss).backward()
