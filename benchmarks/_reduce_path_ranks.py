@@ -145,12 +145,10 @@ def load_impls(spec: dict[str, str]) -> dict[str, Impl]:
         stage3 = _load_module(package / "runtime" / "zero" / "stage3.py", f"_reduce_path_{name}_stage3")
         # stage3 did `from deepspeed.runtime.comm.coalesced_collectives import ...` against the
         # installed module: rebind what it took from there to this tree's own definitions.
-        own_cc = vars(cc)
+        taken = vars(installed_cc)
         for attr, value in list(vars(stage3).items()):
-            if (isinstance(value, types.ModuleType) or attr not in vars(installed_cc)
-                    or vars(installed_cc)[attr] is not value or attr not in own_cc or own_cc[attr] is value):
-                continue
-            setattr(stage3, attr, own_cc[attr])
+            if attr in taken and taken[attr] is value and attr in vars(cc) and not isinstance(value, types.ModuleType):
+                setattr(stage3, attr, vars(cc)[attr])
         cls = stage3.DeepSpeedZeroOptimizer_Stage3
         impls[name] = Impl(_with_dtype(vars(cls)[f"_{cls.__name__}{AVG}"]),
                            _with_dtype(vars(cls)[f"_{cls.__name__}{CONTIGUOUS}"]))
@@ -189,24 +187,29 @@ def _gather(obj) -> list:
 
 
 def _one_backward(specs: tuple[ParamSpec, ...], zero: ZeroConfig, mpu, dtype: str, ctx: RankContext, method: str,
-                  make_hook: Callable) -> None:
-    """One engine's forward and backward with its optimizer's ``method`` wrapped by ``make_hook(engine)``."""
+                  make_hook: Callable, what: str) -> list:
+    """One engine's forward and backward with its optimizer's ``method`` wrapped by ``make_hook(engine)``: what the
+    hook returned, a call each (none: RuntimeError, ``what`` naming the backward)."""
     import deepspeed
 
     model = ProbeModel(specs)
     engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.0), mpu=mpu,
                                       config=ds_config(zero, **precision_overrides(dtype)))
+    calls = []
     try:
         opt, hook = engine.optimizer, make_hook(engine)
         # (first, comm_dtype) from 0.17 on; (first) before
         spy(opt, mangled_name(opt, method),
-            lambda first, *dtype: hook(opt, first, dtype[0] if dtype else opt.communication_data_type))
+            lambda first, *dtype: calls.append(hook(opt, first, dtype[0] if dtype else opt.communication_data_type)))
         loss = engine(*rank_inputs(specs, ctx.rank, device=ctx.device))
         engine.backward(loss)
     finally:
         destroy_engine(engine)
         del engine
         gc.collect()
+    if not calls:
+        raise RuntimeError(f"{what}: the backward never reduced on {AVG if method == AVG else 'the contiguous path'}")
+    return calls
 
 
 def precision_overrides(dtype: str) -> dict:
@@ -231,13 +234,10 @@ def timing_program(impl_spec: dict[str, str], dtypes: tuple[str, ...], cases: di
         for label, (count, numel) in cases.items():
             specs = tuple(ParamSpec(f"p{i:04d}", numel) for i in range(count))
             for dtype in dtypes:
-                buckets: list[dict] = []
-                _one_backward(
-                    specs, ZeroConfig(3), mpu, dtype, ctx, AVG,
-                    lambda engine: lambda opt, params, comm_dtype: buckets.append(
-                        _time_bucket(opt, list(params), comm_dtype, impls, warmup, iters, ctx)))
-                if not buckets:
-                    raise RuntimeError(f"{label}/{dtype}: the backward never reduced on {AVG}")
+                buckets = _one_backward(
+                    specs, ZeroConfig(3), mpu, dtype, ctx,
+                    AVG, lambda engine: lambda opt, params, comm_dtype: _time_bucket(
+                        opt, list(params), comm_dtype, impls, warmup, iters, ctx), f"{label}/{dtype}")
                 out.append({"case": label, "params": count, "numel_each": numel, "dtype": dtype, "buckets": buckets})
         return _report(ctx, "timing", cases=out)
 
@@ -384,19 +384,16 @@ def numerics_program(impl_spec: dict[str, str], dtypes: tuple[str, ...],
         zero = ZeroConfig(3, reduce_scatter=False, contiguous_gradients=True, reduce_bucket_size=bucket)
         results = []
         for dtype in dtypes:
-            seen: list[dict] = []
             names: dict[int, str] = {}
 
             def numerics_hook(engine):
                 ordered = sorted(engine.module.named_parameters())
                 index = {id(p): i for i, (_, p) in enumerate(ordered)}
                 names.update({i: n for i, (n, _) in enumerate(ordered)})
-                return lambda opt, buffer, comm_dtype: seen.append(
-                    _numerics_bucket(opt, buffer, comm_dtype, impls, kinds, ctx, index))
+                return lambda opt, buffer, comm_dtype: _numerics_bucket(opt, buffer, comm_dtype, impls, kinds, ctx,
+                                                                        index)
 
-            _one_backward(NUMERICS_SPECS, zero, mpu, dtype, ctx, CONTIGUOUS, numerics_hook)
-            if not seen:
-                raise RuntimeError(f"numerics/{dtype}: the backward never reduced on the contiguous path")
+            seen = _one_backward(NUMERICS_SPECS, zero, mpu, dtype, ctx, CONTIGUOUS, numerics_hook, f"numerics/{dtype}")
             results.append({"dtype": dtype, "param_names": names, **_merge_ranks(_gather(seen))})
         return _report(ctx, "numerics", results=results)
 
