@@ -343,24 +343,22 @@ class TimingRow(Record):
     checks_same_in_every_launch: bool
 
 
-class NumericsRow(Errors):
+class Layout(Record):  # a numerics row's layout, communication dtype and input kind
     world: int
     sp: int
     dp: int
     dtype: str
     kind: str
+
+
+class NumericsRow(Layout, Errors):  # Errors' fields first, then Layout's (the order the kept files have)
     path: str
 
 
-class BitwiseRow(Record):
+class BitwiseRow(Layout):
     """One layout, dtype and input kind; every other key is a pair of paths ("contiguous==avg_scatter[x]")."""
     model_config = ConfigDict(extra="allow")
     __pydantic_extra__: dict[str, bool]
-    world: int
-    sp: int
-    dp: int
-    dtype: str
-    kind: str
 
 
 class RunInfo(Record):
