@@ -292,9 +292,8 @@ def _testing(record: AffectedVerdict) -> Testing:
             if graft else f"version.txt {public_version(record.version or '?')}")
     without, fix_alone = alone(REGRESSION), alone(ALST_FIX_ALONE)
     failed_alone = sorted(t.split("::")[-1] for t, o in fix_alone.items() if o in BAD)
-    fixed, alst_before, alst_after = (_counts(results, part.test_class, phase)
-                                      for part, phase in ((REGRESSION, "after"), (ALST_FIX_ALONE, "before"),
-                                                          (ALST_FIX_ALONE, "after")))
+    fixed = _counts(results, REGRESSION.test_class, "after")
+    alst_before, alst_after = (_counts(results, ALST_FIX_ALONE.test_class, phase) for phase in ("before", "after"))
     files = [f.removeprefix("tests/") for f in record.suite.files]
     by_file = {f: (sum(why.values()), _why(why)) for f, why in pre_existing.items()}
     return Testing(commit=graft.commit if graft else record.base or "?", tree=tree, environment=record.environment,
