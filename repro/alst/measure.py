@@ -12,7 +12,7 @@ from pathlib import Path
 
 from repro.alst import tiny_llama
 from repro.alst.report import AlstReport, loss_entry, make_row, other_group_mismatch
-from repro.alst.expect import RECIPES, STAGES
+from repro.alst.expect import RECIPES, STAGES, TORCH_ALL_GATHER
 from repro.harness import launch
 from repro.harness.env import dist_version
 
@@ -89,7 +89,6 @@ def register_ulysses(model_dir: Path, sp: int):
     return UlyssesSPAttentionHF.register_with_transformers(**kwargs)
 
 
-TORCH_ALL_GATHER = "torch.distributed.nn.functional.all_gather"
 EQUIVALENT_ALL_GATHER = "repro.alst.measure: all_gather, backward = sum over the group (as torch's)"
 
 

@@ -18,13 +18,12 @@ from typing import Literal, NamedTuple, Optional
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
-from repro.alst.expect import STAGES as STAGES  # the ZeRO stages the clients are measured on, as ALST's
+from repro.alst.expect import STAGES as STAGES, TORCH_ALL_GATHER  # STAGES: the clients are measured on ALST's
 from repro.harness import scales
 
 MARKER_MODULE = "deepspeed.runtime.zero.stage3"
 MARKER_NAME = "ZERO3_SP_GRADIENTS_SUMMED"
 DEFAULT_GATE_VERSION = "0.20.2"  # transformers 5.25.0's number; classify() reads the client's own
-_ALL_GATHER = "torch.distributed.nn.functional.all_gather"
 _GATE_RE = re.compile(r"""version\.parse\(\s*["'](\d+\.\d+\.\d+)["']\s*\)""")
 # ``loss = loss / <...>sp_size`` or ``loss /= <...>sp_size``: the loss backpropagated is divided by sp.
 _DIVIDES_RE = re.compile(r"\bloss\s*(?:=\s*loss\s*/|/=)\s*[\w.]*\bsp_size\b")
@@ -74,7 +73,7 @@ def classify(source: str, caller: str = "") -> ClientKind:
     """The recipe kind and gate of a client's loss function, from its source text; ``caller``: the source of the
     code that backprops what it returns (a trainer's ``compute_loss``), read with it for ``divides_by_sp``."""
     divides = bool(_DIVIDES_RE.search(source) or _DIVIDES_RE.search(caller))
-    if _ALL_GATHER in source:
+    if TORCH_ALL_GATHER in source:
         return ClientKind("allgather", "none", divides_by_sp=divides)
     found = _GATE_RE.search(source)
     gate_version = found.group(1) if found else None
