@@ -117,8 +117,7 @@ def _max_rel_dev(observed, expected, ratio: float) -> float:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]  # never empty: the type's name leads
 
 
 def _reset_sp_state() -> None:
