@@ -92,14 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         return _emit(previous.rejudge(known, _known_file(args), args.expect), args)
     if launch.CHILD_DIR_VAR in os.environ:  # a rank this audit spawned for one topology
         return launch.run(args, _rank_program(args, [args.sp], known), lambda report, wall: None)
-    explicit_ws, explicit_sp = args.extra["world_size_given"], args.extra["sp_given"]
     external = launch.external_launcher_env()
-    topos = topologies([args.world_size] if explicit_ws or external else None, [args.sp] if explicit_sp else None)
+    world = args.world_size if args.extra["world_size_given"] or external else None  # None: every one
+    sp = args.sp if args.extra["sp_given"] else None
+    topos = topologies(None if world is None else [world], None if sp is None else [sp])
     if not topos:
-        world, sp = args.world_size if explicit_ws or external else "any", args.sp if explicit_sp else "any"
         print(
-            f"error: no topology of the audit's space has world size {world} and sp {sp} (sp in {SP_VALUES}, "
-            f"dp in {DP_VALUES}, at most 4 ranks)", file=sys.stderr)
+            f"error: no topology of the audit's space has world size {world or 'any'} and sp {sp or 'any'} (sp in "
+            f"{SP_VALUES}, dp in {DP_VALUES}, at most 4 ranks)", file=sys.stderr)
         return EXIT_ERROR
     if args.extra["list"]:
         return _list(args, topos)
