@@ -22,7 +22,7 @@ from repro.alst import tiny_llama
 from repro.alst.measure import SEQ_LEN, program, skip_reason
 from repro.alst.report import AlstReport
 from repro.harness import exit_codes, launch
-from repro.harness.cli import EXIT_SKIP, ReproArgs, main_guard
+from repro.harness.cli import ReproArgs, main_guard
 
 EXPECT_HELP = (
     "which scales must be seen: buggy (unpatched): allgather ZeRO-2 at sp and ZeRO-3 at 1, own_share ZeRO-2 "
@@ -45,7 +45,7 @@ def preflight(args: ReproArgs) -> int | None:
         return exit_codes.ERROR
     if not launch.external_launcher_env() and launch.CHILD_DIR_VAR not in os.environ and (reason := skip_reason()):
         print(f"SKIP: {reason}", flush=True)
-        return EXIT_SKIP
+        return exit_codes.SKIPPED
     return None
 
 

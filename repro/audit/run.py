@@ -13,11 +13,10 @@ from repro.audit.expect import DEFAULT_KNOWN_FILE, load_known
 from repro.audit.report import AuditReport, render_summary
 from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,
                                select, topologies)
-from repro.harness import launch
+from repro.harness import exit_codes, launch
 from repro.harness.env import dist_version
 from repro.harness.files import relative_to
-from repro.harness.cli import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs, UsageError, build_parser,
-                               interruptible, resolve_backend, validate)
+from repro.harness.cli import ReproArgs, UsageError, build_parser, interruptible, resolve_backend, validate
 
 SCRIPT = "parity_audit"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         previous = None if args.extra["from_json"] is None else AuditReport.load(args.extra["from_json"])
     except (UsageError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+        return exit_codes.ERROR
     if previous is not None:  # --from-json: judge again, run nothing
         return _emit(previous.rejudge(known, _known_file(args), args.expect), args)
     if launch.CHILD_DIR_VAR in os.environ:  # a rank this audit spawned for one topology
@@ -100,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"error: no topology of the audit's space has world size {world or 'any'} and sp {sp or 'any'} (sp in "
             f"{SP_VALUES}, dp in {DP_VALUES}, at most 4 ranks)", file=sys.stderr)
-        return EXIT_ERROR
+        return exit_codes.ERROR
     if args.extra["list"]:
         return _list(args, topos)
     if not external:
@@ -137,13 +136,13 @@ def _parent(args: ReproArgs, topos, known) -> int:
     groups = group_by_topology(_points(args, topos))
     if not groups:
         print("error: the filters select no point", file=sys.stderr)
-        return EXIT_ERROR
+        return exit_codes.ERROR
     topo_runs, points, meta = [], [], {}
     for topo, topo_points in groups.items():
         left = deadline - time.monotonic()
         if left < MIN_LAUNCH_S:
             topo_runs.append(
-                _topology_run(topo, topo_points, EXIT_ERROR, 0.0,
+                _topology_run(topo, topo_points, exit_codes.ERROR, 0.0,
                               f"not started: {left:.0f} s left of the {args.timeout:.0f} s deadline"))
             continue
         backend = resolve_backend(args.extra["backend_choice"], topo.world_size)
@@ -161,7 +160,7 @@ def _parent(args: ReproArgs, topos, known) -> int:
         launch_start = time.monotonic()
         code = launch.run(child_args, None, lambda report, wall: received.append(report),
                           rank_argv=[str(ENTRY_SCRIPT), *child_argv])
-        if code == EXIT_INTERRUPTED:  # Ctrl-C or SIGTERM: the launch stopped its ranks; no next topology starts
+        if code == exit_codes.INTERRUPTED:  # Ctrl-C or SIGTERM: the launch stopped its ranks; no next topology starts
             return code
         wall = round(time.monotonic() - launch_start, 3)
         message = ""
@@ -169,15 +168,15 @@ def _parent(args: ReproArgs, topos, known) -> int:
             points += received[0]["points"]
             meta = meta or received[0]["meta"]
             code = 0
-        elif code == EXIT_SKIP:
+        elif code == exit_codes.SKIPPED:
             message = "skipped (see SKIP line above)"
         else:
             message = "the launch failed (see its error above)"
-            code = EXIT_ERROR if code in (0, 1) else code
+            code = exit_codes.ERROR if code in (0, 1) else code
         topo_runs.append(_topology_run(topo, topo_points, code, wall, message))
         print(f"[parity-audit] {topo.label()}: exit {code}, {wall:.1f} s", file=sys.stderr, flush=True)
-    if all(t["exit_code"] == EXIT_SKIP for t in topo_runs):
-        return EXIT_SKIP
+    if all(t["exit_code"] == exit_codes.SKIPPED for t in topo_runs):
+        return exit_codes.SKIPPED
     local_meta = dict(deepspeed_version=dist_version("deepspeed") or "none", torch_version=dist_version("torch")
                       or "none", backend=args.backend, device="cpu")
     return _emit(_final(args, known, topo_runs, points, meta or local_meta, time.monotonic() - started), args)

@@ -10,20 +10,8 @@ from pathlib import Path
 
 from repro.harness import exit_codes
 
-EXIT_HOLDS = exit_codes.HOLDS
-EXIT_DOES_NOT_HOLD = exit_codes.DOES_NOT_HOLD
-EXIT_ERROR = exit_codes.ERROR
-EXIT_SKIP = exit_codes.SKIPPED
-EXIT_INTERRUPTED = exit_codes.INTERRUPTED
-
-EXIT_CODES_HELP = """\
-exit codes:
-  0   the expectation (--expect, above) holds
-  1   it does not hold
-  2   could not run: bad input, a rank crashed or the deadline passed
-  77  skipped, with a one-line reason (e.g. nccl with fewer GPUs than ranks)
-  130 interrupted (Ctrl-C, or SIGTERM while ranks run); every rank was stopped first
-"""
+EXIT_CODES_HELP = "exit codes:\n" + "".join(f"  {code:<3} {meaning}\n"
+                                            for code, meaning in exit_codes.MEANINGS.items())
 
 LAUNCH_HELP = """\
 launch:
@@ -137,10 +125,10 @@ def main_guard(description: str, run, add_arguments=None, argv: list[str] | None
         args = validate(parser.parse_args(argv))
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+        return exit_codes.ERROR
     if args.backend == "nccl" and not _launcher_world_size() and gpu_count() < args.world_size:
         print(f"SKIP: nccl needs one GPU per rank: {args.world_size} ranks, {gpu_count()} GPU(s) visible", flush=True)
-        return EXIT_SKIP
+        return exit_codes.SKIPPED
     return interruptible(run, args)
 
 
@@ -151,4 +139,4 @@ def interruptible(run, *args) -> int:
         return run(*args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_codes.INTERRUPTED

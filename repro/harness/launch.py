@@ -21,7 +21,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Callable
 
-from repro.harness.cli import EXIT_DOES_NOT_HOLD, EXIT_ERROR, EXIT_HOLDS, EXIT_INTERRUPTED, EXIT_SKIP, ReproArgs
+from repro.harness import exit_codes
+from repro.harness.cli import ReproArgs
 from repro.harness.env import dist_version, rank_environment
 from repro.harness.files import write_json
 from repro.harness.topology import Topology
@@ -154,11 +155,11 @@ def _spawn_and_wait(args: ReproArgs, sink: ReportSink, rank_argv: list[str]) -> 
         except KeyboardInterrupt:  # the ranks' own sessions never see the terminal's SIGINT: stop them here
             kill_groups([c.proc for c in children])
             print(f"interrupted: stopped ranks {[c.rank for c in children]}", file=sys.stderr, flush=True)
-            return EXIT_INTERRUPTED
-        if code in (EXIT_HOLDS, EXIT_DOES_NOT_HOLD):
+            return exit_codes.INTERRUPTED
+        if code in (exit_codes.HOLDS, exit_codes.DOES_NOT_HOLD):
             if not (workdir / _REPORT_FILE).exists():
                 print("error: rank 0 finished without writing its report", file=sys.stderr)
-                return EXIT_ERROR
+                return exit_codes.ERROR
             sink(json.loads((workdir / _REPORT_FILE).read_text()), time.monotonic() - _STARTED)
         return code
     finally:
@@ -216,7 +217,7 @@ def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArg
             status = RankStatus.read(workdir, rank)
             if status is not None and status.status == "skip":
                 print(f"SKIP: {status.message}", flush=True)
-                return EXIT_SKIP
+                return exit_codes.SKIPPED
             if status is None or status.status == "error":
                 return _report_failure(children, workdir)
             if code != status.exit_code:  # reported, then died in teardown (the known abort at exit): work done
@@ -229,12 +230,12 @@ def _wait(children: list[_Child], workdir: Path, deadline: float, args: ReproArg
                   file=sys.stderr)
             for child in pending.values():
                 _print_log_tail(child, lines=15)
-            return EXIT_ERROR
+            return exit_codes.ERROR
         time.sleep(0.05)
     codes = {r: s.exit_code for r, s in results.items()}
     if len(set(codes.values())) != 1:
         print(f"error: ranks disagree on the verdict: {codes}", file=sys.stderr)
-        return EXIT_ERROR
+        return exit_codes.ERROR
     return codes[0]
 
 
@@ -259,7 +260,7 @@ def _report_failure(children: list[_Child], workdir: Path) -> int:
     for child, code, status in others:
         why = status.message if status is not None else f"exited with {_describe_exit(code)} before reporting"
         print(f"note: rank {child.rank} failed after rank {first.rank}: {why}", file=sys.stderr)
-    return EXIT_ERROR
+    return exit_codes.ERROR
 
 
 def _describe_exit(code: int) -> str:
@@ -327,10 +328,10 @@ def _run_rank(args: ReproArgs, program: RankProgram, sink: ReportSink, status_di
             sink(result.report, time.monotonic() - _STARTED)
         finish(RankStatus(rank, "ok", result.exit_code))
     except SkipRank as skip:
-        finish(RankStatus(rank, "skip", EXIT_SKIP, str(skip)))
+        finish(RankStatus(rank, "skip", exit_codes.SKIPPED, str(skip)))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         finish(
-            RankStatus(rank, "error", EXIT_ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0],
+            RankStatus(rank, "error", exit_codes.ERROR, f"{type(exc).__name__}: {exc}".splitlines()[0],
                        traceback.format_exc()))
 
 
@@ -339,7 +340,7 @@ def _die_with_parent() -> None:
     if sys.platform == "linux":
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         if os.getppid() != int(os.environ[PARENT_VAR]):  # it died before prctl
-            os._exit(EXIT_ERROR)
+            os._exit(exit_codes.ERROR)
 
 
 def all_threads_stack() -> str:
@@ -358,11 +359,11 @@ def _start_watchdog(timeout: float, rank: int, status_dir: Path | None) -> threa
     def expire() -> None:
         msg = f"deadline of {timeout:.0f} s exceeded"
         if status_dir is not None:
-            RankStatus(rank, "error", EXIT_ERROR, msg, all_threads_stack()).write(status_dir)
+            RankStatus(rank, "error", exit_codes.ERROR, msg, all_threads_stack()).write(status_dir)
         else:  # under torchrun / deepspeed no parent of ours reads a status file: the log is the report
             print(_indent(all_threads_stack(), f"[rank {rank}] "), file=sys.stderr)
         print(f"error: rank {rank}: {msg}", file=sys.stderr, flush=True)
-        os._exit(EXIT_ERROR)
+        os._exit(exit_codes.ERROR)
 
     timer = threading.Timer(max(0.0, float(wall_deadline) - time.time()) if wall_deadline else timeout, expire)
     timer.daemon = True

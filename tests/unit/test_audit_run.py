@@ -10,8 +10,8 @@ import pytest
 
 from repro.audit import run
 from repro.audit.space import SP_VALUES
-from repro.harness import launch
-from repro.harness.cli import EXIT_SKIP, build_parser
+from repro.harness import exit_codes, launch
+from repro.harness.cli import build_parser
 from tests.conftest import FIXTURES
 
 # Written by the audit before it became repro/audit/ (world 2, sp 2, --expect buggy: holds).
@@ -91,7 +91,7 @@ def test_the_ranks_run_the_entry_script_with_the_parsed_flags(monkeypatch):
 
     def fake_run(args, program, sink, rank_argv=None):
         seen.append((list(rank_argv), args))
-        return EXIT_SKIP
+        return exit_codes.SKIPPED
 
     monkeypatch.setattr(run.launch, "run", fake_run)
     before = list(sys.argv)
@@ -99,7 +99,7 @@ def test_the_ranks_run_the_entry_script_with_the_parsed_flags(monkeypatch):
         "--world", "4", "--bac", "gloo", "--exp", "buggy", "--stag", "3", "--dty", "bf16", "--keep", "--no-k",
         "--timeout", "500", "--known", "/no such/known.toml"
     ])
-    assert code == EXIT_SKIP and sys.argv == before
+    assert code == exit_codes.SKIPPED and sys.argv == before
     assert [a.sp for _, a in seen] == [2, 4] and all(a.world_size == 4 and a.backend == "gloo" for _, a in seen)
     argv, _ = seen[0]
     assert argv[0] == str(run.ENTRY_SCRIPT) and run.ENTRY_SCRIPT.is_file()

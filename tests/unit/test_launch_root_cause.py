@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from repro.harness.cli import EXIT_ERROR
+from repro.harness.exit_codes import ERROR
 from repro.harness.launch import RankStatus, _Child, _report_failure, _wait
 
 
@@ -32,15 +32,15 @@ def _exited(tmp_path, rank: int, code: int) -> _Child:
 
 
 def _error(tmp_path, rank: int, message: str, at: float) -> None:
-    RankStatus(rank, "error", EXIT_ERROR, message, f"Traceback of rank {rank}\n", at=at).write(tmp_path)
+    RankStatus(rank, "error", ERROR, message, f"Traceback of rank {rank}\n", at=at).write(tmp_path)
 
 
 def test_the_earliest_reported_error_is_the_cause_whatever_the_polling_order(tmp_path, capsys):
-    children = [_exited(tmp_path, 0, EXIT_ERROR), _exited(tmp_path, 1, EXIT_ERROR)]
+    children = [_exited(tmp_path, 0, ERROR), _exited(tmp_path, 1, ERROR)]
     _error(tmp_path, 0, "RuntimeError: Connection closed by peer", at=1002.0)
     _error(tmp_path, 1, "ValueError: injected failure on rank 1", at=1001.0)
 
-    assert _report_failure(children, tmp_path) == EXIT_ERROR
+    assert _report_failure(children, tmp_path) == ERROR
     err = capsys.readouterr().err
     assert err.startswith("error: rank 1 failed: ValueError: injected failure on rank 1\n")
     assert "[rank 1] Traceback of rank 1" in err
@@ -49,7 +49,7 @@ def test_the_earliest_reported_error_is_the_cause_whatever_the_polling_order(tmp
 
 
 def test_a_rank_that_died_without_reporting_is_the_cause(tmp_path, capsys):
-    children = [_exited(tmp_path, 0, EXIT_ERROR), _exited(tmp_path, 1, -signal.SIGKILL)]
+    children = [_exited(tmp_path, 0, ERROR), _exited(tmp_path, 1, -signal.SIGKILL)]
     _error(tmp_path, 0, "RuntimeError: Connection closed by peer", at=1000.0)
 
     _report_failure(children, tmp_path)
@@ -61,7 +61,7 @@ def test_a_rank_that_died_without_reporting_is_the_cause(tmp_path, capsys):
 
 @pytest.mark.parametrize("other", ["ok", "running"])
 def test_ranks_that_did_not_fail_are_not_blamed(tmp_path, capsys, other):
-    failed = _exited(tmp_path, 1, EXIT_ERROR)
+    failed = _exited(tmp_path, 1, ERROR)
     _error(tmp_path, 1, "ValueError: injected failure on rank 1", at=1000.0)
     if other == "ok":
         ok = _exited(tmp_path, 0, 0)
@@ -133,7 +133,7 @@ def _expiring_watchdog(monkeypatch, tmp_path, timeout: float):
 def test_the_watchdog_writes_every_threads_stack_to_the_status_file(monkeypatch, tmp_path):
     monkeypatch.delenv("REPRO_LAUNCH_DEADLINE", raising=False)
     codes, status = _expiring_watchdog(monkeypatch, tmp_path, timeout=0.2)
-    assert codes == [EXIT_ERROR]
+    assert codes == [ERROR]
     assert status is not None and status.status == "error" and status.message == "deadline of 0 s exceeded"
     # What the parent prints: the rank's program where it is stuck, and the other threads.
     assert "_the_rank_program_is_stuck_here" in status.traceback
@@ -149,7 +149,7 @@ def test_a_spawned_ranks_watchdog_fires_at_the_parents_deadline(monkeypatch, tmp
     monkeypatch.setenv(launch.DEADLINE_VAR, f"{time.time() + 0.3:.3f}")
     start = time.monotonic()
     codes, status = _expiring_watchdog(monkeypatch, tmp_path, timeout=3600)
-    assert codes == [EXIT_ERROR] and time.monotonic() - start < 20
+    assert codes == [ERROR] and time.monotonic() - start < 20
     assert status is not None and "_the_rank_program_is_stuck_here" in status.traceback
 
 
@@ -158,8 +158,7 @@ def test_a_rank_stuck_past_the_parents_deadline_is_named_in_the_ranks_words(tmp_
     # must say what the ranks' watchdog says, so a caller looking for one message sees either side's.
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert _wait([_Child(0, proc, tmp_path / "rank0.log")], tmp_path, 0.0,
-                     SimpleNamespace(timeout=5)) == EXIT_ERROR
+        assert _wait([_Child(0, proc, tmp_path / "rank0.log")], tmp_path, 0.0, SimpleNamespace(timeout=5)) == ERROR
     finally:
         proc.kill()
         proc.wait()
