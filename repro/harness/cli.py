@@ -79,7 +79,7 @@ def validate(ns: argparse.Namespace) -> ReproArgs:
         raise UsageError(f"--timeout must be > 0, got {ns.timeout}")
     if ns.json is not None:
         _check_writable(ns.json)
-    common = {"world_size", "sp", "backend", "expect", "json", "timeout", "keep_logs", "local_rank"}
+    common = {field.name for field in dataclasses.fields(ReproArgs)} | {"local_rank"}  # LOCAL_RANK carries it
     extra = {k: v for k, v in vars(ns).items() if k not in common}
     return ReproArgs(world_size=world_size, sp=ns.sp, backend=resolve_backend(ns.backend, world_size),
                      expect=ns.expect, json=ns.json, timeout=ns.timeout, keep_logs=ns.keep_logs, extra=extra)
