@@ -30,6 +30,7 @@ from patch_and_test.core.errors import CommandParser, BadInput
 from patch_and_test import PACKAGE_ROOT
 from patch_and_test.core.series import parse_version, series_for_version
 from patch_and_test.core.source import load_lock
+from patch_and_test.downstream.clients import FoundClient
 from repro.downstream.expect import mis_scaled
 from repro.harness.report import text_table
 from repro.harness.scales import RECIPES, ReducePath, label
@@ -80,7 +81,7 @@ def diagnose(args: argparse.Namespace) -> tuple[list[str], int]:
     if args.model:
         sizes = read.model_sizes(args.model)
     clients = [] if args.recipe else read.installed_clients()
-    sources = [c.source for c in clients if c.source is not None]
+    sources = [source for _, source in clients if source is not None]
     if run.loss is not None and not args.recipe:  # the trainer the file names: its loss, as installed or read
         sources = [s for s in sources if s.client == run.loss.client] or [run.loss]
     if args.recipe or not sources:
@@ -125,12 +126,11 @@ def _config_lines(path: Path, run: read.RunConfig, z: rule.ZeroSettings, sp: int
     return lines + [f"  note: {n}" for n in notes]
 
 
-def _client_lines(clients: list[read.ClientInfo], recipe: str | None, sources: list[rule.LossSource],
-                  run: read.RunConfig) -> list[str]:
+def _client_lines(clients: list[tuple[FoundClient, rule.LossSource | None]], recipe: str | None,
+                  sources: list[rule.LossSource], run: read.RunConfig) -> list[str]:
     lines = []
-    for c in clients:
-        what = (f"judged: {rule.RECIPE_WORDS[c.source.kind.kind]}" +
-                _gate(c.source.kind)) if c.source else "not judged"
+    for c, _ in clients:  # judged: by its kind (None: not judged)
+        what = f"judged: {rule.RECIPE_WORDS[c.kind.kind]}{_gate(c.kind)}" if c.kind else "not judged"
         lines.append(f"client {c.name} {c.version}: {what}" + (f" ({c.note})" if c.note else ""))
     if recipe:
         lines.append(f"loss: --recipe {recipe}: {sources[0].label}")

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from patch_and_test.doctor import rule
 from patch_and_test.doctor.rule import PATH_KEYS, ZEROPP_KEYS, DeepSpeedState, LossSource, ZeroSettings
 from patch_and_test.core.errors import BadInput
+from patch_and_test.downstream.clients import FoundClient, found_clients
 from repro.harness.env import dist_version
 from repro.harness.report import error_line
 from repro.harness.fixed import source_has_fix
@@ -461,15 +462,6 @@ def model_sizes(spec: str) -> ModelSizes:
     return ModelSizes(f"{type(model).__name__} from {spec}", params, hidden_size_of(config))
 
 
-@dataclasses.dataclass(frozen=True)
-class ClientInfo:
-    """An installed client and what the doctor makes of it."""
-    name: str
-    version: str
-    source: LossSource | None  # None: not judged (no sp loss code, an example script, not in the rule yet)
-    note: str = ""
-
-
 def _code(relative: str) -> str | None:
     top, _, rest = relative.partition("/")
     spec = importlib.util.find_spec(top)
@@ -479,42 +471,36 @@ def _code(relative: str) -> str | None:
     return path.read_text(errors="replace") if path.is_file() else None
 
 
-def installed_clients() -> list[ClientInfo]:
-    """The installed clients with sp loss code, read as ``patch-and-test``'s client check reads them."""
-    from patch_and_test.downstream.clients import found_clients
+def installed_clients() -> list[tuple[FoundClient, LossSource | None]]:
+    """The installed clients with sp loss code, read as ``patch-and-test``'s client check reads them, each with the
+    loss code the doctor judges it by (None: not judged: no sp loss code, an example script, not in the rule yet)."""
     from repro.downstream.measure import ACCELERATE_SCRIPT
 
-    out: list[ClientInfo] = []
+    judged: dict[str, tuple[FoundClient, LossSource | None]] = {}
     for c in found_clients():
-        if c.kind is None:
-            out.append(ClientInfo(c.name, c.version, None, c.note))
-        elif c.function == ACCELERATE_SCRIPT:
-            out.append(
-                ClientInfo(
-                    c.name, c.version, None, f"no sp loss code of its own; its ALST example script's recipe is "
-                    f"{c.kind.kind} (for a training loop copied from it: --recipe {c.kind.kind})"))
-        else:
-            out.append(ClientInfo(c.name, c.version, LossSource(f"{c.name} {c.version}", c.kind, c.name)))
-    by_name = {c.name: c for c in out}
+        if c.kind is not None and c.function == ACCELERATE_SCRIPT:
+            c = dataclasses.replace(
+                c, kind=None, note=f"no sp loss code of its own; its ALST example script's recipe is {c.kind.kind} "
+                f"(for a training loop copied from it: --recipe {c.kind.kind})")
+        judged[c.name] = c, None if c.kind is None else LossSource(f"{c.name} {c.version}", c.kind, c.name)
     for via in VIA_CLIENTS:
         version = dist_version(via.dist)
-        own = by_name.get(via.name)
-        if version is None or (own is not None and own.source is not None):
+        if version is None or judged.get(via.name, (None, None))[1] is not None:
             continue  # not installed, or judged from its own entry to the loss already: one row a client
-        base = by_name.get(via.base)
+        # Else the hand-off, read from its code, judges it (in its own entry's place, if it has one).
+        base = judged.get(via.base, (None, None))[1]
         code = _code(via.code_file)
         if code is None or not all(needle in code for needle in via.hands_off):
-            info = ClientInfo(via.dist, version, None, f"its {via.code_file} does not hand the loss to {via.base}")
-        elif base is None or base.source is None:
-            info = ClientInfo(via.dist, version, None, f"it {via.how}, and {via.base} has no sp loss code here")
+            why = f"its {via.code_file} does not hand the loss to {via.base}"
+            judged[via.name] = FoundClient(via.dist, version, via.code_file, None, why), None
+        elif base is None:
+            why = f"it {via.how}, and {via.base} has no sp loss code here"
+            judged[via.name] = FoundClient(via.dist, version, via.code_file, None, why), None
         else:
-            label = f"{via.dist} {version} (via {base.source.label})"
-            info = ClientInfo(via.dist, version, LossSource(label, via.handed_on(base.source.kind), via.base), via.how)
-        if own is None:
-            out.append(info)
-        else:  # its own entry could not be called: the hand-off, read from its code, judges it instead
-            out[out.index(own)] = info
-    return out
+            kind = via.handed_on(base.kind)
+            judged[via.name] = (FoundClient(via.dist, version, via.code_file, kind, via.how),
+                                LossSource(f"{via.dist} {version} (via {base.label})", kind, via.base))
+    return list(judged.values())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,6 +27,7 @@ SP = 2  # the reproducers' layout; the factor is sp for any sp
 
 @dataclasses.dataclass(frozen=True)
 class FoundClient:
+    """An installed client and its sp loss recipe: the client check's record, and the doctor's."""
     name: str
     version: str
     function: str

@@ -259,20 +259,18 @@ def test_via_clients():
 def test_a_client_judged_from_its_own_entry_is_not_judged_again_through_its_hand_off(monkeypatch, trl_called):
     """trl judged by calling its SFTTrainer.compute_loss is one row; only where that entry cannot be called does
     the hand-off read from its code judge it (in place of the unjudged row)."""
-    from patch_and_test.downstream import clients
-
     share = ClientKind("own_share", "version", "0.20.2")
     found = [
-        clients.FoundClient("transformers", "5.25.0", "deepspeed_sp_compute_loss", share),
-        clients.FoundClient("trl", "1.16.0", "SFTTrainer.compute_loss", share if trl_called else None,
-                            "" if trl_called else "not called")
+        read.FoundClient("transformers", "5.25.0", "deepspeed_sp_compute_loss", share),
+        read.FoundClient("trl", "1.16.0", "SFTTrainer.compute_loss", share if trl_called else None,
+                         "" if trl_called else "not called")
     ]
-    monkeypatch.setattr(clients, "found_clients", lambda: found)
+    monkeypatch.setattr(read, "found_clients", lambda: found)
     monkeypatch.setattr(read, "dist_version", lambda dist: {"transformers": "5.25.0", "trl": "1.16.0"}.get(dist))
     monkeypatch.setattr(read, "_code", lambda relative: "sp_backend ... super().compute_loss(")
-    [trl] = [c for c in read.installed_clients() if c.name == "trl"]
-    assert trl.source is not None and trl.source.kind == share
-    assert ("via" in trl.source.label) is not trl_called
+    [(trl, source)] = [(c, s) for c, s in read.installed_clients() if c.name == "trl"]
+    assert source is not None and source.kind == trl.kind == share
+    assert ("via" in source.label) is not trl_called
 
 
 def test_auto_is_filled_as_transformers_own_code_fills_it():
