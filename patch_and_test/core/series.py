@@ -213,25 +213,23 @@ def series_for_version(version: str, manifest: Manifest | None = None) -> Series
                                 f"({', '.join(f'{s.name}: {s.range_text}' for s in manifest.series)})")
 
 
-def series_for_tree(tree: Path | str, manifest: Manifest | None = None) -> Series:
+def _tree_file(tree: Path | str, rel: str) -> str:
     try:
-        version = (Path(tree) / "version.txt").read_text().strip()
+        return (Path(tree) / rel).read_text()
     except FileNotFoundError:
-        raise errors.BadInput(f"{tree} has no version.txt: not a DeepSpeed source tree") from None
-    return series_for_version(version, manifest)
+        raise errors.BadInput(f"{tree} has no {rel}: not a DeepSpeed source tree") from None
+
+
+def series_for_tree(tree: Path | str, manifest: Manifest | None = None) -> Series:
+    return series_for_version(_tree_file(tree, "version.txt").strip(), manifest)
 
 
 def tree_has_fix(tree: Path | str) -> bool:
     """Whether the tree's stage3.py ``__avg_scatter_grads`` already accounts for sequence parallelism."""
-    path = Path(tree) / STAGE3
     try:
-        source = path.read_text()
-    except FileNotFoundError:
-        raise errors.BadInput(f"{tree} has no {STAGE3}: not a DeepSpeed source tree") from None
-    try:
-        return source_has_fix(source)
+        return source_has_fix(_tree_file(tree, STAGE3))
     except SyntaxError as exc:
-        raise errors.BadInput(f"{path} does not parse as Python: {exc}") from None
+        raise errors.BadInput(f"{Path(tree) / STAGE3} does not parse as Python: {exc}") from None
 
 
 def work_tree_root(path: Path | str) -> Path:
