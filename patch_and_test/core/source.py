@@ -15,7 +15,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from pydantic import Field
 
@@ -229,27 +229,33 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
     cache = cache or cache_root()
     version = format_version(parse_version(version))
     repo = cache / "pypi" / f"v{SDIST_LAYOUT}" / f"deepspeed-{version}"
-    if not (repo / ".git").is_dir() or git(repo, "rev-parse", "-q", "--verify", "refs/tags/sdist",
-                                           check=False).returncode != 0:
+
+    def build(staging: Path) -> None:
         archive = fetch_sdist(version, lock, cache, require_lock=require_lock)
-        if repo.exists():
-            shutil.rmtree(repo)
-        # Build beside the final place and rename: an interrupted build never looks like a cache hit.
-        staging = Path(tempfile.mkdtemp(prefix=f"deepspeed-{version}.", dir=_mkdir(repo.parent)))
-        try:
-            _unpack(archive, staging)
-            git_out(staging, "init", "-q", "-b", "main")
-            (staging / ".git" / "info" / "exclude").write_text("\n".join(SDIST_EXCLUDES) + "\n")
-            git_out(staging, "-c", "core.autocrlf=false", "add", "-A")
-            message = f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_file(archive)}"
-            _commit_fixed(staging, message)
-            git_out(staging, "tag", "sdist")
-            os.replace(staging, repo)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        _unpack(archive, staging)
+        git_out(staging, "init", "-q", "-b", "main")
+        (staging / ".git" / "info" / "exclude").write_text("\n".join(SDIST_EXCLUDES) + "\n")
+        git_out(staging, "-c", "core.autocrlf=false", "add", "-A")
+        _commit_fixed(staging,
+                      f"DeepSpeed {version} from the PyPI sdist\n\n{archive.name} sha256 {sha256_file(archive)}")
+        git_out(staging, "tag", "sdist")
+
+    _build_once(repo, "refs/tags/sdist", build)
     # The cached repo is only read (its tag names the pristine commit); the series goes onto a copy of it.
     return _copy(repo, "sdist", f"pypi-{version}", "main", cache, origin="pypi-sdist", upstream_commit=None)
+
+
+def _build_once(repo: Path, tag: str, build: Callable[[Path], None]) -> None:
+    """Unless ``repo`` holds ``tag`` already: ``build`` it in a scratch folder beside it, then rename that into place,
+    so that an interrupted build never looks like a cache hit."""
+    if (repo / ".git").is_dir() and git(repo, "rev-parse", "-q", "--verify", tag, check=False).returncode == 0:
+        return
+    if repo.exists():
+        shutil.rmtree(repo)
+    with tempfile.TemporaryDirectory(prefix=f"{repo.name}.", dir=_mkdir(repo.parent),
+                                     ignore_cleanup_errors=True) as tmp:
+        build(Path(tmp) / "repo")
+        os.replace(Path(tmp) / "repo", repo)
 
 
 def sdist_digest(tree: SourceTree) -> str | None:
@@ -391,31 +397,27 @@ def build_graft(release: str, history: str, mirror: Path | None = None,
     archive = fetch_sdist(release, lock, cache)
     repo = cache / "newest-upstream" / f"deepspeed-{release}-on-{history[:12]}"
     tag = "refs/tags/newest-upstream"
-    if not (repo / ".git").is_dir() or git(repo, "rev-parse", "-q", "--verify", tag, check=False).returncode != 0:
-        if repo.exists():
-            shutil.rmtree(repo)
-        staging = Path(tempfile.mkdtemp(prefix=f"deepspeed-{release}.", dir=_mkdir(repo.parent)))
-        try:
-            clone_shared(mirror, staging / "repo")
-            _unpack(archive, staging / "sdist")
-            entries = grafted_entries(_tree_entries(staging / "repo", history),
-                                      _hash_files(staging / "repo", staging / "sdist", GRAFTED_PATHS))
-            index_env = {**os.environ, "GIT_INDEX_FILE": str(staging / "index")}
-            git_out(staging / "repo", "update-index", "-z", "--add", "--index-info", env=index_env,
-                    input="".join(f"{mode} {sha}\t{path}\0" for mode, sha, path in entries))
-            # The mirror lacks a few image blobs of history's tree: they are named, not needed.
-            tree = git_out(staging / "repo", "write-tree", "--missing-ok", env=index_env).strip()
-            # Frozen, byte for byte (the old module name too): patches/master's base-commit id depends on it.
-            message = (f"DeepSpeed {release} (PyPI sdist) on master {history[:12]}\n\n"
-                       f"{', '.join(GRAFTED_PATHS)}: from {archive.name} (sha256 {lock[release].sha256}).\n"
-                       f"Everything else, tests/ and docs/ included: master {history}.\n"
-                       "Made by zero3-sp-gradfix (patch_and_test.source.build_graft); not an upstream commit.\n")
-            commit = git_out(staging / "repo", "commit-tree", tree, "-p", history, "-m", message,
-                             env=os.environ | FIXED_IDENTITY).strip()
-            git_out(staging / "repo", "update-ref", tag, commit)
-            os.replace(staging / "repo", repo)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+
+    def build(staging: Path) -> None:
+        clone_shared(mirror, staging)
+        _unpack(archive, staging.parent / "sdist")
+        entries = grafted_entries(_tree_entries(staging, history),
+                                  _hash_files(staging, staging.parent / "sdist", GRAFTED_PATHS))
+        index_env = {**os.environ, "GIT_INDEX_FILE": str(staging.parent / "index")}
+        git_out(staging, "update-index", "-z", "--add", "--index-info", env=index_env,
+                input="".join(f"{mode} {sha}\t{path}\0" for mode, sha, path in entries))
+        # The mirror lacks a few image blobs of history's tree: they are named, not needed.
+        tree = git_out(staging, "write-tree", "--missing-ok", env=index_env).strip()
+        # Frozen, byte for byte (the old module name too): patches/master's base-commit id depends on it.
+        message = (f"DeepSpeed {release} (PyPI sdist) on master {history[:12]}\n\n"
+                   f"{', '.join(GRAFTED_PATHS)}: from {archive.name} (sha256 {lock[release].sha256}).\n"
+                   f"Everything else, tests/ and docs/ included: master {history}.\n"
+                   "Made by zero3-sp-gradfix (patch_and_test.source.build_graft); not an upstream commit.\n")
+        commit = git_out(staging, "commit-tree", tree, "-p", history, "-m", message,
+                         env=os.environ | FIXED_IDENTITY).strip()
+        git_out(staging, "update-ref", tag, commit)
+
+    _build_once(repo, tag, build)
     commit = git_out(repo, "rev-parse", f"{tag}^{{commit}}").strip()
     date = git_out(repo, "log", "-1", "--format=%cs", history).strip()
     return repo, Graft(commit=commit, release=release, sdist_sha256=lock[release].sha256, history=history,
