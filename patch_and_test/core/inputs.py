@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.util
 import platform
 from pathlib import Path
 
@@ -43,18 +44,13 @@ def tree_digest(paths: list[Path], root: Path) -> str:
 
 def _imported(path: Path, root: Path) -> set[str]:
     """Names of the package's own modules that a file imports (relative imports resolved)."""
-    rel = path.relative_to(root).with_suffix("")
-    package = rel.parts[:-1]  # a module's package; for an __init__.py, its own
+    package = ".".join(path.relative_to(root).parts[:-1])  # a module's package; for an __init__.py, its own
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package[:len(package) - node.level + 1]
-                module = ".".join([*anchor, *([node.module] if node.module else [])])
-            else:
-                module = node.module or ""
+            module = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
             names.add(module)
             names.update(f"{module}.{a.name}" for a in node.names)  # from pkg import module
     return {n for n in names if n.split(".")[0] in OWN_PACKAGES}
