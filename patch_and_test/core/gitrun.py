@@ -10,6 +10,13 @@ from pathlib import Path
 from patch_and_test.core import errors
 
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+# A fixed identity and date: the commits made with it have the same id on every machine and every run.
+FIXED_IDENTITY = {
+    f"GIT_{who}_{key}": value
+    for who in ("AUTHOR", "COMMITTER")
+    for key, value in (("NAME", "zero3-sp-gradfix"), ("EMAIL", "zero3-sp-gradfix@localhost"),
+                       ("DATE", "2000-01-01T00:00:00+0000"))
+}
 
 
 def git(repo: Path | str | None, *args: str, check: bool = True, env: dict | None = None,

@@ -13,7 +13,7 @@ import packaging.version
 
 from patch_and_test import DATA_ROOT
 from patch_and_test.core import errors
-from patch_and_test.core.gitrun import git  # noqa: F401 (re-exported: callers import it from here)
+from patch_and_test.core.gitrun import FIXED_IDENTITY, git  # noqa: F401 (git re-exported: callers import it from here)
 from repro.downstream.expect import MARKER_NAME  # noqa: F401 (re-exported for the pipeline)
 from repro.harness.fixed import source_has_fix
 from repro.harness.files import TOMLDecodeError, load_toml
@@ -287,12 +287,10 @@ class ChosenSeries(Record):
 
 
 def _identity_env(root: Path) -> dict:
-    """git am commits: give it an identity when the repo and the user have none configured."""
-    env = dict(os.environ)
-    if git(root, "var", "GIT_COMMITTER_IDENT", check=False).returncode != 0:
-        env.setdefault("GIT_COMMITTER_NAME", "zero3-sp-gradfix")
-        env.setdefault("GIT_COMMITTER_EMAIL", "zero3-sp-gradfix@localhost")
-    return env
+    """git am commits: give it the fixed committer when the repo and the user have none configured."""
+    if git(root, "var", "GIT_COMMITTER_IDENT", check=False).returncode == 0:
+        return dict(os.environ)
+    return {**{key: FIXED_IDENTITY[key] for key in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")}, **os.environ}
 
 
 def _state(root: Path) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from typing import IO, Any, Callable
 from pydantic import Field
 
 from patch_and_test.core import errors
-from patch_and_test.core.gitrun import git_out
+from patch_and_test.core.gitrun import FIXED_IDENTITY, git_out
 from patch_and_test.core.inputs import sha256_file
 from repro.harness.env import cache_root
 from repro.harness.files import load_toml
@@ -31,13 +31,6 @@ from patch_and_test.core.series import (STAGE3, Series, ensure_clean, format_ver
 
 DEFAULT_LOCK = DATA_ROOT / "deepspeed-sdists.lock"
 
-# A fixed identity and date: the commits made here have the same id on every machine and every run.
-FIXED_IDENTITY = {
-    f"GIT_{who}_{key}": value
-    for who in ("AUTHOR", "COMMITTER")
-    for key, value in (("NAME", "zero3-sp-gradfix"), ("EMAIL", "zero3-sp-gradfix@localhost"),
-                       ("DATE", "2000-01-01T00:00:00+0000"))
-}
 # Build outputs an install writes into the tree (the sdist ships some): committed, the tree would turn dirty. The
 # sdist's (empty) build.txt is not one: it is how DeepSpeed's setup.py knows it builds a release, which it then
 # calls by its number alone; without it a build from an export (no .git) says <release>+unknown.
