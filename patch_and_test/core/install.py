@@ -20,10 +20,6 @@ from patch_and_test.core.gitrun import git, git_out
 from repro.harness.env import cache_root, dist_version
 
 
-class InstallFailed(PipelineError):
-    pass
-
-
 @dataclasses.dataclass(frozen=True)
 class Installed:
     version: str  # importlib.metadata version after the install
@@ -35,7 +31,7 @@ def install_tree(tree: Path, log: Path, rev: str = "HEAD") -> Installed:
     """Install commit ``rev`` of ``tree`` into this interpreter (replacing any DeepSpeed)."""
     tid = git_out(tree, "rev-parse", f"{rev}^{{tree}}").strip()
     if (torch := dist_version("torch")) is None:
-        raise InstallFailed(
+        raise PipelineError(
             "torch is not installed in this environment: install it first (its CPU build: README, 'Two commands')")
     key = hashlib.sha256("|".join([tid, sys.version, torch]).encode()).hexdigest()[:16]
     wheel_dir = cache_root() / "wheels" / key
@@ -81,7 +77,7 @@ def _build_wheel(tree: Path, rev: str, wheel_dir: Path, installer: Installer, ou
     _run(installer.wheel_cmd(export, tmp), out, env={**os.environ, "DS_BUILD_OPS": "0"}, cwd=export)
     built = sorted(tmp.glob("deepspeed-*.whl"))
     if not built:
-        raise InstallFailed(f"building {tree} produced no deepspeed wheel (see {out.name})")
+        raise PipelineError(f"building {tree} produced no deepspeed wheel (see {out.name})")
     wheel_dir.mkdir(parents=True, exist_ok=True)
     final = wheel_dir / built[0].name
     built[0].replace(final)
@@ -125,7 +121,7 @@ def _run(cmd: list[str], out, env=None, cwd=None) -> None:
     out.flush()
     proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     if proc.returncode != 0:
-        raise InstallFailed(f"'{' '.join(cmd[:3])} ...' failed with exit {proc.returncode} (log: {out.name})")
+        raise PipelineError(f"'{' '.join(cmd[:3])} ...' failed with exit {proc.returncode} (log: {out.name})")
 
 
 def main(argv: list[str] | None = None) -> int:
