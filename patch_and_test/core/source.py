@@ -221,6 +221,13 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
     """A working copy of the repo made from the PyPI sdist of ``version`` (its sha256 in the commit message)."""
     cache = cache or cache_root()
     version = format_version(parse_version(version))
+    repo = _sdist_repo(version, cache, lock, require_lock)
+    # The cached repo is only read (its tag names the pristine commit); the series goes onto a copy of it.
+    return _copy(repo, "sdist", f"pypi-{version}", "main", cache, origin="pypi-sdist", upstream_commit=None)
+
+
+def _sdist_repo(version: str, cache: Path, lock: dict[str, LockEntry] | None, require_lock: bool = True) -> Path:
+    """The repo of the sdist of ``version``, made once: its files less ``SDIST_EXCLUDES``, committed, tagged sdist."""
     repo = cache / "pypi" / f"v{SDIST_LAYOUT}" / f"deepspeed-{version}"
 
     def build(staging: Path) -> None:
@@ -234,8 +241,7 @@ def from_pypi(version: str, cache: Path | None = None, lock: dict[str, LockEntry
         git_out(staging, "tag", "sdist")
 
     _build_once(repo, "refs/tags/sdist", build)
-    # The cached repo is only read (its tag names the pristine commit); the series goes onto a copy of it.
-    return _copy(repo, "sdist", f"pypi-{version}", "main", cache, origin="pypi-sdist", upstream_commit=None)
+    return repo
 
 
 def _build_once(repo: Path, tag: str, build: Callable[[Path], None]) -> None:
@@ -353,27 +359,11 @@ def grafted_entries(history: list[tuple[str, str, str]], release: list[tuple[str
                   [e for e in release if e[2].split("/", 1)[0] in paths], key=lambda e: e[2])
 
 
-def _excluded(rel: str) -> bool:
-    return ("__pycache__" in rel.split("/") or rel.endswith((".pyc", ".so"))
-            or rel == "deepspeed/git_version_info_installed.py")
-
-
 def _tree_entries(repo: Path, commit: str) -> list[tuple[str, str, str]]:
     """(mode, object, path) of every entry of ``commit``'s tree."""
     records = filter(None, git_out(repo, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0"))
     entries = (record.split("\t", 1) for record in records)  # "<mode> <type> <object>", the path
     return [(mode, sha, path) for meta, path in entries for mode, _, sha in [meta.split()]]
-
-
-def _hash_files(repo: Path, root: Path, paths: tuple[str, ...]) -> list[tuple[str, str, str]]:
-    """(mode, blob, path) of every file of ``root`` under ``paths``, written into ``repo``'s objects."""
-    files = sorted(
-        str(f.relative_to(root)) for top in paths if (root / top).exists()
-        for f in ([root / top] if (root / top).is_file() else (root / top).rglob("*"))
-        if f.is_file() and not _excluded(str(f.relative_to(root))))
-    blobs = git_out(repo, "hash-object", "-w", "--no-filters", "--stdin-paths",
-                    input="".join(f"{root / f}\n" for f in files)).split()
-    return [("100755" if os.access(root / f, os.X_OK) else "100644", blob, f) for f, blob in zip(files, blobs)]
 
 
 def build_graft(release: str, history: str, mirror: Path | None = None,
@@ -393,9 +383,9 @@ def build_graft(release: str, history: str, mirror: Path | None = None,
 
     def build(staging: Path) -> None:
         clone_shared(mirror, staging)
-        _unpack(archive, staging.parent / "sdist")
-        entries = grafted_entries(_tree_entries(staging, history),
-                                  _hash_files(staging, staging.parent / "sdist", GRAFTED_PATHS))
+        # The release's files as its sdist repo committed them: the build outputs the sdist ships left out.
+        git_out(staging, "fetch", "-q", str(_sdist_repo(release, cache, lock)), "refs/tags/sdist")
+        entries = grafted_entries(_tree_entries(staging, history), _tree_entries(staging, "FETCH_HEAD"))
         index_env = {**os.environ, "GIT_INDEX_FILE": str(staging.parent / "index")}
         git_out(staging, "update-index", "-z", "--add", "--index-info", env=index_env,
                 input="".join(f"{mode} {sha}\t{path}\0" for mode, sha, path in entries))
