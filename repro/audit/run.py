@@ -11,9 +11,10 @@ from pathlib import Path
 
 from repro.audit.expect import DEFAULT_KNOWN_FILE, load_known
 from repro.audit.report import AuditReport, render_summary
-from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, Topo, group_by_topology,
-                               select, topologies)
+from repro.audit.space import (DP_VALUES, DTYPES, GAS_VALUES, MODES, SP_VALUES, STAGES, group_by_topology, select,
+                               topologies)
 from repro.harness import exit_codes, launch
+from repro.harness.topology import Topology
 from repro.harness.env import dist_version
 from repro.harness.files import relative_to
 from repro.harness.cli import ReproArgs, UsageError, build_parser, interruptible, resolve_backend, validate
@@ -182,7 +183,7 @@ def _parent(args: ReproArgs, topos, known) -> int:
     return _emit(_final(args, known, topo_runs, points, meta or local_meta, time.monotonic() - started), args)
 
 
-def _topology_run(topo: Topo, points: list, exit_code: int = 0, wall_time_s: float | None = None,
+def _topology_run(topo: Topology, points: list, exit_code: int = 0, wall_time_s: float | None = None,
                   message: str = "") -> dict:
     """A launch's ``TopologyRun`` (by default a rank's, under an external launcher: no outcome of its own)."""
     return dict(world_size=topo.world_size, sp=topo.sp, dp=topo.dp, points=len(points), exit_code=exit_code,
@@ -216,7 +217,7 @@ def _rank_program(args: ReproArgs, sps: list[int], known) -> launch.RankProgram:
         from repro.audit.measure import run_topology
 
         points_out, topos_out = [], []
-        for topo in (Topo.create(ctx.world_size, sp) for sp in sps):
+        for topo in (Topology.create(ctx.world_size, sp) for sp in sps):
             points = _points(args, [topo])
             points_out += run_topology(points, topo, ctx.rank, ctx.device)
             topos_out.append(_topology_run(topo, points))

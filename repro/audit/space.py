@@ -3,7 +3,6 @@ grouping by topology. Pure logic, no torch, no DeepSpeed; a point is one ``deeps
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import itertools
 from typing import Iterable, Literal, Sequence
@@ -25,19 +24,11 @@ MAX_WORLD = 4
 MODES = ("quick", "full")
 
 
-@dataclasses.dataclass(frozen=True, order=True)
-class Topo(Topology):
-    """A (world size, sp) pair: one process group, one launch."""
-
-    def label(self) -> str:
-        return f"sp{self.sp}dp{self.dp}"
-
-
-def topologies(world_sizes: Iterable[int] | None = None, sps: Iterable[int] | None = None) -> list[Topo]:
+def topologies(world_sizes: Iterable[int] | None = None, sps: Iterable[int] | None = None) -> list[Topology]:
     """Every (world, sp) of the space, optionally restricted; ordered by world size, then sp."""
     world_sizes, sps = (None if x is None else set(x) for x in (world_sizes, sps))
     return sorted(
-        Topo(sp * dp, sp) for sp, dp in itertools.product(SP_VALUES, DP_VALUES)
+        Topology(sp * dp, sp) for sp, dp in itertools.product(SP_VALUES, DP_VALUES)
         if sp * dp <= MAX_WORLD and (world_sizes is None or sp * dp in world_sizes) and (sps is None or sp in sps))
 
 
@@ -70,8 +61,8 @@ class AuditPoint(Record):
         return self
 
     @property
-    def topo(self) -> Topo:
-        return Topo(self.world, self.sp)
+    def topo(self) -> Topology:
+        return Topology(self.world, self.sp)
 
     @computed_field
     @property
@@ -109,7 +100,7 @@ class AuditPoint(Record):
         return out
 
 
-def full_space(topos: Sequence[Topo]) -> list[AuditPoint]:
+def full_space(topos: Sequence[Topology]) -> list[AuditPoint]:
     points = []
     for topo, stage in itertools.product(topos, STAGES):
         zero_knobs = [(None, None, None)] if stage == 0 else itertools.product(*[(True, False)] * 2, BUCKET_SIZES)
@@ -145,8 +136,9 @@ def quick_rule(p: AuditPoint) -> bool:
             and p.predivide == "world" and not p.prescale)
 
 
-def select(mode: str, topos: Sequence[Topo], stages: Iterable[int] | None = None, dtypes: Iterable[str] | None = None,
-           gas: Iterable[int] | None = None, patterns: Iterable[str] | None = None) -> list[AuditPoint]:
+def select(mode: str, topos: Sequence[Topology], stages: Iterable[int] | None = None,
+           dtypes: Iterable[str] | None = None, gas: Iterable[int] | None = None,
+           patterns: Iterable[str] | None = None) -> list[AuditPoint]:
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} not in {MODES}")
     points = [p for p in full_space(topos) if mode == "full" or quick_rule(p)]
@@ -158,7 +150,7 @@ def select(mode: str, topos: Sequence[Topo], stages: Iterable[int] | None = None
     ]
 
 
-def group_by_topology(points: Iterable[AuditPoint]) -> dict[Topo, list[AuditPoint]]:
+def group_by_topology(points: Iterable[AuditPoint]) -> dict[Topology, list[AuditPoint]]:
     """Points per (world, sp), topologies in ascending order, points in their given order."""
     by_topo = sorted(points, key=lambda p: p.topo)  # stable: each topology's points keep their order
     return {topo: list(group) for topo, group in itertools.groupby(by_topo, key=lambda p: p.topo)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, order=True)  # order: by world size, then sp
 class Topology:
     world_size: int
     sp: int
@@ -22,6 +22,9 @@ class Topology:
     @property
     def dp(self) -> int:
         return self.world_size // self.sp
+
+    def label(self) -> str:
+        return f"sp{self.sp}dp{self.dp}"
 
     def sp_groups(self) -> list[list[int]]:
         return [list(range(i * self.sp, (i + 1) * self.sp)) for i in range(self.dp)]

@@ -2,16 +2,17 @@ import collections
 
 import pytest
 
-from repro.audit.space import (AuditPoint, DTYPES, GAS_VALUES, PREDIVIDE_LEVELS, STAGES, Topo, full_space,
-                               group_by_topology, select, topologies)
+from repro.audit.space import (AuditPoint, DTYPES, GAS_VALUES, PREDIVIDE_LEVELS, STAGES, full_space, group_by_topology,
+                               select, topologies)
+from repro.harness.topology import Topology
 
 ALL = topologies()
 
 
 def test_topologies_are_sp_by_dp_up_to_four_ranks():
     assert [(t.world_size, t.sp, t.dp) for t in ALL] == [(1, 1, 1), (2, 1, 2), (2, 2, 1), (4, 2, 2), (4, 4, 1)]
-    assert topologies([4]) == [Topo(4, 2), Topo(4, 4)]
-    assert topologies(None, [2]) == [Topo(2, 2), Topo(4, 2)]
+    assert topologies([4]) == [Topology(4, 2), Topology(4, 4)]
+    assert topologies(None, [2]) == [Topology(2, 2), Topology(4, 2)]
     assert topologies([3]) == []
 
 
@@ -34,7 +35,7 @@ def test_stage0_takes_no_knobs_and_others_need_them():
 
 
 def test_world_one_has_no_world_factor_level():
-    assert not [p for p in full_space([Topo(1, 1)]) if p.predivide == "world"]
+    assert not [p for p in full_space([Topology(1, 1)]) if p.predivide == "world"]
 
 
 def test_point_config():
@@ -83,7 +84,7 @@ def test_quick_is_a_subset_covering_every_level():
 
 def test_select_filters():
     pts = select("full", ALL, stages=[3], dtypes=["bf16"], gas=[2], patterns=["*/sp2dp1/*"])
-    assert pts and all(p.stage == 3 and p.dtype == "bf16" and p.gas == 2 and p.topo == Topo(2, 2) for p in pts)
+    assert pts and all(p.stage == 3 and p.dtype == "bf16" and p.gas == 2 and p.topo == Topology(2, 2) for p in pts)
     assert select("quick", ALL, patterns=["nothing"]) == []
     with pytest.raises(ValueError):
         select("medium", ALL)
